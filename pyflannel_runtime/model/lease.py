@@ -1,0 +1,170 @@
+"""Leases: the etcd value (LeaseAttrs JSON), subnet keys, and lease events (spec §3)."""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+from typing import Any
+
+from pyflannel_runtime.model import gojson
+
+
+class LeaseError(ValueError):
+    pass
+
+
+_ZERO_IP = IPv4Address("0.0.0.0")
+_ATTR_FIELDS = ("PublicIP", "PublicIPv6", "BackendType", "BackendData", "BackendV6Data")
+
+
+def _raw_json(value: Any) -> str | None:
+    """Go's json.RawMessage with omitempty: kept compact, dropped when absent or null."""
+    if value is None:
+        return None
+    return gojson.compact(value)
+
+
+@dataclass(frozen=True)
+class LeaseAttrs:
+    public_ip: IPv4Address = _ZERO_IP
+    public_ipv6: IPv6Address | None = None
+    backend_type: str = ""
+    backend_data: str | None = None
+    backend_v6_data: str | None = None
+
+    def to_json(self) -> str:
+        parts = [
+            f'"PublicIP":"{self.public_ip}"',
+            '"PublicIPv6":' + (f'"{self.public_ipv6}"' if self.public_ipv6 else "null"),
+        ]
+        if self.backend_type:
+            parts.append(f'"BackendType":{json.dumps(self.backend_type)}')
+        if self.backend_data:
+            parts.append(f'"BackendData":{self.backend_data}')
+        if self.backend_v6_data:
+            parts.append(f'"BackendV6Data":{self.backend_v6_data}')
+        return "{" + ",".join(parts) + "}"
+
+    @classmethod
+    def from_json(cls, data: str | bytes) -> LeaseAttrs:
+        try:
+            folded = gojson.fold_object(gojson.loads_pairs(data), _ATTR_FIELDS, "lease.LeaseAttrs")
+        except gojson.GoJSONError as err:
+            raise LeaseError(str(err)) from None
+        public_ip = _ZERO_IP
+        public_ipv6 = None
+        try:
+            if folded.get("PublicIP") is not None:
+                public_ip = IPv4Address(_as_str(folded["PublicIP"]))
+            if folded.get("PublicIPv6") is not None:
+                public_ipv6 = IPv6Address(_as_str(folded["PublicIPv6"]))
+        except ValueError as err:
+            raise LeaseError(f"invalid public IP in lease: {err}") from None
+        backend_type = folded.get("BackendType") or ""
+        if not isinstance(backend_type, str):
+            raise LeaseError(
+                "json: cannot unmarshal into Go struct field BackendType of type string"
+            )
+        return cls(
+            public_ip=public_ip,
+            public_ipv6=public_ipv6,
+            backend_type=backend_type,
+            backend_data=_raw_json(folded.get("BackendData")),
+            backend_v6_data=_raw_json(folded.get("BackendV6Data")),
+        )
+
+
+def _as_str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a string")
+    return value
+
+
+@dataclass(frozen=True)
+class Lease:
+    subnet: IPv4Network | None
+    ipv6_subnet: IPv6Network | None
+    attrs: LeaseAttrs
+    enable_ipv4: bool = True
+    enable_ipv6: bool = False
+    expiration: float | None = None
+    asof: int = 0
+
+    def key(self) -> str:
+        return make_subnet_key(self.subnet, self.ipv6_subnet)
+
+
+class EventType(enum.IntEnum):
+    ADDED = 0
+    REMOVED = 1
+
+
+@dataclass(frozen=True)
+class LeaseEvent:
+    type: EventType
+    lease: Lease
+
+
+# --- subnet keys: "10.5.52.0-24" or "10.12.13.0-24&fd00:12:13::-56" ---------------------------
+
+_KEY_RE = re.compile(r"(\d+\.\d+.\d+.\d+)-(\d+)(?:&([a-f\d:]+)-(\d+))?$")
+
+
+def make_subnet_key(subnet: IPv4Network | None, ipv6_subnet: IPv6Network | None) -> str:
+    v4 = subnet or IPv4Network("0.0.0.0/0")
+    key = f"{v4.network_address}-{v4.prefixlen}"
+    if ipv6_subnet is not None:
+        key += f"&{ipv6_subnet.network_address}-{ipv6_subnet.prefixlen}"
+    return key
+
+
+def parse_subnet_key(key: str) -> tuple[IPv4Network, IPv6Network | None]:
+    """Parse a subnet key or a full etcd path ending in one (the match is suffix-anchored)."""
+    match = _KEY_RE.search(key)
+    if match is None:
+        raise LeaseError(f"invalid subnet key: {key}")
+    ip4, len4, ip6, len6 = match.groups()
+    try:
+        # Go parses the lengths as uint with 5 (v4) and 7 (v6) bits.
+        if int(len4) >= 1 << 5:
+            raise ValueError(len4)
+        subnet = IPv4Network(f"{IPv4Address(ip4)}/{len4}", strict=False)
+        ipv6_subnet = None
+        if ip6 is not None:
+            if int(len6) >= 1 << 7:
+                raise ValueError(len6)
+            ipv6_subnet = IPv6Network(f"{IPv6Address(ip6)}/{len6}", strict=False)
+    except ValueError:
+        raise LeaseError(f"invalid subnet key: {key}") from None
+    return subnet, ipv6_subnet
+
+
+# --- backend data ---------------------------------------------------------------------------
+
+
+def vxlan_backend_data(vni: int, vtep_mac: str) -> str:
+    return f'{{"VNI":{vni},"VtepMAC":"{vtep_mac.lower()}"}}'
+
+
+@dataclass(frozen=True)
+class VxlanBackendData:
+    vni: int
+    vtep_mac: str
+
+
+def parse_vxlan_backend_data(raw: str | None) -> VxlanBackendData:
+    if raw is None:
+        raise LeaseError("lease has no vxlan backend data")
+    try:
+        folded = gojson.fold_object(gojson.loads_pairs(raw), ("VNI", "VtepMAC"), "vxlanLeaseAttrs")
+        vni, mac = folded.get("VNI", 0), folded.get("VtepMAC")
+        if not isinstance(vni, int) or not isinstance(mac, str):
+            raise LeaseError(f"error decoding VXLAN backend data: {raw}")
+        if not re.fullmatch(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}", mac):
+            raise LeaseError(f"invalid VtepMAC in backend data: {mac}")
+    except gojson.GoJSONError as err:
+        raise LeaseError(f"error decoding VXLAN backend data: {err}") from None
+    return VxlanBackendData(vni, mac.lower())

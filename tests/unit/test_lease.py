@@ -1,0 +1,126 @@
+"""Lease JSON and subnet keys, byte for byte against flannel's examples (§3.2, §3.3)."""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pyflannel_runtime.model.lease import (
+    LeaseAttrs,
+    LeaseError,
+    make_subnet_key,
+    parse_subnet_key,
+    parse_vxlan_backend_data,
+    vxlan_backend_data,
+)
+
+RESERVATIONS_EXAMPLE = (
+    '{"PublicIP":"192.168.64.3","PublicIPv6":null,"BackendType":"vxlan",'
+    '"BackendData":{"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44"}}'
+)
+
+
+def test_reservations_example_round_trips_byte_for_byte() -> None:
+    attrs = LeaseAttrs.from_json(RESERVATIONS_EXAMPLE)
+    assert attrs.public_ip == IPv4Address("192.168.64.3")
+    assert attrs.backend_type == "vxlan"
+    assert attrs.to_json() == RESERVATIONS_EXAMPLE
+
+
+def test_built_vxlan_attrs_match_example() -> None:
+    attrs = LeaseAttrs(
+        public_ip=IPv4Address("192.168.64.3"),
+        backend_type="vxlan",
+        backend_data=vxlan_backend_data(1, "C6:D2:32:6F:8F:44"),
+    )
+    assert attrs.to_json() == RESERVATIONS_EXAMPLE
+
+
+def test_udp_lease_has_no_backend_type() -> None:
+    assert (
+        LeaseAttrs(IPv4Address("10.0.0.5")).to_json() == '{"PublicIP":"10.0.0.5","PublicIPv6":null}'
+    )
+
+
+def test_zero_public_ip_and_ipv6_present() -> None:
+    attrs = LeaseAttrs(public_ipv6=IPv6Address("fd00::1"), backend_type="host-gw")
+    assert (
+        attrs.to_json() == '{"PublicIP":"0.0.0.0","PublicIPv6":"fd00::1","BackendType":"host-gw"}'
+    )
+
+
+def test_dual_stack_vxlan_attrs() -> None:
+    attrs = LeaseAttrs(
+        IPv4Address("192.0.2.11"),
+        IPv6Address("2001:db8::11"),
+        "vxlan",
+        vxlan_backend_data(1, "02:00:00:00:00:01"),
+        vxlan_backend_data(1, "02:00:00:00:00:02"),
+    )
+    text = attrs.to_json()
+    assert text == (
+        '{"PublicIP":"192.0.2.11","PublicIPv6":"2001:db8::11","BackendType":"vxlan",'
+        '"BackendData":{"VNI":1,"VtepMAC":"02:00:00:00:00:01"},'
+        '"BackendV6Data":{"VNI":1,"VtepMAC":"02:00:00:00:00:02"}}'
+    )
+    assert LeaseAttrs.from_json(text) == attrs
+
+
+def test_decoding_is_case_insensitive_and_compacts_backend_data() -> None:
+    attrs = LeaseAttrs.from_json('{"publicip": "10.1.1.1", "backenddata": { "VNI" : 2 }}')
+    assert attrs.public_ip == IPv4Address("10.1.1.1")
+    assert attrs.backend_data == '{"VNI":2}'
+
+
+@pytest.mark.parametrize("bad", ["", "[]", '{"PublicIP":"nope"}', '{"PublicIP":5}', "{"])
+def test_malformed_lease_json_is_a_lease_error(bad: str) -> None:
+    with pytest.raises(LeaseError):
+        LeaseAttrs.from_json(bad)
+
+
+def test_subnet_keys() -> None:
+    assert make_subnet_key(IPv4Network("10.5.52.0/24"), None) == "10.5.52.0-24"
+    assert (
+        make_subnet_key(IPv4Network("10.12.13.0/24"), IPv6Network("fd00:12:13::/56"))
+        == "10.12.13.0-24&fd00:12:13::-56"
+    )
+    assert parse_subnet_key("/coreos.com/network/subnets/10.5.52.0-24") == (
+        IPv4Network("10.5.52.0/24"),
+        None,
+    )
+    assert parse_subnet_key("10.12.13.0-24&fd00:12:13::-56") == (
+        IPv4Network("10.12.13.0/24"),
+        IPv6Network("fd00:12:13::/56"),
+    )
+
+
+@pytest.mark.parametrize(
+    "bad", ["10.12.13.0-24hi", "10.12.13.300-24", "10.12.13.0-24&2001::", "10.0.0.0-33", "x"]
+)
+def test_invalid_subnet_keys(bad: str) -> None:
+    with pytest.raises(LeaseError):
+        parse_subnet_key(bad)
+
+
+@given(
+    v4=st.integers(0, 2**32 - 1),
+    len4=st.integers(0, 31),
+    v6=st.none() | st.tuples(st.integers(0, 2**128 - 1), st.integers(0, 127)),
+)
+def test_subnet_key_round_trip(v4: int, len4: int, v6: tuple[int, int] | None) -> None:
+    # Go parses the lengths as 5- and 7-bit uints, so /32 and /128 keys are not valid keys.
+
+    sn4 = IPv4Network((v4, len4), strict=False)
+    sn6 = IPv6Network(v6, strict=False) if v6 else None
+    assert parse_subnet_key(make_subnet_key(sn4, sn6)) == (sn4, sn6)
+
+
+def test_vxlan_backend_data_parse() -> None:
+    data = parse_vxlan_backend_data('{"VNI":1,"VtepMAC":"C6:D2:32:6F:8F:44"}')
+    assert (data.vni, data.vtep_mac) == (1, "c6:d2:32:6f:8f:44")
+    for bad in (None, "null", '{"VNI":1}', '{"VNI":1,"VtepMAC":"zz"}', "{"):
+        with pytest.raises(LeaseError):
+            parse_vxlan_backend_data(bad)
