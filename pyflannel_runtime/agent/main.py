@@ -1,0 +1,234 @@
+"""pyflanneld: flanneld's startup order, lifecycle and exit codes (spec §0, §8.3)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from pyflannel_runtime import __version__
+from pyflannel_runtime.agent import sdnotify
+from pyflannel_runtime.agent.datapath import DatapathLoop
+from pyflannel_runtime.agent.errors import StartupError
+from pyflannel_runtime.agent.flags import FlagError, Options, parse_flags, usage, validate
+from pyflannel_runtime.agent.health import HealthServer
+from pyflannel_runtime.agent.stores import build_subnet_manager, previous_subnets
+from pyflannel_runtime.agent.traffic import install_traffic_rules
+from pyflannel_runtime.fsutil import write_atomic
+from pyflannel_runtime.model.lease import Lease
+from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, ip_stack
+from pyflannel_runtime.model.subnet_env import SubnetEnv
+from pyflannel_runtime.subnet.manager import LeaseRevoked, SubnetManager
+
+log = logging.getLogger("pyflannel.agent")
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+_BR_NETFILTER = {
+    4: "/proc/sys/net/bridge/bridge-nf-call-iptables",
+    6: "/proc/sys/net/bridge/bridge-nf-call-ip6tables",
+}
+
+
+def setup_logging(verbosity: int) -> None:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.DEBUG if verbosity >= 2 else logging.INFO,
+        format="%(levelname).1s%(asctime)s.%(msecs)03d %(process)7d %(name)s] %(message)s",
+        datefmt="%m%d %H:%M:%S",
+    )
+
+
+def _redacted(opts: Options) -> dict[str, object]:
+    shown = asdict(opts)
+    if shown.get("etcd_password"):
+        shown["etcd_password"] = "<redacted>"
+    return shown
+
+
+def write_subnet_file(
+    path: str, config: NetworkConfig, lease: Lease, mtu: int, ipmasq: bool
+) -> None:
+    env = SubnetEnv(
+        network=config.network if config.enable_ipv4 else None,
+        subnet=lease.subnet if config.enable_ipv4 else None,
+        ipv6_network=config.ipv6_network if config.enable_ipv6 else None,
+        ipv6_subnet=lease.ipv6_subnet if config.enable_ipv6 else None,
+        mtu=mtu,
+        ipmasq=ipmasq,
+    )
+    os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
+    write_atomic(path, env.render().encode(), 0o644)
+
+
+class Agent:
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._health: HealthServer | None = None
+
+    def _on_signal(self, signum: int) -> None:
+        log.info("shutdownHandler sent cancel signal... (%s)", signal.Signals(signum).name)
+        self._stop.set()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            # A second signal takes the default action, as with flanneld.
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_DFL)
+
+    async def _get_config(self, sm: SubnetManager) -> NetworkConfig | None:
+        while not self._stop.is_set():
+            try:
+                return await sm.get_network_config()
+            except Exception as err:
+                log.error("Couldn't fetch network config: %s", err)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), timeout=1)
+        return None
+
+    def _check_br_netfilter(self, config: NetworkConfig) -> None:
+        if config.enable_nftables:
+            return
+        for version, enabled in ((4, config.enable_ipv4), (6, config.enable_ipv6)):
+            path = _BR_NETFILTER[version]
+            if enabled and not os.path.exists(path):
+                raise StartupError(
+                    f"Failed to check br_netfilter: stat {path}: no such file or directory"
+                )
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        try:
+            return await self._run()
+        except StartupError as err:
+            log.error("%s", err)
+            return EXIT_FAILURE
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            if self._health is not None:
+                await self._health.stop()
+
+    async def _run(self) -> int:
+        opts = self.opts
+        try:
+            sm = await build_subnet_manager(opts)
+        except Exception as err:
+            raise StartupError(f"Failed to create SubnetManager: {err}") from err
+        try:
+            return await self._run_with(sm)
+        finally:
+            await sm.close()
+
+    async def _run_with(self, sm: SubnetManager) -> int:
+        from pyflannel_runtime.backend.base import BackendError, get_backend
+        from pyflannel_runtime.netdev import InterfaceError, select_external_interface
+
+        opts = self.opts
+        if opts.healthz_port > 0:
+            self._health = HealthServer(opts.healthz_ip, opts.healthz_port)
+            await self._health.start()
+
+        config = await self._get_config(sm)
+        if config is None:
+            return EXIT_OK
+        try:
+            ipv4, ipv6 = ip_stack(config)
+        except ConfigError as err:
+            raise StartupError(str(err)) from err
+        self._check_br_netfilter(config)
+
+        public_ip, public_ipv6 = opts.public_ip, opts.public_ipv6
+        stored_ip, stored_ipv6 = await sm.get_stored_public_ip()
+        public_ip, public_ipv6 = stored_ip or public_ip, stored_ipv6 or public_ipv6
+
+        try:
+            ext = await asyncio.to_thread(
+                select_external_interface,
+                list(opts.iface),
+                list(opts.iface_regex),
+                opts.iface_can_reach,
+                public_ip,
+                public_ipv6,
+                ipv4,
+                ipv6,
+            )
+        except InterfaceError as err:
+            raise StartupError(str(err)) from err
+
+        try:
+            backend = get_backend(config.backend_type)
+            stored_macs = await sm.get_stored_mac_addresses()
+            network = await backend.register_network(config, ext, sm.acquire_lease, stored_macs)
+        except (BackendError, ConfigError, ValueError) as err:
+            raise StartupError(f"Error registering network: {err}") from err
+        lease = network.lease
+
+        previous = previous_subnets(opts.subnet_file)
+        self._tasks += await install_traffic_rules(opts, config, lease, previous)
+
+        write_subnet_file(opts.subnet_file, config, lease, network.mtu, opts.ip_masq)
+        if self._health is not None:
+            self._health.ready = True
+        log.info("Wrote subnet file to %s", opts.subnet_file)
+        log.info("Running backend.")
+
+        datapath = DatapathLoop(sm, network, opts.reconcile_interval)
+        self._tasks.append(asyncio.create_task(datapath.run(), name="datapath"))
+        sdnotify.notify("READY=1")
+
+        complete = asyncio.create_task(sm.complete_lease(lease), name="complete-lease")
+        stop = asyncio.create_task(self._stop.wait(), name="stop")
+        self._tasks += [complete, stop]
+        done, _ = await asyncio.wait([complete, stop], return_when=asyncio.FIRST_COMPLETED)
+        if complete in done and complete.exception() is not None:
+            error = complete.exception()
+            if not isinstance(error, LeaseRevoked):
+                log.error("Lease handling failed: %s", error)
+                return EXIT_FAILURE
+        elif complete in done:
+            # kube mode: the condition is set; run until a signal.
+            await self._stop.wait()
+        await network.close()
+        log.info("Exiting cleanly...")
+        return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    program = os.path.basename(sys.argv[0]) or "pyflanneld"
+    try:
+        opts = parse_flags(args)
+    except FlagError as err:
+        sys.stderr.write(f"{err}\n{usage(program)}")
+        return EXIT_USAGE
+    if opts.help:
+        sys.stderr.write(usage(program))
+        return EXIT_OK
+    if opts.version:
+        sys.stderr.write(f"{__version__}\n")
+        return EXIT_OK
+    setup_logging(opts.v)
+    log.info("CLI flags config: %s", _redacted(opts))
+    try:
+        validate(opts)
+    except FlagError as err:
+        log.error("%s", err)
+        return EXIT_FAILURE
+    return asyncio.run(Agent(opts).run())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""Builds the lease store flanneld's flags ask for: the Kubernetes API or etcd v3."""
+
+from __future__ import annotations
+
+import logging
+
+from pyflannel_runtime.agent.flags import Options
+from pyflannel_runtime.model.subnet_env import PreviousSubnets, read_previous_subnets
+from pyflannel_runtime.subnet.manager import SubnetManager
+
+log = logging.getLogger("pyflannel.agent")
+
+
+def previous_subnets(path: str) -> PreviousSubnets:
+    """What the last run wrote to subnet.env (etcd re-acquisition and old-rule cleanup)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return read_previous_subnets(handle.read())
+    except FileNotFoundError:
+        log.warning("no subnet found for key: FLANNEL_SUBNET in file: %s", path)
+    except OSError as err:
+        log.warning("failed to read %s: %s", path, err)
+    return PreviousSubnets()
+
+
+async def build_subnet_manager(opts: Options) -> SubnetManager:
+    if opts.kube_subnet_mgr:
+        from pyflannel_runtime.subnet.kube import KubeSubnetManager
+
+        return await KubeSubnetManager.create(
+            kube_api_url=opts.kube_api_url,
+            kubeconfig_file=opts.kubeconfig_file,
+            net_config_path=opts.net_config_path,
+            annotation_prefix=opts.kube_annotation_prefix,
+            set_node_network_unavailable=opts.set_node_network_unavailable,
+        )
+
+    from pyflannel_runtime.subnet.etcd import EtcdSettings, EtcdSubnetManager
+
+    return EtcdSubnetManager(
+        EtcdSettings(
+            endpoints=tuple(opts.etcd_endpoint_list),
+            prefix=opts.etcd_prefix,
+            certfile=opts.etcd_certfile,
+            keyfile=opts.etcd_keyfile,
+            cafile=opts.etcd_cafile,
+            username=opts.etcd_username,
+            password=opts.etcd_password,
+            subnet_lease_ttl=opts.subnet_lease_ttl,
+            renew_margin_minutes=opts.subnet_lease_renew_margin,
+            previous=previous_subnets(opts.subnet_file),
+        )
+    )

@@ -1,0 +1,201 @@
+"""``pyflannel``: the operator's command line.
+
+Each command is one small function; adding a command means adding a ``_register_*`` function
+to ``COMMANDS``. Heavy imports happen inside the command that needs them, so ``pyflannel
+config check`` stays quick and pydantic-free.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+
+class CommandError(Exception):
+    """Ends the command with exit status 1; ``str()`` goes to stderr as it is."""
+
+
+Handler = Callable[[argparse.Namespace], int]
+Subparsers = Any  # argparse's _SubParsersAction, which typeshed keeps private
+
+
+def _add_command(
+    subparsers: Subparsers, name: str, handler: Handler, help: str, description: str
+) -> Any:
+    parser = subparsers.add_parser(name, help=help, description=description)
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+# --- config check -----------------------------------------------------------------------------
+
+
+def _read_net_conf(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as err:
+        # Go's wording: "open <path>: no such file or directory".
+        reason = err.strerror or str(err)
+        reason = reason[:1].lower() + reason[1:]
+        raise CommandError(f"failed to read net conf: open {path}: {reason}") from None
+
+
+def _config_check(args: argparse.Namespace) -> int:
+    from pyflannel_runtime.model import netconf
+
+    data = _read_net_conf(args.file)
+    try:
+        cfg = netconf.parse_config(data)
+        cfg = netconf.check_network_config(cfg)
+        netconf.ip_stack(cfg)
+        netconf.require_supported_backend(cfg)
+    except netconf.ConfigError as err:
+        raise CommandError(str(err)) from None
+    sys.stdout.write(netconf.encode_config(cfg))
+    return 0
+
+
+def _register_config(subparsers: Subparsers) -> None:
+    config = subparsers.add_parser(
+        "config", help="work with net-conf.json", description="Work with net-conf.json."
+    )
+    actions = config.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    check = _add_command(
+        actions,
+        "check",
+        _config_check,
+        "validate a net-conf.json and print it normalized",
+        "Validate a net-conf.json as flanneld does and print it normalized as JSON; "
+        "on error print flannel's message and exit 1.",
+    )
+    check.add_argument("file", metavar="FILE", help="the net-conf.json to check")
+
+
+# --- render -----------------------------------------------------------------------------------
+
+
+def _load_model_file(path: str) -> Any:
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise CommandError(f"{path}: cannot read the cluster model: {err}") from None
+    try:
+        if path.endswith(".json"):
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as err:
+        raise CommandError(
+            f"{path}: not valid {'JSON' if path.endswith('.json') else 'YAML'}: {err}"
+        ) from None
+
+
+def _render(args: argparse.Namespace) -> int:
+    from pyflannel_runtime.fsutil import write_atomic
+    from pyflannel_runtime.model.cluster import ClusterModelError, load_model
+    from pyflannel_runtime.render.render import render_node
+
+    data = _load_model_file(args.model)
+    # Everything is validated and rendered before the first byte is written.
+    try:
+        files = render_node(load_model(data), args.node)
+    except ClusterModelError as err:
+        problems = "\n".join(f"  {line}" for line in err.problems)
+        raise CommandError(f"{args.model}: invalid cluster model:\n{problems}") from None
+    for relative, (content, mode) in sorted(files.items()):
+        target = os.path.join(args.out, relative)
+        try:
+            os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+            write_atomic(target, content.encode("utf-8"), mode)
+        except OSError as err:
+            raise CommandError(f"cannot write {target}: {err}") from None
+        print(target)
+    return 0
+
+
+def _register_render(subparsers: Subparsers) -> None:
+    render = _add_command(
+        subparsers,
+        "render",
+        _render,
+        "write one node's files from the cluster model",
+        "Write one node's files below DIR: the CNI conflist, net-conf.json, the agent's "
+        "environment file, the systemd unit, and subnet.env when the node's subnet is pinned. "
+        "Nothing is written unless the whole model is valid.",
+    )
+    render.add_argument(
+        "--model", required=True, metavar="FILE", help="cluster model, YAML or JSON"
+    )
+    render.add_argument("--node", required=True, metavar="NAME", help="the node to render for")
+    render.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="root the files go under, e.g. / or a staging dir",
+    )
+
+
+# --- cni install ------------------------------------------------------------------------------
+
+
+def _cni_install(args: argparse.Namespace) -> int:
+    from pyflannel_runtime.cni.install import install_plugin
+
+    try:
+        installed: str = install_plugin(args.bin_dir)
+    except (OSError, ValueError) as err:
+        raise CommandError(f"cannot install the flannel CNI plugin: {err}") from None
+    print(installed)
+    return 0
+
+
+def _register_cni(subparsers: Subparsers) -> None:
+    cni = subparsers.add_parser(
+        "cni", help="manage the flannel CNI plugin", description="Manage the flannel CNI plugin."
+    )
+    actions = cni.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    install = _add_command(
+        actions,
+        "install",
+        _cni_install,
+        "install the flannel CNI plugin executable",
+        "Install the flannel CNI plugin executable into the CNI bin directory.",
+    )
+    install.add_argument(
+        "--bin-dir", required=True, metavar="DIR", help="the CNI bin directory, e.g. /opt/cni/bin"
+    )
+
+
+# --- entry point ------------------------------------------------------------------------------
+
+COMMANDS: list[Callable[[Subparsers], None]] = [_register_config, _register_render, _register_cni]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pyflannel", description="Operate pyflannel, a flannel-compatible pod network."
+    )
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    for register in COMMANDS:
+        register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help, or a usage error argparse already printed
+        return exit_.code if isinstance(exit_.code, int) else 2
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except CommandError as err:
+        print(err, file=sys.stderr)
+        return 1

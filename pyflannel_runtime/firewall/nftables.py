@@ -1,0 +1,88 @@
+"""The nftables traffic manager (spec §6.3): tables flannel-ipv4/-ipv6, one `nft -f -` per setup."""
+
+from __future__ import annotations
+
+import logging
+
+from pyflannel_runtime.firewall.command import CommandResult, CommandRunner, FirewallError
+from pyflannel_runtime.firewall.rules import (
+    IPNetwork,
+    nft_delete_table_script,
+    nft_forward_script,
+    nft_fully_random_probe_script,
+    nft_init_script,
+    nft_masq_script,
+    nft_table,
+)
+
+log = logging.getLogger(__name__)
+
+
+class NFTablesManager:
+    """flannel's nftables mode. Chains are flushed and refilled, so there is nothing to resync."""
+
+    def __init__(
+        self, runner: CommandRunner | None = None, *, fully_random_disabled: bool = False
+    ) -> None:
+        self._runner = runner or CommandRunner()
+        self._fully_random_disabled = fully_random_disabled
+        self._fully_random_supported: bool | None = None
+
+    async def init(self) -> None:
+        log.info("Starting flannel in nftables mode...")
+        result = await self._nft(nft_init_script())
+        if result.returncode != 0:
+            raise FirewallError(f"nftables: couldn't initialise tables: {result.describe()}")
+
+    async def cleanup(self) -> None:
+        """Delete both flannel tables; each separately, errors (e.g. no such table) only logged."""
+        log.info("Cleaning-up nftables rules...")
+        for version in (4, 6):
+            try:
+                result = await self._nft(nft_delete_table_script(version))
+            except FirewallError as err:
+                log.debug("nftables: couldn't delete table: %s", err)
+                continue
+            if result.returncode != 0:
+                family, table = nft_table(version)
+                log.debug("nftables: couldn't delete table %s %s: %s", family, table, result.stderr)
+
+    async def setup_masq(
+        self,
+        network: IPNetwork,
+        subnet: IPNetwork,
+        *,
+        previous_network: IPNetwork | None = None,
+        previous_subnet: IPNetwork | None = None,
+    ) -> None:
+        """§6.3 postrtg. The previous run's values are not needed: the chain is flushed."""
+        version = network.version
+        log.info("nftables: setting up masking rules (%s)", "ipv4" if version == 4 else "ipv6")
+        fully_random = not self._fully_random_disabled and await self._supports_fully_random()
+        result = await self._nft(nft_masq_script(network, subnet, fully_random))
+        if result.returncode != 0:
+            raise FirewallError(f"nftables: couldn't setup masq rules: {result.describe()}")
+
+    async def setup_forward(self, network: IPNetwork) -> None:
+        log.info(
+            "Changing default FORWARD chain policy to ACCEPT"
+            if network.version == 4
+            else "Changing default FORWARD chain policy to ACCEPT (ipv6)"
+        )
+        result = await self._nft(nft_forward_script(network))
+        if result.returncode != 0:
+            raise FirewallError(f"nftables: couldn't setup forward rules: {result.describe()}")
+
+    async def resync(self, period: float) -> None:
+        """flannel has no periodic resync in nft mode: returns at once."""
+
+    async def _nft(self, script: str, *options: str) -> CommandResult:
+        return await self._runner.run("nft", *options, "-f", "-", stdin=script)
+
+    async def _supports_fully_random(self) -> bool:
+        if self._fully_random_supported is None:
+            probe = await self._nft(nft_fully_random_probe_script(), "--check")
+            self._fully_random_supported = probe.returncode == 0
+            if not self._fully_random_supported:
+                log.warning("nftables: random fully unsupported")
+        return self._fully_random_supported

@@ -1,0 +1,658 @@
+"""The cluster model the Ansible roles validate, and the per-node plan derived from it.
+
+Settings carry kubespray's role-prefixed names where kubespray has them and otherwise flannel's
+own key names (``flannel_subnet_len`` for ``SubnetLen``), so an inventory reads the same here
+and in the roles. Per-node overrides live under ``nodes``. Every problem is reported as
+``<field path>: <what is wrong>`` so a user can find the offending line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import ipaddress
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SecretStr,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, check_network_config
+
+# Encapsulation overhead per backend: FLANNEL_MTU = underlay MTU - overhead (spec §5).
+MTU_OVERHEAD = {"vxlan": 50, "udp": 28, "host-gw": 0}
+ASSUMED_INTERFACE_MTU = 1500
+_MIN_MTU_IPV4 = 68
+_MIN_MTU_IPV6 = 1280
+
+DEFAULT_SUBNET_FILE = "/run/flannel/subnet.env"
+DEFAULT_ETCD_PREFIX = "/coreos.com/network"
+
+_SAFE_PATH = re.compile(r"/[A-Za-z0-9._@+/-]*")
+_NODE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+
+
+class ClusterModelError(ValueError):
+    """Invalid cluster model; ``problems`` holds one ``<path>: <message>`` line each."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+# --- field types ------------------------------------------------------------------------------
+
+
+def _single_line(value: str) -> str:
+    # These strings end up in KEY=VALUE files and unit files, where a line break would inject.
+    if any(ch in value for ch in "\n\r\0"):
+        raise ValueError("must be a single line of text")
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+def _absolute_path(value: str) -> str:
+    _single_line(value)
+    # Also safe unquoted in unit files: no spaces, no systemd % specifiers.
+    if not _SAFE_PATH.fullmatch(value) or posixpath.normpath(value) != value:
+        raise ValueError(f"{value!r} must be a normalized absolute path of [A-Za-z0-9._@+-/]")
+    return value
+
+
+def _network(version: int) -> BeforeValidator:
+    def parse(value: Any) -> Any:
+        if isinstance(value, IPv4Network | IPv6Network):
+            return value
+        try:
+            address = ipaddress.ip_interface(value) if "/" in str(value) else None
+        except ValueError:
+            address = None
+        if not isinstance(value, str) or address is None or address.version != version:
+            raise ValueError(f"{value!r} is not an IPv{version} CIDR")
+        if address.ip != address.network.network_address:
+            raise ValueError(f"{value} has host bits set (did you mean {address.network}?)")
+        return address.network
+
+    return BeforeValidator(parse)
+
+
+def _address(version: int | None) -> BeforeValidator:
+    kind = "an IP address" if version is None else f"an IPv{version} address"
+
+    def parse(value: Any) -> Any:
+        if isinstance(value, IPv4Address | IPv6Address):
+            return value
+        try:
+            address = ipaddress.ip_address(value) if isinstance(value, str) else None
+        except ValueError:
+            address = None
+        if address is None or version not in (None, address.version):
+            raise ValueError(f"{value!r} is not {kind}")
+        return address
+
+    return BeforeValidator(parse)
+
+
+def _runtime_file(value: str) -> str:
+    # The service may write only below /run (ProtectSystem=strict + RuntimeDirectory=).
+    _absolute_path(value)
+    if not value.startswith("/run/") or posixpath.dirname(value) == "/run":
+        raise ValueError(f"{value!r} must be in a directory below /run/, e.g. /run/flannel/")
+    return value
+
+
+def _endpoint(value: str) -> str:
+    _single_line(value)
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or "," in value:
+        raise ValueError(f"{value!r} is not an http:// or https:// URL")
+    return value
+
+
+def _regexp(value: str) -> str:
+    _single_line(value)
+    try:
+        re.compile(value)
+    except re.error as err:
+        raise ValueError(f"{value!r} is not a valid regular expression: {err}") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_single_line)]
+AbsPath = Annotated[str, AfterValidator(_absolute_path)]
+RuntimeFile = Annotated[str, AfterValidator(_runtime_file)]
+V4Net = Annotated[IPv4Network, _network(4)]
+V6Net = Annotated[IPv6Network, _network(6)]
+Regexp = Annotated[str, AfterValidator(_regexp)]
+V4Addr = Annotated[IPv4Address, _address(4)]
+V6Addr = Annotated[IPv6Address, _address(6)]
+AnyAddress = Annotated[IPv4Address | IPv6Address, _address(None)]
+Endpoint = Annotated[str, AfterValidator(_endpoint)]
+Port = Annotated[StrictInt, Field(ge=1, le=65535)]
+Mtu = Annotated[StrictInt, Field(ge=576, le=65535)]
+
+
+class NodeOverrides(BaseModel):
+    """What one node sets differently from the cluster, plus what is known about it ahead."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    interface: Text | None = None
+    interface_regexp: Regexp | None = None
+    interface_can_reach: AnyAddress | None = None
+    public_ip: V4Addr | None = None
+    public_ipv6: V6Addr | None = None
+    # A pinned lease: an etcd reservation, or the podCIDR the controller assigns (kube mode).
+    subnet: V4Net | None = None
+    ipv6_subnet: V6Net | None = None
+    # The MTU of the node's external interface, when it is not the assumed 1500.
+    mtu: Mtu | None = None
+
+
+class ClusterModel(BaseModel):
+    """Cluster-wide flannel settings and per-node overrides."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # backend (kubespray names)
+    flannel_backend_type: Literal["vxlan", "host-gw", "udp"] = "vxlan"
+    flannel_vxlan_vni: Annotated[StrictInt, Field(ge=0, le=16777215)] | None = None
+    flannel_vxlan_port: Port | None = None
+    flannel_vxlan_direct_routing: StrictBool | None = None
+    flannel_udp_port: Port | None = None
+    # Backend.MTU: the underlay MTU the vxlan device is sized from (flannel subtracts 50).
+    flannel_mtu: Mtu | None = None
+
+    # interface selection and public addresses (cluster defaults; nodes may override)
+    flannel_interface: Text | None = None
+    flannel_interface_regexp: Regexp | None = None
+    flannel_interface_can_reach: AnyAddress | None = None
+    flannel_public_ip: V4Addr | None = None
+    flannel_public_ipv6: V6Addr | None = None
+
+    # the pod network (net-conf.json)
+    flannel_enable_ipv4: StrictBool = True
+    flannel_network: V4Net = IPv4Network("10.244.0.0/16")
+    flannel_subnet_len: Annotated[StrictInt, Field(ge=1)] | None = None
+    flannel_subnet_min: V4Addr | None = None
+    flannel_subnet_max: V4Addr | None = None
+    flannel_enable_ipv6: StrictBool = False
+    flannel_ipv6_network: V6Net | None = None
+    flannel_ipv6_subnet_len: Annotated[StrictInt, Field(ge=1)] | None = None
+    flannel_enable_nftables: StrictBool = False
+
+    # agent behaviour (flanneld flags)
+    flannel_ip_masq: StrictBool = True
+    flannel_iptables_forward_rules: StrictBool = True
+    flannel_iptables_resync: Annotated[StrictInt, Field(ge=1)] = 5
+    flannel_ip_blackhole_route: StrictBool = False
+    flannel_subnet_file: RuntimeFile = DEFAULT_SUBNET_FILE
+    flannel_net_conf_path: AbsPath = "/etc/kube-flannel/net-conf.json"
+    flannel_healthz_ip: AnyAddress = IPv4Address("0.0.0.0")
+    flannel_healthz_port: Annotated[StrictInt, Field(ge=0, le=65535)] = 8081
+
+    # datastore
+    flannel_datastore: Literal["kubernetes", "etcd"] = "kubernetes"
+    flannel_kubeconfig_file: AbsPath | None = None
+    flannel_etcd_endpoints: list[Endpoint] | None = Field(default=None, min_length=1)
+    flannel_etcd_prefix: AbsPath = DEFAULT_ETCD_PREFIX
+    flannel_etcd_cafile: AbsPath | None = None
+    flannel_etcd_certfile: AbsPath | None = None
+    flannel_etcd_keyfile: AbsPath | None = None
+    flannel_etcd_username: Text | None = None
+    flannel_etcd_password: SecretStr | None = None
+    flannel_subnet_lease_renew_margin: Annotated[StrictInt, Field(ge=1, le=1439)] = 60
+
+    # CNI (the conflist)
+    flannel_cni_conf_dir: AbsPath = "/etc/cni/net.d"
+    flannel_cni_conf_file: Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]+\.conflist$")] = (
+        "10-flannel.conflist"
+    )
+    flannel_cni_network_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")] = (
+        "cbr0"
+    )
+    flannel_cni_version: Literal["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"] = "0.3.1"
+    flannel_hairpin_mode: StrictBool = True
+    flannel_is_default_gateway: StrictBool = True
+    flannel_cni_delegate_extra: dict[str, JsonValue] = Field(default_factory=dict)
+    flannel_portmap_enabled: StrictBool = True
+
+    # the systemd service
+    flannel_agent_venv: AbsPath = "/opt/pyflannel/venv"
+    flannel_agent_restart_sec: Annotated[StrictInt, Field(ge=1)] = 5
+
+    nodes: dict[str, NodeOverrides] = Field(default_factory=dict)
+
+    @field_validator("flannel_etcd_password", mode="after")
+    @classmethod
+    def _password_single_line(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            _single_line(value.get_secret_value())
+        return value
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _bare_node_names(cls, value: Any) -> Any:
+        # In YAML a node without overrides is naturally written as `node1:` (null).
+        if isinstance(value, Mapping):
+            return {name: {} if spec is None else spec for name, spec in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> ClusterModel:
+        problems = _cross_field_problems(self)
+        if problems:
+            raise PydanticCustomError(
+                "cluster_rules", "{problems}", {"problems": "\n".join(problems)}
+            )
+        return self
+
+    def to_network_config(self) -> NetworkConfig:
+        """The net-conf this model stands for, as flannel would decode it (not yet checked)."""
+        return NetworkConfig(
+            enable_ipv4=self.flannel_enable_ipv4,
+            enable_ipv6=self.flannel_enable_ipv6,
+            enable_nftables=self.flannel_enable_nftables,
+            network=self.flannel_network if self.flannel_enable_ipv4 else None,
+            ipv6_network=self.flannel_ipv6_network if self.flannel_enable_ipv6 else None,
+            subnet_len=self.flannel_subnet_len or 0,
+            subnet_min=self.flannel_subnet_min,
+            subnet_max=self.flannel_subnet_max,
+            ipv6_subnet_len=self.flannel_ipv6_subnet_len or 0,
+            backend_type=self.flannel_backend_type,
+            backend=self.backend_options(),
+        )
+
+    def backend_options(self) -> dict[str, Any]:
+        """net-conf's Backend object, in the order it is rendered; only what was set."""
+        options: dict[str, Any] = {"Type": self.flannel_backend_type}
+        for key, value in (
+            ("VNI", self.flannel_vxlan_vni),
+            ("Port", self.flannel_vxlan_port),
+            ("MTU", self.flannel_mtu),
+            ("DirectRouting", self.flannel_vxlan_direct_routing),
+            ("Port", self.flannel_udp_port),
+        ):
+            if value is not None:
+                options[key] = value
+        return options
+
+
+# --- cross-field rules ------------------------------------------------------------------------
+
+_VXLAN_ONLY = ("flannel_vxlan_vni", "flannel_vxlan_port", "flannel_vxlan_direct_routing")
+_ETCD_ONLY = (
+    "flannel_etcd_endpoints",
+    "flannel_etcd_prefix",
+    "flannel_etcd_cafile",
+    "flannel_etcd_certfile",
+    "flannel_etcd_keyfile",
+    "flannel_etcd_username",
+    "flannel_etcd_password",
+    "flannel_subnet_lease_renew_margin",
+)
+_IPV4_ONLY = (
+    "flannel_network",
+    "flannel_subnet_len",
+    "flannel_subnet_min",
+    "flannel_subnet_max",
+    "flannel_public_ip",
+)
+_IPV6_ONLY = ("flannel_ipv6_network", "flannel_ipv6_subnet_len", "flannel_public_ipv6")
+
+
+def _given(model: BaseModel, name: str) -> bool:
+    """Set explicitly by the user, as opposed to left at its default."""
+    return name in model.model_fields_set and getattr(model, name) is not None
+
+
+def _unused(model: BaseModel, names: Sequence[str], reason: str) -> list[str]:
+    return [f"{name}: only used {reason}" for name in names if _given(model, name)]
+
+
+def _backend_problems(m: ClusterModel) -> list[str]:
+    backend = m.flannel_backend_type
+    problems: list[str] = []
+    if backend != "vxlan":
+        problems += _unused(m, (*_VXLAN_ONLY, "flannel_mtu"), f"with vxlan (backend is {backend})")
+    if backend != "udp":
+        problems += _unused(m, ("flannel_udp_port",), f"with udp (backend is {backend})")
+    if backend == "udp" and m.flannel_enable_ipv6:
+        problems.append("flannel_enable_ipv6: the udp backend carries IPv4 only")
+    return problems
+
+
+def _datastore_problems(m: ClusterModel) -> list[str]:
+    if m.flannel_datastore == "kubernetes":
+        return _unused(m, _ETCD_ONLY, "with flannel_datastore etcd")
+    problems = _unused(m, ("flannel_kubeconfig_file",), "with flannel_datastore kubernetes")
+    for one, other in (
+        ("flannel_etcd_certfile", "flannel_etcd_keyfile"),
+        ("flannel_etcd_keyfile", "flannel_etcd_certfile"),
+        ("flannel_etcd_username", "flannel_etcd_password"),
+        ("flannel_etcd_password", "flannel_etcd_username"),
+    ):
+        if getattr(m, one) is not None and getattr(m, other) is None:
+            problems.append(f"{other}: required when {one} is set")
+    endpoints = m.flannel_etcd_endpoints or []
+    tls = m.flannel_etcd_cafile or m.flannel_etcd_certfile
+    if tls and endpoints and not any(e.startswith("https://") for e in endpoints):
+        problems.append("flannel_etcd_endpoints: TLS files are set but no endpoint is https://")
+    return problems
+
+
+def _network_field(message: str, family: str) -> str:
+    prefix = "flannel_" if family == "ipv4" else "flannel_ipv6_"
+    if "SubnetMin" in message:
+        return prefix + "subnet_min"
+    if "SubnetMax" in message:
+        return prefix + "subnet_max"
+    if "SubnetLen" in message or "subnets" in message:
+        return prefix + "subnet_len"
+    return "flannel_network" if family == "ipv4" else "flannel_ipv6_network"
+
+
+def _network_problems(m: ClusterModel) -> list[str]:
+    if not m.flannel_enable_ipv4 and not m.flannel_enable_ipv6:
+        return ["flannel_enable_ipv4: none defined stack (enable IPv4, IPv6 or both)"]
+    problems: list[str] = []
+    if not m.flannel_enable_ipv4:
+        problems += _unused(m, _IPV4_ONLY, "when flannel_enable_ipv4 is true")
+    if not m.flannel_enable_ipv6:
+        problems += _unused(m, _IPV6_ONLY, "when flannel_enable_ipv6 is true")
+    cfg = m.to_network_config()
+    # Checked one family at a time: flannel's messages do not always say which one failed.
+    for family, enabled, single in (
+        ("ipv4", m.flannel_enable_ipv4, dataclasses.replace(cfg, enable_ipv6=False)),
+        ("ipv6", m.flannel_enable_ipv6, dataclasses.replace(cfg, enable_ipv4=False)),
+    ):
+        if not enabled:
+            continue
+        try:
+            check_network_config(single)
+        except ConfigError as err:
+            problems.append(f"{_network_field(str(err), family)}: {err}")
+    return problems
+
+
+def _node_problems(m: ClusterModel) -> list[str]:
+    problems: list[str] = []
+    for name, node in m.nodes.items():
+        path = f"nodes.{name}"
+        if not _NODE_NAME.fullmatch(name):
+            problems.append(f"{path}: node names use letters, digits, '.', '_' and '-' only")
+        if not m.flannel_enable_ipv4:
+            problems += [
+                f"{path}.{f}: only used when flannel_enable_ipv4 is true"
+                for f in ("subnet", "public_ip")
+                if _given(node, f)
+            ]
+        if not m.flannel_enable_ipv6:
+            problems += [
+                f"{path}.{f}: only used when flannel_enable_ipv6 is true"
+                for f in ("ipv6_subnet", "public_ipv6")
+                if _given(node, f)
+            ]
+    return problems
+
+
+def _cni_problems(m: ClusterModel) -> list[str]:
+    own_setting = {
+        "hairpinMode": "flannel_hairpin_mode",
+        "isDefaultGateway": "flannel_is_default_gateway",
+    }
+    problems = []
+    for key in m.flannel_cni_delegate_extra:
+        if key in own_setting:
+            problems.append(f"flannel_cni_delegate_extra.{key}: set {own_setting[key]} instead")
+        elif key in ("name", "cniVersion"):
+            problems.append(f"flannel_cni_delegate_extra.{key}: the flannel plugin sets it")
+    return problems
+
+
+def _cross_field_problems(m: ClusterModel) -> list[str]:
+    return [
+        *_backend_problems(m),
+        *_datastore_problems(m),
+        *_network_problems(m),
+        *_node_problems(m),
+        *_cni_problems(m),
+    ]
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def _field_names_at(loc: tuple[int | str, ...]) -> list[str]:
+    if len(loc) == 1:
+        return list(ClusterModel.model_fields)
+    if len(loc) == 3 and loc[0] == "nodes":
+        return list(NodeOverrides.model_fields)
+    return []
+
+
+def _describe(error: Mapping[str, Any]) -> list[str]:
+    loc: tuple[int | str, ...] = tuple(error["loc"])
+    path = ".".join(str(part) for part in loc)
+    if error["type"] == "cluster_rules":
+        return str(error["ctx"]["problems"]).splitlines()
+    if error["type"] == "extra_forbidden":
+        message = "unknown setting"
+        close = difflib.get_close_matches(str(loc[-1]), _field_names_at(loc), n=1)
+        if close:
+            message += f" (did you mean {close[0]}?)"
+    else:
+        message = str(error["msg"]).removeprefix("Value error, ")
+    return [f"{path}: {message}" if path else message]
+
+
+def load_model(data: Any) -> ClusterModel:
+    """Validate a decoded model file; raises ClusterModelError naming every bad field."""
+    if not isinstance(data, Mapping):
+        raise ClusterModelError(["the cluster model must be a mapping of settings"])
+    try:
+        return ClusterModel.model_validate(data)
+    except ValidationError as err:
+        problems = [line for e in err.errors() for line in _describe(e)]
+        raise ClusterModelError(problems) from None
+
+
+# --- the plan ---------------------------------------------------------------------------------
+
+
+class PlanError(ClusterModelError):
+    """The model is well-formed but the nodes do not fit together."""
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """What one node will run with; ``mtu`` is the FLANNEL_MTU flanneld should report."""
+
+    name: str
+    interface: str | None
+    interface_regexp: str | None
+    interface_can_reach: IPv4Address | IPv6Address | None
+    public_ip: IPv4Address | None
+    public_ipv6: IPv6Address | None
+    subnet: IPv4Network | None
+    ipv6_subnet: IPv6Network | None
+    interface_mtu: int
+    mtu: int
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    network_config: NetworkConfig  # checked: SubnetLen, SubnetMin and SubnetMax filled in
+    nodes: tuple[NodePlan, ...]  # sorted by name
+
+    def node(self, name: str) -> NodePlan:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        known = ", ".join(n.name for n in self.nodes) or "none"
+        raise PlanError([f"nodes.{name}: not in the cluster model (nodes: {known})"])
+
+
+def _expected_mtu(m: ClusterModel, name: str, node: NodeOverrides) -> tuple[int, int, list[str]]:
+    interface_mtu = node.mtu or ASSUMED_INTERFACE_MTU
+    problems: list[str] = []
+    base = interface_mtu
+    if m.flannel_mtu is not None:
+        base = m.flannel_mtu
+        if node.mtu is not None and m.flannel_mtu > node.mtu:
+            problems.append(
+                f"nodes.{name}.mtu: {node.mtu} is smaller than flannel_mtu {m.flannel_mtu}"
+            )
+    mtu = base - MTU_OVERHEAD[m.flannel_backend_type]
+    minimum, family = (_MIN_MTU_IPV6, "IPv6") if m.flannel_enable_ipv6 else (_MIN_MTU_IPV4, "IPv4")
+    if mtu < minimum:
+        problems.append(
+            f"nodes.{name}: the pod MTU would be {mtu}, below the {family} minimum {minimum}"
+        )
+    return interface_mtu, mtu, problems
+
+
+AnyNet = IPv4Network | IPv6Network
+
+
+def _subnet_problems(
+    path: str,
+    subnet: AnyNet,
+    network: AnyNet,
+    subnet_len: int,
+    bounds: tuple[int, int] | None,
+    len_field: str,
+) -> list[str]:
+    if not subnet.subnet_of(network):  # type: ignore[arg-type]
+        return [f"{path}: {subnet} is not inside the network {network}"]
+    problems = []
+    if subnet.prefixlen != subnet_len:
+        problems.append(f"{path}: {subnet} must be a /{subnet_len} ({len_field})")
+    start = int(subnet.network_address)
+    if bounds is not None and not bounds[0] <= start <= bounds[1]:
+        low, high = (ipaddress.ip_address(b) for b in bounds)
+        problems.append(f"{path}: {subnet} is outside SubnetMin..SubnetMax ({low}..{high})")
+    return problems
+
+
+def _overlap_problems(pins: list[tuple[AnyNet, str]]) -> list[str]:
+    """Sweep the pinned subnets in address order; each overlap names both nodes."""
+    problems: list[str] = []
+    ordered = sorted(pins, key=lambda p: (int(p[0].network_address), p[0].prefixlen, p[1]))
+    widest: tuple[AnyNet, str] | None = None
+    for net, path in ordered:
+        if widest is not None and int(net.network_address) <= int(widest[0].broadcast_address):
+            problems.append(f"{path}: {net} overlaps {widest[1]} {widest[0]}")
+        if widest is None or int(net.broadcast_address) > int(widest[0].broadcast_address):
+            widest = (net, path)
+    return problems
+
+
+def _pin_problems(m: ClusterModel, cfg: NetworkConfig) -> list[str]:
+    etcd = m.flannel_datastore == "etcd"
+    problems: list[str] = []
+    families: list[tuple[str, AnyNet | None, int, tuple[int, int] | None, str]] = []
+    if cfg.enable_ipv4:
+        assert cfg.subnet_min is not None and cfg.subnet_max is not None
+        v4_bounds = (int(cfg.subnet_min), int(cfg.subnet_max)) if etcd else None
+        families.append(("subnet", cfg.network, cfg.subnet_len, v4_bounds, "flannel_subnet_len"))
+    if cfg.enable_ipv6:
+        assert cfg.ipv6_subnet_min is not None and cfg.ipv6_subnet_max is not None
+        v6_bounds = (int(cfg.ipv6_subnet_min), int(cfg.ipv6_subnet_max)) if etcd else None
+        families.append(
+            (
+                "ipv6_subnet",
+                cfg.ipv6_network,
+                cfg.ipv6_subnet_len,
+                v6_bounds,
+                "flannel_ipv6_subnet_len",
+            )
+        )
+    for field, network, subnet_len, bounds, len_field in families:
+        assert network is not None
+        pins: list[tuple[AnyNet, str]] = []
+        for name in sorted(m.nodes):
+            node = m.nodes[name]
+            subnet: AnyNet | None = getattr(node, field)
+            path = f"nodes.{name}.{field}"
+            if subnet is None:
+                pinned_other = [f for f, *_ in families if getattr(node, f) is not None]
+                if pinned_other:
+                    problems.append(
+                        f"{path}: required too when nodes.{name}.{pinned_other[0]} "
+                        "is pinned (the lease holds every enabled family)"
+                    )
+                continue
+            problems += _subnet_problems(path, subnet, network, subnet_len, bounds, len_field)
+            pins.append((subnet, path))
+        problems += _overlap_problems(pins)
+    return problems
+
+
+def _duplicate_problems(m: ClusterModel, nodes: Sequence[NodePlan]) -> list[str]:
+    """Two nodes with one public IP would take over each other's lease in etcd."""
+    problems: list[str] = []
+    for field in ("public_ip", "public_ipv6"):
+        owner: dict[Any, str] = {}
+        for node in nodes:
+            address = getattr(node, field)
+            if address is None:
+                continue
+            if address not in owner:
+                owner[address] = node.name
+                continue
+            inherited = getattr(m.nodes[node.name], field) is None
+            source = f" (inherited from flannel_{field})" if inherited else ""
+            problems.append(
+                f"nodes.{node.name}.{field}: {address}{source} is also the {field} of "
+                f"nodes.{owner[address]}"
+            )
+    return problems
+
+
+def plan(model: ClusterModel) -> ClusterPlan:
+    """Per-node facts, the same for the same model whatever order the nodes were listed in."""
+    cfg = check_network_config(model.to_network_config())
+    problems = _pin_problems(model, cfg)
+    nodes: list[NodePlan] = []
+    for name in sorted(model.nodes):
+        node = model.nodes[name]
+        interface_mtu, mtu, mtu_problems = _expected_mtu(model, name, node)
+        problems += mtu_problems
+        nodes.append(
+            NodePlan(
+                name=name,
+                interface=node.interface or model.flannel_interface,
+                interface_regexp=node.interface_regexp or model.flannel_interface_regexp,
+                interface_can_reach=node.interface_can_reach or model.flannel_interface_can_reach,
+                public_ip=node.public_ip or model.flannel_public_ip,
+                public_ipv6=node.public_ipv6 or model.flannel_public_ipv6,
+                subnet=node.subnet,
+                ipv6_subnet=node.ipv6_subnet,
+                interface_mtu=interface_mtu,
+                mtu=mtu,
+            )
+        )
+    problems += _duplicate_problems(model, nodes)
+    if problems:
+        raise PlanError(problems)
+    return ClusterPlan(network_config=cfg, nodes=tuple(nodes))

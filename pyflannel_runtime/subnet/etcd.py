@@ -1,0 +1,637 @@
+"""The etcd v3 subnet manager: flannel's LocalManager and etcd registry (spec §3).
+
+Deliberate differences from flannel:
+
+* A lost creation race is retried (flannel exits with ``subnet already exists``).
+* A watch event that does not parse is skipped with a warning; flannel turns it into an empty
+  snapshot, which removes every peer. A failed re-list is retried rather than emitted empty.
+* A reservation (a key without an etcd lease) reused by its owner stays a reservation; flannel
+  re-puts it with a 24 h lease, so the reservation lapses while the node is down.
+* Leases are listed and watched under ``<prefix>/subnets/`` (flannel omits the final slash).
+* An IPv6-only lease has ``subnet=None`` and ``enable_ipv4=False`` (not 0.0.0.0/0 and True).
+* With several endpoints, a request that finds its endpoint unreachable moves to the next one.
+* Renewal starts no earlier than half-way through the TTL (only matters with pyflannel's
+  shorter ``--subnet-lease-ttl``, where the default 60 min margin would exceed it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import logging
+import posixpath
+import random
+import time
+import urllib.parse
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from ipaddress import IPv4Network, IPv6Network
+from typing import Any, TypeVar
+
+import aetcd
+import aetcd.watcher
+import grpc
+from aetcd import rpc
+
+from pyflannel_runtime.model.lease import (
+    EventType,
+    Lease,
+    LeaseAttrs,
+    LeaseError,
+    LeaseEvent,
+    make_subnet_key,
+    parse_subnet_key,
+)
+from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config, parse_config
+from pyflannel_runtime.model.subnet_env import PreviousSubnets
+from pyflannel_runtime.subnet.allocation import choose_new_subnets, find_own_lease, lease_fits
+from pyflannel_runtime.subnet.manager import LeaseRevoked, LeaseWatchBatch
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+DEFAULT_ENDPOINTS = ("http://127.0.0.1:4001", "http://127.0.0.1:2379")
+DEFAULT_PREFIX = "/coreos.com/network"
+SUBNET_TTL = 86400
+RACE_RETRIES = 10
+RENEW_RETRY_SECONDS = 60.0
+_BACKOFF_FIRST = 0.1
+_BACKOFF_MAX = 5.0
+_NO_IPV4 = IPv4Network("0.0.0.0/0")
+
+# Errors that mean "etcd did not do it": retried or reported, never a crash.
+ETCD_ERRORS: tuple[type[BaseException], ...] = (
+    aetcd.ClientError,
+    grpc.RpcError,
+    grpc.aio.BaseError,
+    TimeoutError,
+)
+
+
+class EtcdError(Exception):
+    """A failure of the etcd subnet manager; ``str()`` is flannel's message where it has one."""
+
+
+@dataclass(frozen=True)
+class EtcdSettings:
+    endpoints: tuple[str, ...] = DEFAULT_ENDPOINTS
+    prefix: str = DEFAULT_PREFIX
+    certfile: str = ""
+    keyfile: str = ""
+    cafile: str = ""
+    username: str = ""
+    password: str = ""
+    subnet_lease_ttl: int = SUBNET_TTL  # pyflannel's --subnet-lease-ttl; flannel: fixed 24 h
+    renew_margin_minutes: int = 60  # --subnet-lease-renew-margin
+    # Tests only: a renewal margin in seconds, overriding the minutes.
+    renew_margin_seconds_override: float | None = None
+    # What the last run wrote to subnet.env (read_previous_subnets), reused when still free.
+    previous: PreviousSubnets = field(default_factory=PreviousSubnets)
+    request_timeout: float = 10.0
+
+    @property
+    def renew_margin(self) -> float:
+        if self.renew_margin_seconds_override is not None:
+            return self.renew_margin_seconds_override
+        return self.renew_margin_minutes * 60.0
+
+
+# --- connection ---------------------------------------------------------------------------------
+
+
+def parse_endpoint(endpoint: str) -> tuple[str, int]:
+    """``http(s)://host:port`` or ``host:port`` → a gRPC host (IPv6 in brackets) and port."""
+    url = urllib.parse.urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+    try:
+        host, port = url.hostname, url.port or 2379
+    except ValueError:
+        host = None
+    if not host:
+        raise EtcdError(f"invalid etcd endpoint: {endpoint}")
+    return (f"[{host}]" if ":" in host else host), port
+
+
+def channel_credentials(settings: EtcdSettings) -> grpc.ChannelCredentials | None:
+    if not settings.certfile or not settings.keyfile:
+        log.warning("no certificate provided: connecting to etcd with http. This is insecure")
+        return None
+    try:
+        with open(settings.certfile, "rb") as cert, open(settings.keyfile, "rb") as key:
+            chain, private_key = cert.read(), key.read()
+        roots = None
+        if settings.cafile:
+            with open(settings.cafile, "rb") as ca:
+                roots = ca.read()
+    except OSError as err:
+        raise EtcdError(f"failed to read etcd TLS files: {err}") from None
+    return grpc.ssl_channel_credentials(
+        root_certificates=roots, private_key=private_key, certificate_chain=chain
+    )
+
+
+_CHANNEL_OPTIONS = (
+    # Notice a dead server under an idle watch stream (etcd allows pings every 5 s).
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+)
+
+
+class _Client(aetcd.Client):  # type: ignore[misc]
+    """aetcd's client plus TLS and token refresh, which aetcd 1.0.0 lacks.
+
+    ``connect`` replaces aetcd's (which only builds insecure channels) and fills in the same
+    attributes; it relies on aetcd 1.0.0's internals, which pyproject pins.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        settings: EtcdSettings,
+        credentials: grpc.ChannelCredentials | None,
+    ) -> None:
+        username = settings.username or None
+        super().__init__(
+            host=host,
+            port=port,
+            username=username,
+            password=settings.password if username else None,
+            timeout=settings.request_timeout,
+        )
+        self._credentials = credentials
+        self._connect_lock = asyncio.Lock()
+
+    async def connect(self) -> None:
+        if self._connected.is_set():
+            return
+        async with self._connect_lock:
+            if self._connected.is_set():
+                return
+            target = f"{self._host}:{self._port}"
+            if self._credentials is None:
+                channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+            else:
+                channel = grpc.aio.secure_channel(target, self._credentials, _CHANNEL_OPTIONS)
+            try:
+                metadata = await self._authenticate(channel)
+            except BaseException:
+                await channel.close()
+                raise
+            self.channel = channel
+            self.metadata = metadata
+            self.kvstub = rpc.KVStub(channel)
+            self.clusterstub = rpc.ClusterStub(channel)
+            self.leasestub = rpc.LeaseStub(channel)
+            self.maintenancestub = rpc.MaintenanceStub(channel)
+            self._watcher = aetcd.watcher.Watcher(
+                rpc.WatchStub(channel), timeout=self._timeout, metadata=metadata
+            )
+            self._connected.set()
+
+    async def _authenticate(self, channel: grpc.aio.Channel) -> tuple[tuple[str, str], ...] | None:
+        if self._username is None:
+            return None
+        request = rpc.AuthenticateRequest(name=self._username, password=self._password)
+        response = await rpc.AuthStub(channel).Authenticate(request, timeout=self._timeout)
+        return (("token", response.token),)
+
+    async def reauthenticate(self) -> None:
+        """Fetch a new token: etcd drops simple tokens after 5 idle minutes."""
+        await self.connect()
+        metadata = await self._authenticate(self.channel)
+        self.metadata = metadata
+        self._watcher._metadata = metadata
+
+
+class _Connection:
+    """The client for the current endpoint; moves on to the next one when it is unreachable."""
+
+    def __init__(self, settings: EtcdSettings) -> None:
+        if not settings.endpoints:
+            raise EtcdError("no etcd endpoints given")
+        self._settings = settings
+        self._targets = [parse_endpoint(e) for e in settings.endpoints]
+        self._credentials = channel_credentials(settings)
+        self._index = 0
+        self._client: _Client | None = None
+
+    @property
+    def endpoint_count(self) -> int:
+        return len(self._targets)
+
+    def client(self) -> _Client:
+        if self._client is None:
+            host, port = self._targets[self._index]
+            self._client = _Client(host, port, self._settings, self._credentials)
+        return self._client
+
+    async def fail_over(self, failed: _Client) -> None:
+        if failed is not self._client:
+            return  # another request already moved on
+        self._index = (self._index + 1) % len(self._targets)
+        self._client = None
+        host, port = self._targets[self._index]
+        log.warning("etcd endpoint unreachable, switching to %s:%d", host, port)
+        await failed.close()
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+
+def describe(err: BaseException) -> str:
+    if isinstance(err, grpc.aio.AioRpcError):
+        return f"{err.code().name}: {err.details()}"
+    return str(err) or type(err).__name__
+
+
+def _join(*parts: str) -> str:
+    """Go's path.Join, as flannel builds its keys."""
+    joined = posixpath.normpath("/".join(p for p in parts if p))
+    return "/" + joined.lstrip("/") if joined.startswith("/") else joined
+
+
+# --- etcd values → leases -------------------------------------------------------------------
+
+
+def _lease_from_kv(key: bytes, value: bytes, ttl: int | None, revision: int) -> Lease:
+    """Raises LeaseError when the key is not a subnet key or the value not LeaseAttrs JSON."""
+    subnet, ipv6_subnet = parse_subnet_key(key.decode(errors="replace"))
+    attrs = LeaseAttrs.from_json(value)
+    v4 = None if subnet == _NO_IPV4 else subnet
+    return Lease(
+        subnet=v4,
+        ipv6_subnet=ipv6_subnet,
+        attrs=attrs,
+        enable_ipv4=v4 is not None,
+        enable_ipv6=ipv6_subnet is not None,
+        expiration=None if ttl is None else time.time() + ttl,
+        asof=revision,
+    )
+
+
+def _removed_lease(key: bytes, revision: int) -> Lease:
+    subnet, ipv6_subnet = parse_subnet_key(key.decode(errors="replace"))
+    v4 = None if subnet == _NO_IPV4 else subnet
+    return Lease(
+        subnet=v4,
+        ipv6_subnet=ipv6_subnet,
+        attrs=LeaseAttrs(),
+        enable_ipv4=v4 is not None,
+        enable_ipv6=ipv6_subnet is not None,
+        asof=revision,
+    )
+
+
+class _SubnetTaken(Exception):
+    """Another node created the key between our listing and our transaction."""
+
+
+# --- the manager ----------------------------------------------------------------------------
+
+
+class EtcdSubnetManager:
+    def __init__(self, settings: EtcdSettings, rng: random.Random | None = None) -> None:
+        self._settings = settings
+        self._conn = _Connection(settings)
+        self._rng = rng or random.Random()
+        self._config_key = _join(settings.prefix, "config").encode()
+        self._subnets_dir = (_join(settings.prefix, "subnets") + "/").encode()
+        self._closed = False
+
+    # -- requests --
+
+    async def _call(self, op: Callable[[_Client], Awaitable[_T]]) -> _T:
+        """Run ``op`` on the current client, refreshing an expired token and moving to the
+        next endpoint when this one is unreachable (each endpoint is tried once)."""
+        tries_left = self._conn.endpoint_count
+        reauthenticated = False
+        while True:
+            client = self._conn.client()
+            try:
+                return await op(client)
+            except aetcd.exceptions.UnauthenticatedError:
+                if reauthenticated or not self._settings.username:
+                    raise
+                reauthenticated = True
+                await client.reauthenticate()
+            except aetcd.ConnectionFailedError:
+                tries_left -= 1
+                if tries_left <= 0:
+                    raise
+                await self._conn.fail_over(client)
+
+    async def _retrying(self, fn: Callable[[], Awaitable[_T]]) -> _T:
+        backoff = _BACKOFF_FIRST
+        while True:
+            try:
+                return await fn()
+            except ETCD_ERRORS as err:
+                log.warning("etcd request failed, retrying in %.1fs: %s", backoff, describe(err))
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _BACKOFF_MAX)
+
+    def _subnet_key(self, subnet: IPv4Network | None, ipv6_subnet: IPv6Network | None) -> bytes:
+        return self._subnets_dir + make_subnet_key(subnet, ipv6_subnet).encode()
+
+    async def _time_to_live(self, lease_id: int) -> int | None:
+        """Seconds left on an etcd lease; None for a key without one (a reservation)."""
+        if lease_id == 0:
+            return None
+        info = await self._call(lambda c: c.get_lease_info(lease_id, keys=False))
+        return int(info.TTL)
+
+    async def _list_leases(self) -> tuple[list[Lease], int]:
+        """All parseable leases and the revision they were read at."""
+        listing = await self._call(lambda c: c.get_prefix(self._subnets_dir))
+        kvs = list(listing)
+        ttls = await asyncio.gather(*(self._time_to_live(kv.lease) for kv in kvs))
+        leases = []
+        for kv, ttl in zip(kvs, ttls, strict=True):
+            try:
+                leases.append(_lease_from_kv(kv.key, kv.value, ttl, kv.mod_revision))
+            except LeaseError as err:
+                log.warning("Ignoring bad subnet node %s: %s", kv.key.decode(errors="replace"), err)
+        return leases, int(listing.header.revision)
+
+    # -- SubnetManager --
+
+    async def get_network_config(self) -> NetworkConfig:
+        kv = await self._call(lambda c: c.get(self._config_key))
+        if kv is None:
+            raise EtcdError(
+                "flannel config not found in etcd store. "
+                "Did you create your config using etcdv3 API?"
+            )
+        return check_network_config(parse_config(kv.value))
+
+    async def acquire_lease(self, attrs: LeaseAttrs) -> Lease:
+        for _ in range(RACE_RETRIES):
+            cfg = await self.get_network_config()
+            leases, _ = await self._list_leases()
+            try:
+                return await self._try_acquire(cfg, leases, attrs)
+            except _SubnetTaken as err:
+                log.info("Subnet %s was taken by another node meanwhile, retrying", err)
+        raise EtcdError("max retries reached trying to acquire a subnet")
+
+    async def _try_acquire(
+        self, cfg: NetworkConfig, leases: list[Lease], attrs: LeaseAttrs
+    ) -> Lease:
+        own = find_own_lease(leases, attrs)
+        if own is not None:
+            if lease_fits(own, cfg):
+                log.info(
+                    "Found lease (ip: %s ipv6: %s) for current IP (%s), reusing",
+                    own.subnet,
+                    own.ipv6_subnet,
+                    attrs.public_ip,
+                )
+                return await self._put_lease(dataclasses.replace(own, attrs=attrs))
+            log.info(
+                "Found lease (ip: %s ipv6: %s) for current IP (%s) but not compatible with "
+                "current config, deleting",
+                own.subnet,
+                own.ipv6_subnet,
+                attrs.public_ip,
+            )
+            own_key = self._subnet_key(own.subnet, own.ipv6_subnet)
+            await self._call(lambda c: c.delete(own_key))
+            leases = [lease for lease in leases if lease is not own]
+
+        chosen = choose_new_subnets(cfg, leases, self._settings.previous, self._rng)
+        expiration = await self._create_lease(chosen.subnet, chosen.ipv6_subnet, attrs)
+        log.info(
+            "Allocated lease (ip: %s ipv6: %s) to current node (ip: %s)",
+            chosen.subnet,
+            chosen.ipv6_subnet,
+            attrs.public_ip,
+        )
+        return Lease(
+            subnet=chosen.subnet,
+            ipv6_subnet=chosen.ipv6_subnet,
+            attrs=attrs,
+            enable_ipv4=chosen.subnet is not None,
+            enable_ipv6=chosen.ipv6_subnet is not None,
+            expiration=expiration,
+        )
+
+    async def _grant(self) -> Any:
+        return await self._call(lambda c: c.lease(self._settings.subnet_lease_ttl))
+
+    async def _revoke_quietly(self, lease_id: int) -> None:
+        try:
+            await self._call(lambda c: c.revoke_lease(lease_id))
+        except ETCD_ERRORS as err:
+            log.warning("Failed to revoke etcd lease %x: %s", lease_id, describe(err))
+
+    async def _create_lease(
+        self, subnet: IPv4Network | None, ipv6_subnet: IPv6Network | None, attrs: LeaseAttrs
+    ) -> float:
+        """Create the key only if it does not exist, attached to a new etcd lease."""
+        key = self._subnet_key(subnet, ipv6_subnet)
+        value = attrs.to_json().encode()
+        granted = await self._grant()
+        try:
+            created, _ = await self._call(
+                lambda c: c.transaction(
+                    compare=[c.transactions.version(key) == 0],
+                    success=[c.transactions.put(key, value, lease=granted.id)],
+                    failure=[],
+                )
+            )
+        except BaseException:
+            await self._revoke_quietly(granted.id)
+            raise
+        if not created:
+            await self._revoke_quietly(granted.id)
+            raise _SubnetTaken(make_subnet_key(subnet, ipv6_subnet))
+        return time.time() + float(granted.ttl)
+
+    async def _put_lease(self, lease: Lease) -> Lease:
+        """flannel's updateSubnet: a plain put, with a new etcd lease unless it is a
+        reservation. The previous etcd lease is left to expire."""
+        key = self._subnet_key(lease.subnet, lease.ipv6_subnet)
+        value = lease.attrs.to_json().encode()
+        if lease.expiration is None:
+            await self._call(lambda c: c.put(key, value))
+            return lease
+        granted = await self._grant()
+        try:
+            await self._call(lambda c: c.put(key, value, lease=granted.id))
+        except BaseException:
+            await self._revoke_quietly(granted.id)
+            raise
+        return dataclasses.replace(lease, expiration=time.time() + granted.ttl)
+
+    async def renew_lease(self, lease: Lease) -> Lease:
+        return await self._put_lease(lease)
+
+    async def watch_leases(self) -> AsyncIterator[LeaseWatchBatch]:
+        batch, revision = await self._retrying(self._snapshot)
+        yield batch
+        prefix = self._subnets_dir
+        async for batch in self._follow(
+            prefix, aetcd.utils.prefix_range_end(prefix), revision + 1, self._snapshot
+        ):
+            yield batch
+
+    async def _snapshot(self) -> tuple[LeaseWatchBatch, int]:
+        leases, revision = await self._list_leases()
+        return LeaseWatchBatch(snapshot=tuple(leases)), revision
+
+    async def _lease_event(self, event: Any) -> LeaseEvent:
+        """Raises LeaseError for a key or value that does not parse."""
+        kv = event.kv
+        if event.kind == aetcd.EventKind.DELETE:
+            return LeaseEvent(EventType.REMOVED, _removed_lease(kv.key, kv.mod_revision))
+        _lease_from_kv(kv.key, kv.value, None, kv.mod_revision)  # parse before asking etcd
+        ttl = await self._time_to_live(kv.lease)
+        return LeaseEvent(EventType.ADDED, _lease_from_kv(kv.key, kv.value, ttl, kv.mod_revision))
+
+    async def _follow(
+        self,
+        key: bytes,
+        range_end: bytes | None,
+        since: int,
+        resync: Callable[[], Awaitable[tuple[LeaseWatchBatch, int]]],
+    ) -> AsyncIterator[LeaseWatchBatch]:
+        """Watch from revision ``since`` for ever: reconnect with backoff where the last event
+        left off, and after a compaction emit ``resync()`` and go on from its revision."""
+        name = key.decode(errors="replace")
+        backoff = _BACKOFF_FIRST
+        while not self._closed:
+            try:
+                watch = await self._call(
+                    functools.partial(_open_watch, key=key, range_end=range_end, since=since)
+                )
+                try:
+                    async for event in watch:
+                        backoff = _BACKOFF_FIRST
+                        try:
+                            lease_event = await self._lease_event(event)
+                        except LeaseError as err:
+                            log.warning(
+                                "Ignoring bad subnet event on %s: %s",
+                                event.kv.key.decode(errors="replace"),
+                                err,
+                            )
+                        else:
+                            yield LeaseWatchBatch(events=(lease_event,))
+                        since = event.kv.mod_revision + 1
+                finally:
+                    await _cancel_quietly(watch)
+                if self._closed:
+                    return
+                log.warning("etcd watch on %s ended, reconnecting", name)
+            except aetcd.RevisionCompactedError as err:
+                log.warning("etcd watch on %s: %s; re-listing", name, err)
+                batch, revision = await self._retrying(resync)
+                yield batch
+                since = revision + 1
+                backoff = _BACKOFF_FIRST
+                continue
+            except ETCD_ERRORS as err:
+                log.warning(
+                    "etcd watch on %s failed, retrying in %.1fs: %s", name, backoff, describe(err)
+                )
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _BACKOFF_MAX)
+
+    async def _own_lease_state(self, lease: Lease) -> tuple[LeaseWatchBatch, int]:
+        key = self._subnet_key(lease.subnet, lease.ipv6_subnet)
+        found = await self._call(lambda c: c.get_range(key, key + b"\0"))
+        revision = int(found.header.revision)
+        if not found.kvs:
+            return LeaseWatchBatch(events=(LeaseEvent(EventType.REMOVED, lease),)), revision
+        kv = found[0]
+        ttl = await self._time_to_live(kv.lease)
+        try:
+            current = _lease_from_kv(kv.key, kv.value, ttl, kv.mod_revision)
+        except LeaseError as err:
+            log.warning("Ignoring bad value of own lease %s: %s", key.decode(), err)
+            return LeaseWatchBatch(), revision
+        return LeaseWatchBatch(events=(LeaseEvent(EventType.ADDED, current),)), revision
+
+    async def _watch_own_lease(self, lease: Lease) -> AsyncGenerator[LeaseWatchBatch, None]:
+        """The own key's current state, then its changes (the key alone, no prefix)."""
+        batch, revision = await self._retrying(lambda: self._own_lease_state(lease))
+        yield batch
+        key = self._subnet_key(lease.subnet, lease.ipv6_subnet)
+        resync = functools.partial(self._own_lease_state, lease)
+        async for batch in self._follow(key, None, revision + 1, resync):
+            yield batch
+
+    def _renew_at(self, expiration: float | None) -> float | None:
+        # A margin as long as a (shortened) TTL would renew without pause: keep half of it.
+        margin = min(self._settings.renew_margin, self._settings.subnet_lease_ttl / 2)
+        return None if expiration is None else expiration - margin
+
+    async def complete_lease(self, lease: Lease) -> None:
+        """Renew the lease ahead of its expiry until cancelled; raise LeaseRevoked when the
+        own key is deleted or expires."""
+        own_events = self._watch_own_lease(lease)
+        renew_at = self._renew_at(lease.expiration)
+        pending = asyncio.ensure_future(anext(own_events))
+        try:
+            while True:
+                timeout = None if renew_at is None else max(0.0, renew_at - time.time())
+                done, _ = await asyncio.wait({pending}, timeout=timeout)
+                if not done:
+                    try:
+                        lease = await self.renew_lease(lease)
+                    except ETCD_ERRORS as err:
+                        log.error("Error renewing lease (trying again in 1 min): %s", describe(err))
+                        renew_at = time.time() + RENEW_RETRY_SECONDS
+                    else:
+                        renew_at = self._renew_at(lease.expiration)
+                        log.info("Lease renewed, new expiration: %s", _when(lease.expiration))
+                    continue
+                try:
+                    batch = pending.result()
+                except StopAsyncIteration:
+                    log.info("Stopped monitoring lease")
+                    return
+                for event in batch.events:
+                    if event.type is EventType.REMOVED:
+                        log.error("Lease has been revoked. Shutting down daemon.")
+                        raise LeaseRevoked(event.lease.key())
+                    renew_at = self._renew_at(event.lease.expiration)
+                    if renew_at is not None:
+                        log.info("Waiting for %.0fs to renew lease", renew_at - time.time())
+                pending = asyncio.ensure_future(anext(own_events))
+        finally:
+            pending.cancel()
+            await asyncio.wait({pending})  # let the watch wind down; its outcome is moot
+            await own_events.aclose()
+
+    async def get_stored_public_ip(self) -> tuple[str, str]:
+        return "", ""
+
+    async def get_stored_mac_addresses(self) -> tuple[str, str]:
+        return "", ""
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._conn.close()
+
+
+def _when(expiration: float | None) -> str:
+    if expiration is None:
+        return "never (reservation)"
+    return time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(expiration))
+
+
+async def _open_watch(client: _Client, key: bytes, range_end: bytes | None, since: int) -> Any:
+    return await client.watch(key, range_end=range_end, start_revision=since)
+
+
+async def _cancel_quietly(watch: Any) -> None:
+    # Cancelling a watch whose client was closed (fail-over, shutdown) raises inside aetcd;
+    # there is nothing left to cancel then.
+    with contextlib.suppress(Exception):
+        await watch.cancel()

@@ -1,0 +1,47 @@
+"""Shared integration fixtures: real etcd servers.
+
+* ``etcd_server``: one plain etcd for the whole session. Share it through ``etcd_prefix``
+  (a unique key prefix per test); never change server-wide state on it (auth, compaction).
+* ``etcd_factory``: start private servers (TLS, auth, a netns, compaction); all are stopped when
+  the test ends. See ``etcd_fixture.start_etcd`` for the options.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from etcd_fixture import EtcdServer, start_etcd
+
+
+@pytest.fixture(scope="session")
+def etcd_server() -> Iterator[EtcdServer]:
+    server = start_etcd()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def etcd_factory() -> Iterator[Callable[..., EtcdServer]]:
+    started: list[EtcdServer] = []
+
+    def start(**options: Any) -> EtcdServer:
+        server = start_etcd(**options)
+        started.append(server)
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            server.stop()
+
+
+@pytest.fixture
+def etcd_prefix() -> str:
+    """A flannel prefix no other test uses (the layout below it is flannel's)."""
+    return f"/pyft-{secrets.token_hex(4)}/network"

@@ -1,0 +1,338 @@
+"""Real iptables / nft inside a throwaway network namespace: the e2e golden listings of §6.
+
+Every command runs inside the test's own namespace; the root namespace is never touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import subprocess
+from collections.abc import Coroutine, Iterator
+from ipaddress import IPv4Network, IPv6Network
+from typing import Any, TypeVar
+
+import pytest
+
+from pyflannel_runtime.firewall import CommandRunner, TrafficManager, start_traffic_manager
+from pyflannel_runtime.firewall.blackhole import ensure_blackhole_route
+from pyflannel_runtime.firewall.iptables import IPTablesManager
+from pyflannel_runtime.firewall.nftables import NFTablesManager
+
+pytestmark = pytest.mark.root
+
+T = TypeVar("T")
+N4, S4 = IPv4Network("10.244.0.0/16"), IPv4Network("10.244.1.0/24")
+N6, S6 = IPv6Network("fd00:10:244::/56"), IPv6Network("fd00:10:244:1::/64")
+
+MASQ_V4 = """\
+-A POSTROUTING -m comment --comment "flanneld masq" -j FLANNEL-POSTRTG
+-N FLANNEL-POSTRTG
+-A FLANNEL-POSTRTG -m mark --mark 0x4000/0x4000 -m comment --comment "flanneld masq" -j RETURN
+-A FLANNEL-POSTRTG -s 10.244.1.0/24 -d 10.244.0.0/16 -m comment --comment "flanneld masq" -j RETURN
+-A FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.244.1.0/24 -m comment --comment "flanneld masq" -j RETURN
+-A FLANNEL-POSTRTG ! -s 10.244.0.0/16 -d 10.244.1.0/24 -m comment --comment "flanneld masq" -j RETURN
+-A FLANNEL-POSTRTG -s 10.244.0.0/16 ! -d 224.0.0.0/4 -m comment --comment "flanneld masq" -j MASQUERADE --random-fully
+-A FLANNEL-POSTRTG ! -s 10.244.0.0/16 -d 10.244.0.0/16 -m comment --comment "flanneld masq" -j MASQUERADE --random-fully
+"""
+
+MASQ_V6 = """\
+-A POSTROUTING -m comment --comment "flanneld masq" -j FLANNEL-POSTRTG
+-N FLANNEL-POSTRTG
+-A FLANNEL-POSTRTG -m mark --mark 0x4000/0x4000 -m comment --comment "flanneld masq" -j RETURN
+-A FLANNEL-POSTRTG -s fd00:10:244:1::/64 -d fd00:10:244::/56 -m comment --comment "flanneld masq" -j RETURN
+-A FLANNEL-POSTRTG -s fd00:10:244::/56 -d fd00:10:244:1::/64 -m comment --comment "flanneld masq" -j RETURN
+-A FLANNEL-POSTRTG ! -s fd00:10:244::/56 -d fd00:10:244:1::/64 -m comment --comment "flanneld masq" -j RETURN
+-A FLANNEL-POSTRTG -s fd00:10:244::/56 ! -d ff00::/8 -m comment --comment "flanneld masq" -j MASQUERADE --random-fully
+-A FLANNEL-POSTRTG ! -s fd00:10:244::/56 -d fd00:10:244::/56 -m comment --comment "flanneld masq" -j MASQUERADE --random-fully
+"""
+
+FORWARD_V4 = """\
+-P FORWARD ACCEPT
+-A FORWARD -m comment --comment "flanneld forward" -j FLANNEL-FWD
+-N FLANNEL-FWD
+-A FLANNEL-FWD -s 10.244.0.0/16 -m comment --comment "flanneld forward" -j ACCEPT
+-A FLANNEL-FWD -d 10.244.0.0/16 -m comment --comment "flanneld forward" -j ACCEPT
+"""
+
+FORWARD_V6 = """\
+-P FORWARD ACCEPT
+-A FORWARD -m comment --comment "flanneld forward" -j FLANNEL-FWD
+-N FLANNEL-FWD
+-A FLANNEL-FWD -s fd00:10:244::/56 -m comment --comment "flanneld forward" -j ACCEPT
+-A FLANNEL-FWD -d fd00:10:244::/56 -m comment --comment "flanneld forward" -j ACCEPT
+"""
+
+NFT_POSTRTG_V4 = """\
+table ip flannel-ipv4 {
+	chain postrtg {
+		comment "chain to manage traffic masquerading by flannel"
+		type nat hook postrouting priority srcnat; policy accept;
+		meta mark 0x00004000 return
+		ip saddr 10.244.1.0/24 ip daddr 10.244.0.0/16 return
+		ip saddr 10.244.0.0/16 ip daddr 10.244.1.0/24 return
+		ip saddr != 10.244.1.0/24 ip daddr 10.244.0.0/16 return
+		ip saddr 10.244.0.0/16 ip daddr != 224.0.0.0/4 masquerade fully-random
+		ip saddr != 10.244.0.0/16 ip daddr 10.244.0.0/16 masquerade fully-random
+	}
+}
+"""
+
+NFT_FORWARD_V4 = """\
+table ip flannel-ipv4 {
+	chain forward {
+		comment "chain to accept flannel traffic"
+		type filter hook forward priority filter; policy accept;
+		ip saddr 10.244.0.0/16 accept
+		ip daddr 10.244.0.0/16 accept
+	}
+}
+"""
+
+NFT_POSTRTG_V6 = """\
+table ip6 flannel-ipv6 {
+	chain postrtg {
+		comment "chain to manage traffic masquerading by flannel"
+		type nat hook postrouting priority srcnat; policy accept;
+		meta mark 0x00004000 return
+		ip6 saddr fd00:10:244:1::/64 ip6 daddr fd00:10:244::/56 return
+		ip6 saddr fd00:10:244::/56 ip6 daddr fd00:10:244:1::/64 return
+		ip6 saddr != fd00:10:244:1::/64 ip6 daddr fd00:10:244::/56 return
+		ip6 saddr fd00:10:244::/56 ip6 daddr != ff00::/8 masquerade fully-random
+		ip6 saddr != fd00:10:244::/56 ip6 daddr fd00:10:244::/56 masquerade fully-random
+	}
+}
+"""
+
+NFT_FORWARD_V6 = """\
+table ip6 flannel-ipv6 {
+	chain forward {
+		comment "chain to accept flannel traffic"
+		type filter hook forward priority filter; policy accept;
+		ip6 saddr fd00:10:244::/56 accept
+		ip6 daddr fd00:10:244::/56 accept
+	}
+}
+"""
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+class Netns:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.runner = CommandRunner.in_netns(name)
+
+    def sh(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["ip", "netns", "exec", self.name, *argv],
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=60,
+        )
+
+    def out(self, *argv: str) -> str:
+        return self.sh(*argv).stdout
+
+    def masq_listing(self, tool: str = "iptables") -> str:
+        """flannel's e2e check: FLANNEL lines of POSTROUTING, then the FLANNEL-POSTRTG chain."""
+        postrouting = self.out(tool, "-t", "nat", "-S", "POSTROUTING").splitlines()
+        jumps = [line for line in postrouting if "FLANNEL" in line]
+        return "".join(f"{line}\n" for line in jumps) + self.out(
+            tool, "-t", "nat", "-S", "FLANNEL-POSTRTG"
+        )
+
+    def forward_listing(self, tool: str = "iptables") -> str:
+        return self.out(tool, "-t", "filter", "-S", "FORWARD") + self.out(
+            tool, "-t", "filter", "-S", "FLANNEL-FWD"
+        )
+
+    def nft_tables(self) -> list[str]:
+        return self.out("nft", "list", "tables").splitlines()
+
+
+@pytest.fixture
+def netns() -> Iterator[Netns]:
+    name = f"pfw-{secrets.token_hex(4)}"
+    subprocess.run(["ip", "netns", "add", name], check=True, timeout=30)
+    try:
+        yield Netns(name)
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=True, timeout=30)
+
+
+async def full_setup(manager: TrafficManager) -> None:
+    await manager.setup_masq(N4, S4)
+    await manager.setup_masq(N6, S6)
+    await manager.setup_forward(N4)
+    await manager.setup_forward(N6)
+
+
+def test_iptables_golden_listings(netns: Netns) -> None:
+    async def scenario() -> None:
+        manager = await start_traffic_manager(False, netns.runner)
+        assert isinstance(manager, IPTablesManager)
+        await full_setup(manager)
+
+    run(scenario())
+    assert netns.masq_listing() == MASQ_V4
+    assert netns.forward_listing() == FORWARD_V4
+    assert netns.masq_listing("ip6tables") == MASQ_V6
+    assert netns.forward_listing("ip6tables") == FORWARD_V6
+
+
+def test_iptables_without_random_fully(netns: Netns) -> None:
+    run(IPTablesManager(netns.runner, fully_random_disabled=True).setup_masq(N4, S4))
+    assert netns.masq_listing() == MASQ_V4.replace(" --random-fully", "")
+
+
+def test_iptables_setup_is_idempotent_and_jumps_stay_last(netns: Netns) -> None:
+    run(full_setup(IPTablesManager(netns.runner)))
+    netns.sh("iptables", "-t", "nat", "-A", "POSTROUTING", "-s", "192.0.2.0/24", "-j", "RETURN")
+    run(full_setup(IPTablesManager(netns.runner)))  # what a restart does
+
+    assert netns.masq_listing() == MASQ_V4
+    assert netns.forward_listing() == FORWARD_V4
+    assert netns.masq_listing("ip6tables") == MASQ_V6
+    assert netns.forward_listing("ip6tables") == FORWARD_V6
+    postrouting = netns.out("iptables", "-t", "nat", "-S", "POSTROUTING").splitlines()
+    assert postrouting[-2:] == [
+        "-A POSTROUTING -s 192.0.2.0/24 -j RETURN",
+        '-A POSTROUTING -m comment --comment "flanneld masq" -j FLANNEL-POSTRTG',
+    ]
+
+
+def test_ensure_recreates_deleted_rules_and_chains(
+    netns: Netns, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="pyflannel_runtime.firewall.iptables")
+    manager = IPTablesManager(netns.runner)
+    run(full_setup(manager))
+    assert run(manager.ensure()) is False
+    assert "Some iptables rules are missing; deleting and recreating rules" not in caplog.messages
+
+    netns.sh("iptables", "-t", "nat", "-D", "FLANNEL-POSTRTG", "3")
+    netns.sh("ip6tables", "-t", "filter", "-D", "FORWARD", "1")
+    netns.sh("ip6tables", "-t", "filter", "-F", "FLANNEL-FWD")
+    netns.sh("ip6tables", "-t", "filter", "-X", "FLANNEL-FWD")
+    assert netns.masq_listing() != MASQ_V4
+
+    assert run(manager.ensure()) is True
+    assert "Some iptables rules are missing; deleting and recreating rules" in caplog.messages
+    assert netns.masq_listing() == MASQ_V4
+    assert netns.forward_listing("ip6tables") == FORWARD_V6
+    assert netns.forward_listing() == FORWARD_V4
+
+
+def test_resync_loop_restores_a_deleted_rule(netns: Netns) -> None:
+    manager = IPTablesManager(netns.runner)
+
+    async def scenario() -> str:
+        await manager.setup_masq(N4, S4)
+        resync = asyncio.create_task(manager.resync(0.05))
+        try:
+            netns.sh("iptables", "-t", "nat", "-D", "FLANNEL-POSTRTG", "1")
+            # Liveness, not timing: wait (bounded) until some resync pass has repaired the chain.
+            async with asyncio.timeout(60):
+                while (listing := netns.masq_listing()) != MASQ_V4:
+                    await asyncio.sleep(0.05)
+            return listing
+        finally:
+            resync.cancel()
+
+    assert run(scenario()) == MASQ_V4
+
+
+def test_old_subnet_rules_are_removed(netns: Netns) -> None:
+    old_subnet = IPv4Network("10.244.7.0/24")
+    manager = IPTablesManager(netns.runner)
+    run(manager.setup_masq(N4, old_subnet))
+    assert "10.244.7.0/24" in netns.masq_listing()
+
+    run(manager.remove_masq(N4, old_subnet))
+    assert netns.masq_listing() == "-N FLANNEL-POSTRTG\n"
+    run(manager.remove_masq(N4, old_subnet))  # only rules that exist are deleted: a no-op
+
+    run(manager.setup_masq(N4, old_subnet))
+    run(
+        IPTablesManager(netns.runner).setup_masq(
+            N4, S4, previous_network=N4, previous_subnet=old_subnet
+        )
+    )
+    assert netns.masq_listing() == MASQ_V4
+
+
+def test_nft_golden_listings_and_idempotence(netns: Netns) -> None:
+    async def scenario() -> None:
+        manager = await start_traffic_manager(True, netns.runner)
+        assert isinstance(manager, NFTablesManager)
+        await full_setup(manager)
+        await full_setup(manager)
+
+    run(scenario())
+    assert netns.out("nft", "list", "chain", "ip", "flannel-ipv4", "postrtg") == NFT_POSTRTG_V4
+    assert netns.out("nft", "list", "chain", "ip", "flannel-ipv4", "forward") == NFT_FORWARD_V4
+    assert netns.out("nft", "list", "chain", "ip6", "flannel-ipv6", "postrtg") == NFT_POSTRTG_V6
+    assert netns.out("nft", "list", "chain", "ip6", "flannel-ipv6", "forward") == NFT_FORWARD_V6
+    table = netns.out("nft", "list", "table", "ip6", "flannel-ipv6").splitlines()
+    assert table[:2] == ["table ip6 flannel-ipv6 {", '\tcomment "rules for flannel-ipv6"']
+
+
+def test_nft_without_fully_random(netns: Netns) -> None:
+    async def scenario() -> None:
+        manager = NFTablesManager(netns.runner, fully_random_disabled=True)
+        await manager.init()
+        await manager.setup_masq(N4, S4)
+
+    run(scenario())
+    listing = netns.out("nft", "list", "chain", "ip", "flannel-ipv4", "postrtg")
+    assert listing == NFT_POSTRTG_V4.replace(" fully-random", "")
+
+
+def test_switching_iptables_to_nft_removes_the_iptables_chains(netns: Netns) -> None:
+    async def scenario() -> None:
+        await full_setup(await start_traffic_manager(False, netns.runner))
+        await full_setup(await start_traffic_manager(True, netns.runner))
+
+    run(scenario())
+    for tool in ("iptables", "ip6tables"):
+        assert "FLANNEL" not in netns.out(tool, "-t", "nat", "-S")
+        assert "FLANNEL" not in netns.out(tool, "-t", "filter", "-S")
+        assert netns.out(tool, "-t", "filter", "-S", "FORWARD") == "-P FORWARD ACCEPT\n"
+    assert netns.out("nft", "list", "chain", "ip", "flannel-ipv4", "forward") == NFT_FORWARD_V4
+
+
+def test_switching_nft_to_iptables_removes_the_nft_tables(netns: Netns) -> None:
+    async def scenario() -> None:
+        await full_setup(await start_traffic_manager(True, netns.runner))
+        await full_setup(await start_traffic_manager(False, netns.runner))
+
+    run(scenario())
+    tables = netns.nft_tables()
+    assert "table ip flannel-ipv4" not in tables
+    assert "table ip6 flannel-ipv6" not in tables
+    assert netns.masq_listing() == MASQ_V4
+    assert netns.forward_listing("ip6tables") == FORWARD_V6
+
+
+def test_blackhole_route_is_added_once(netns: Netns) -> None:
+    async def scenario() -> list[bool]:
+        return [
+            await ensure_blackhole_route(S4, netns=netns.name),
+            await ensure_blackhole_route(S4, netns=netns.name),
+            await ensure_blackhole_route(S6, netns=netns.name),
+            await ensure_blackhole_route(S6, netns=netns.name),
+        ]
+
+    assert run(scenario()) == [True, False, True, False]
+    assert netns.out("ip", "route", "show", "type", "blackhole").split() == [
+        "blackhole",
+        "10.244.1.0/24",
+    ]
+    assert netns.out("ip", "-6", "route", "show", "type", "blackhole").startswith(
+        "blackhole fd00:10:244:1::/64 "
+    )

@@ -1,0 +1,61 @@
+"""/healthz and /readyz answer as flanneld's do (§8.2); READY=1 reaches $NOTIFY_SOCKET."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import tempfile
+import urllib.error
+import urllib.request
+
+import pytest
+
+from pyflannel_runtime.agent import sdnotify
+from pyflannel_runtime.agent.health import HealthServer
+
+
+def _get(url: str, method: str = "GET") -> tuple[int, str, str]:
+    request = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.headers["Content-Type"], response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers["Content-Type"], err.read().decode()
+
+
+def test_health_endpoints() -> None:
+    async def scenario() -> list[tuple[int, str, str]]:
+        server = HealthServer("127.0.0.1", 0)
+        await server.start()
+        base = f"http://127.0.0.1:{server.port}"
+        try:
+            results = [await asyncio.to_thread(_get, f"{base}/healthz")]
+            results.append(await asyncio.to_thread(_get, f"{base}/readyz"))
+            server.ready = True
+            results.append(await asyncio.to_thread(_get, f"{base}/readyz", "POST"))
+            results.append(await asyncio.to_thread(_get, f"{base}/nope"))
+            return results
+        finally:
+            await server.stop()
+
+    healthz, not_ready, ready, missing = asyncio.run(scenario())
+    assert healthz == (200, "text/plain; charset=utf-8", "flanneld is running")
+    assert not_ready == (503, "text/plain; charset=utf-8", "flanneld is not ready yet")
+    assert ready == (200, "text/plain; charset=utf-8", "flanneld is ready")
+    assert missing[0] == 404
+
+
+def test_sd_notify_sends_ready(monkeypatch: pytest.MonkeyPatch) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        path = os.path.join(scratch, "notify")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+            listener.bind(path)
+            monkeypatch.setenv("NOTIFY_SOCKET", path)
+            assert sdnotify.notify("READY=1")
+            assert listener.recv(64) == b"READY=1"
+
+
+def test_sd_notify_without_systemd(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    assert not sdnotify.notify("READY=1")

@@ -1,0 +1,486 @@
+"""The cluster model's validation and the per-node plan."""
+
+from __future__ import annotations
+
+import random
+import re
+from ipaddress import IPv4Address, IPv4Network, IPv6Network
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyflannel_runtime.model.cluster import (
+    ClusterModelError,
+    PlanError,
+    load_model,
+    plan,
+)
+from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config
+
+
+def problems_of(data: Any) -> list[str]:
+    with pytest.raises(ClusterModelError) as err:
+        plan(load_model(data))
+    return err.value.problems
+
+
+# --- settings and their validation -------------------------------------------------------------
+
+
+def test_defaults_are_the_manifest_settings() -> None:
+    model = load_model({})
+    assert model.flannel_backend_type == "vxlan"
+    assert model.flannel_network == IPv4Network("10.244.0.0/16")
+    assert model.flannel_datastore == "kubernetes"
+    assert model.flannel_ip_masq is True
+    assert model.to_network_config() == NetworkConfig(
+        network=IPv4Network("10.244.0.0/16"), backend_type="vxlan", backend={"Type": "vxlan"}
+    )
+
+
+def test_a_misspelt_setting_is_named_with_a_suggestion() -> None:
+    assert problems_of({"flannel_vxlan_prot": 4789}) == [
+        "flannel_vxlan_prot: unknown setting (did you mean flannel_vxlan_port?)"
+    ]
+
+
+def test_a_misspelt_node_setting_names_the_node() -> None:
+    assert problems_of({"nodes": {"worker-1": {"interfce": "eth1"}}}) == [
+        "nodes.worker-1.interfce: unknown setting (did you mean interface?)"
+    ]
+
+
+def test_a_node_without_overrides_may_be_null() -> None:
+    model = load_model({"nodes": {"worker-1": None}})
+    assert [node.name for node in plan(model).nodes] == ["worker-1"]
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (
+            {"flannel_network": "10.244.1.5/16"},
+            "flannel_network: 10.244.1.5/16 has host bits set (did you mean 10.244.0.0/16?)",
+        ),
+        ({"flannel_network": "fd00::/48"}, "flannel_network: 'fd00::/48' is not an IPv4 CIDR"),
+        ({"flannel_network": "10.244.0.0"}, "flannel_network: '10.244.0.0' is not an IPv4 CIDR"),
+        (
+            {"nodes": {"n1": {"subnet": "10.244.3.1/24"}}},
+            "nodes.n1.subnet: 10.244.3.1/24 has host bits set (did you mean 10.244.3.0/24?)",
+        ),
+        (
+            {"nodes": {"n1": {"public_ip": "fd00::1"}}},
+            "nodes.n1.public_ip: 'fd00::1' is not an IPv4 address",
+        ),
+        ({"flannel_healthz_ip": 5}, "flannel_healthz_ip: 5 is not an IP address"),
+        ({"flannel_network": 10}, "flannel_network: 10 is not an IPv4 CIDR"),
+        ({"flannel_ip_masq": "yes"}, "flannel_ip_masq: Input should be a valid boolean"),
+        ({"flannel_vxlan_port": "8472"}, "flannel_vxlan_port: Input should be a valid integer"),
+        (
+            {"flannel_backend_type": "wireguard"},
+            "flannel_backend_type: Input should be 'vxlan', 'host-gw' or 'udp'",
+        ),
+        (
+            {"flannel_interface_regexp": "eth[0-"},
+            "flannel_interface_regexp: 'eth[0-' is not a valid regular expression: "
+            "unterminated character set at position 3",
+        ),
+        (
+            {"flannel_subnet_file": "/var/lib/flannel/subnet.env"},
+            "flannel_subnet_file: '/var/lib/flannel/subnet.env' must be in a directory below "
+            "/run/, e.g. /run/flannel/",
+        ),
+        (
+            {"flannel_net_conf_path": "/etc/kube flannel/net-conf.json"},
+            "flannel_net_conf_path: '/etc/kube flannel/net-conf.json' must be a normalized "
+            "absolute path of [A-Za-z0-9._@+-/]",
+        ),
+        ({"flannel_interface": "eth0\nFOO=1"}, "flannel_interface: must be a single line of text"),
+    ],
+)
+def test_field_errors_name_the_field(data: dict[str, Any], problem: str) -> None:
+    assert problems_of(data) == [problem]
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (
+            {"flannel_enable_ipv6": True},
+            "flannel_ipv6_network: please define a correct IPv6Network parameter in the flannel "
+            "config",
+        ),
+        ({"flannel_subnet_len": 31}, "flannel_subnet_len: SubnetLen must be less than /31"),
+        (
+            {"flannel_subnet_len": 17},
+            "flannel_subnet_len: network must be able to accommodate at least four subnets",
+        ),
+        (
+            {"flannel_network": "10.1.2.0/29"},
+            "flannel_network: network is too small. Minimum useful network prefix is /28",
+        ),
+        (
+            {"flannel_subnet_min": "10.245.0.0"},
+            "flannel_subnet_min: SubnetMin is not in the range of the Network",
+        ),
+        (
+            {"flannel_subnet_max": "10.244.7.128"},
+            "flannel_subnet_max: SubnetMax is not on a SubnetLen boundary: 10.244.7.128",
+        ),
+        (
+            {
+                "flannel_enable_ipv6": True,
+                "flannel_ipv6_network": "fd00::/56",
+                "flannel_ipv6_subnet_len": 57,
+            },
+            "flannel_ipv6_subnet_len: network must be able to accommodate at least four subnets",
+        ),
+        (
+            {"flannel_enable_ipv4": False},
+            "flannel_enable_ipv4: none defined stack (enable IPv4, IPv6 or both)",
+        ),
+    ],
+)
+def test_network_rules_are_flannels_with_the_field_named(
+    data: dict[str, Any], problem: str
+) -> None:
+    assert problems_of(data) == [problem]
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (
+            {"flannel_backend_type": "host-gw", "flannel_vxlan_vni": 2},
+            "flannel_vxlan_vni: only used with vxlan (backend is host-gw)",
+        ),
+        (
+            {"flannel_backend_type": "udp", "flannel_mtu": 1400},
+            "flannel_mtu: only used with vxlan (backend is udp)",
+        ),
+        (
+            {"flannel_udp_port": 7890},
+            "flannel_udp_port: only used with udp (backend is vxlan)",
+        ),
+        (
+            {
+                "flannel_backend_type": "udp",
+                "flannel_enable_ipv6": True,
+                "flannel_ipv6_network": "fd00::/48",
+            },
+            "flannel_enable_ipv6: the udp backend carries IPv4 only",
+        ),
+        (
+            {"flannel_etcd_prefix": "/my/network"},
+            "flannel_etcd_prefix: only used with flannel_datastore etcd",
+        ),
+        (
+            {"flannel_datastore": "etcd", "flannel_kubeconfig_file": "/etc/kubernetes/admin.conf"},
+            "flannel_kubeconfig_file: only used with flannel_datastore kubernetes",
+        ),
+        (
+            {"flannel_datastore": "etcd", "flannel_etcd_certfile": "/etc/etcd/client.pem"},
+            "flannel_etcd_keyfile: required when flannel_etcd_certfile is set",
+        ),
+        (
+            {"flannel_datastore": "etcd", "flannel_etcd_username": "flannel"},
+            "flannel_etcd_password: required when flannel_etcd_username is set",
+        ),
+        (
+            {
+                "flannel_datastore": "etcd",
+                "flannel_etcd_endpoints": ["http://192.0.2.1:2379"],
+                "flannel_etcd_cafile": "/etc/etcd/ca.pem",
+            },
+            "flannel_etcd_endpoints: TLS files are set but no endpoint is https://",
+        ),
+        (
+            {"flannel_datastore": "etcd", "flannel_etcd_endpoints": ["192.0.2.1:2379"]},
+            "flannel_etcd_endpoints.0: '192.0.2.1:2379' is not an http:// or https:// URL",
+        ),
+        (
+            {
+                "flannel_enable_ipv4": False,
+                "flannel_enable_ipv6": True,
+                "flannel_ipv6_network": "fd00::/48",
+                "flannel_network": "10.1.0.0/16",
+            },
+            "flannel_network: only used when flannel_enable_ipv4 is true",
+        ),
+        (
+            {"nodes": {"n1": {"ipv6_subnet": "fd00:0:0:1::/64"}}},
+            "nodes.n1.ipv6_subnet: only used when flannel_enable_ipv6 is true",
+        ),
+        (
+            {"nodes": {"bad name": {}}},
+            "nodes.bad name: node names use letters, digits, '.', '_' and '-' only",
+        ),
+        (
+            {"flannel_cni_delegate_extra": {"hairpinMode": False}},
+            "flannel_cni_delegate_extra.hairpinMode: set flannel_hairpin_mode instead",
+        ),
+    ],
+)
+def test_cross_field_rules(data: dict[str, Any], problem: str) -> None:
+    assert problems_of(data) == [problem]
+
+
+def test_every_cross_field_problem_is_reported_at_once() -> None:
+    problems = problems_of(
+        {"flannel_backend_type": "host-gw", "flannel_vxlan_port": 4789, "flannel_subnet_len": 31}
+    )
+    assert problems == [
+        "flannel_vxlan_port: only used with vxlan (backend is host-gw)",
+        "flannel_subnet_len: SubnetLen must be less than /31",
+    ]
+
+
+def test_the_etcd_password_never_shows_in_messages() -> None:
+    err = problems_of(
+        {
+            "flannel_datastore": "etcd",
+            "flannel_etcd_username": "flannel",
+            "flannel_etcd_password": "s3cret\nFLANNELD_IFACE=evil",
+        }
+    )
+    assert err == ["flannel_etcd_password: must be a single line of text"]
+    assert "s3cret" not in repr(
+        load_model(
+            {
+                "flannel_datastore": "etcd",
+                "flannel_etcd_username": "u",
+                "flannel_etcd_password": "s3cret",
+            }
+        )
+    )
+
+
+def test_the_model_must_be_a_mapping() -> None:
+    assert problems_of(["flannel_network"]) == ["the cluster model must be a mapping of settings"]
+
+
+def test_to_network_config_passes_flannels_check_with_its_defaults() -> None:
+    model = load_model({"flannel_network": "10.3.0.0/16"})
+    checked = check_network_config(model.to_network_config())
+    assert (checked.subnet_len, checked.subnet_min, checked.subnet_max) == (
+        24,
+        IPv4Address("10.3.1.0"),
+        IPv4Address("10.3.255.0"),
+    )
+
+
+# --- the plan: per-node facts ------------------------------------------------------------------
+
+
+def test_node_overrides_win_over_cluster_settings() -> None:
+    model = load_model(
+        {
+            "flannel_interface": "eth0",
+            "flannel_interface_regexp": "^10\\.",
+            "nodes": {"a": {"interface": "eth1", "public_ip": "192.0.2.10"}, "b": {}},
+        }
+    )
+    a, b = plan(model).nodes
+    assert (a.name, a.interface, a.interface_regexp, a.public_ip) == (
+        "a",
+        "eth1",
+        "^10\\.",
+        IPv4Address("192.0.2.10"),
+    )
+    assert (b.name, b.interface, b.public_ip) == ("b", "eth0", None)
+
+
+def test_unknown_node_is_an_error_listing_the_known_ones() -> None:
+    cluster = plan(load_model({"nodes": {"b": {}, "a": {}}}))
+    with pytest.raises(PlanError) as err:
+        cluster.node("c")
+    assert err.value.problems == ["nodes.c: not in the cluster model (nodes: a, b)"]
+
+
+def test_a_public_ip_shared_by_two_nodes_is_refused() -> None:
+    problems = problems_of({"flannel_public_ip": "192.0.2.1", "nodes": {"a": {}, "b": {}}})
+    assert problems == [
+        "nodes.b.public_ip: 192.0.2.1 (inherited from flannel_public_ip) is also the public_ip "
+        "of nodes.a"
+    ]
+
+
+def test_kube_mode_accepts_the_first_subnet_and_etcd_mode_does_not() -> None:
+    # The controller manager hands out 10.244.0.0/24 too; flannel's etcd manager never does.
+    node = {"nodes": {"n1": {"subnet": "10.244.0.0/24"}}}
+    assert plan(load_model(node)).node("n1").subnet == IPv4Network("10.244.0.0/24")
+    assert problems_of({**node, "flannel_datastore": "etcd"}) == [
+        "nodes.n1.subnet: 10.244.0.0/24 is outside SubnetMin..SubnetMax (10.244.1.0..10.244.255.0)"
+    ]
+
+
+def test_ipv6_pins_are_checked_like_ipv4_ones() -> None:
+    base = {
+        "flannel_enable_ipv6": True,
+        "flannel_ipv6_network": "fd00:0:0:100::/56",
+    }
+    ok = load_model(
+        {**base, "nodes": {"a": {"subnet": "10.244.1.0/24", "ipv6_subnet": "fd00:0:0:101::/64"}}}
+    )
+    assert plan(ok).node("a").ipv6_subnet == IPv6Network("fd00:0:0:101::/64")
+    problems = problems_of(
+        {
+            **base,
+            "nodes": {
+                "a": {"subnet": "10.244.1.0/24", "ipv6_subnet": "fd00:0:0:200::/64"},
+                "b": {"subnet": "10.244.2.0/24"},
+            },
+        }
+    )
+    assert problems == [
+        "nodes.a.ipv6_subnet: fd00:0:0:200::/64 is not inside the network fd00:0:0:100::/56",
+        "nodes.b.ipv6_subnet: required too when nodes.b.subnet is pinned (the lease holds every "
+        "enabled family)",
+    ]
+
+
+def test_the_plan_does_not_depend_on_the_order_nodes_are_listed() -> None:
+    names = [f"node-{i}" for i in range(8)]
+    nodes = {name: {"subnet": f"10.244.{i + 1}.0/24"} for i, name in enumerate(names)}
+    shuffled = list(nodes.items())
+    random.Random(7).shuffle(shuffled)
+    first = plan(load_model({"nodes": nodes}))
+    second = plan(load_model({"nodes": dict(shuffled)}))
+    assert first == second
+    assert [n.name for n in first.nodes] == sorted(names)
+
+
+# --- properties --------------------------------------------------------------------------------
+
+OVERHEAD = {"vxlan": 50, "udp": 28, "host-gw": 0}
+
+
+@st.composite
+def pinned_clusters(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, IPv4Network]]:
+    prefix = draw(st.integers(8, 22))
+    base = draw(st.integers(0, 2**32 - 1)) >> (32 - prefix) << (32 - prefix)
+    network = IPv4Network((base, prefix))
+    subnet_len = draw(st.integers(prefix + 2, min(prefix + 6, 30)))
+    count = 1 << (subnet_len - prefix)
+    pins: dict[str, IPv4Network] = {}
+    for i in range(draw(st.integers(1, 6))):
+        kind = draw(st.sampled_from(["inside", "inside", "inside", "wider", "narrower", "outside"]))
+        index = draw(st.integers(0, count - 1))
+        start = base + index * (1 << (32 - subnet_len))
+        if kind == "inside":
+            pin = IPv4Network((start, subnet_len))
+        elif kind == "wider":
+            pin = IPv4Network((start, subnet_len - 1), strict=False)
+        elif kind == "narrower":
+            pin = IPv4Network((start, subnet_len + 1))
+        else:
+            outside = (base + network.num_addresses + index * (1 << (32 - subnet_len))) % 2**32
+            pin = IPv4Network((outside, subnet_len))
+        pins[f"n{i}"] = pin
+    data = {
+        "flannel_datastore": draw(st.sampled_from(["kubernetes", "etcd"])),
+        "flannel_network": str(network),
+        "flannel_subnet_len": subnet_len,
+        "nodes": {name: {"subnet": str(pin)} for name, pin in pins.items()},
+    }
+    return data, pins
+
+
+@settings(max_examples=300, deadline=None)
+@given(pinned_clusters())
+def test_pinned_subnets_are_refused_exactly_when_they_do_not_fit(
+    case: tuple[dict[str, Any], dict[str, IPv4Network]],
+) -> None:
+    data, pins = case
+    network = IPv4Network(data["flannel_network"])
+    subnet_len = data["flannel_subnet_len"]
+    size = 1 << (32 - subnet_len)
+    first = int(network.network_address) + size
+    last = int(network.network_address) + network.num_addresses - size
+
+    etcd = data["flannel_datastore"] == "etcd"
+    misfits = {
+        name
+        for name, pin in pins.items()
+        if not pin.subnet_of(network)
+        or pin.prefixlen != subnet_len
+        or (etcd and not first <= int(pin[0]) <= last)
+    }
+    overlapping = {
+        name
+        for name, pin in pins.items()
+        for other, other_pin in pins.items()
+        if other != name and pin.overlaps(other_pin)
+    }
+
+    model = load_model(data)
+    if not misfits and not overlapping:
+        planned = plan(model)
+        assert {n.name: n.subnet for n in planned.nodes} == pins
+        return
+    with pytest.raises(PlanError) as err:
+        plan(model)
+    problems = err.value.problems
+    overlap_lines = [p for p in problems if " overlaps " in p]
+    named_in_overlaps = {n for line in overlap_lines for n in re.findall(r"nodes\.(n\d)\.", line)}
+    assert named_in_overlaps == overlapping
+    other_lines = [p for p in problems if " overlaps " not in p]
+    assert {re.match(r"nodes\.(n\d)\.subnet: ", p).group(1) for p in other_lines} == misfits  # type: ignore[union-attr]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    backend=st.sampled_from(["vxlan", "udp", "host-gw"]),
+    interface_mtu=st.none() | st.integers(576, 9216),
+    flannel_mtu=st.none() | st.integers(576, 9216),
+    ipv6=st.booleans(),
+)
+def test_expected_mtu_is_the_underlay_mtu_less_the_backend_overhead(
+    backend: str, interface_mtu: int | None, flannel_mtu: int | None, ipv6: bool
+) -> None:
+    if backend != "vxlan":
+        flannel_mtu = None
+    if backend == "udp":
+        ipv6 = False
+    data: dict[str, Any] = {"flannel_backend_type": backend, "nodes": {"n": {}}}
+    if interface_mtu is not None:
+        data["nodes"]["n"]["mtu"] = interface_mtu
+    if flannel_mtu is not None:
+        data["flannel_mtu"] = flannel_mtu
+    if ipv6:
+        data |= {"flannel_enable_ipv6": True, "flannel_ipv6_network": "fd00::/48"}
+
+    underlay = flannel_mtu or interface_mtu or 1500
+    expected = underlay - OVERHEAD[backend]
+    too_big = flannel_mtu is not None and interface_mtu is not None and flannel_mtu > interface_mtu
+    too_small = expected < (1280 if ipv6 else 68)
+    model = load_model(data)
+    if too_big or too_small:
+        with pytest.raises(PlanError) as err:
+            plan(model)
+        assert all(p.startswith("nodes.n") for p in err.value.problems)
+        assert len(err.value.problems) == too_big + too_small
+    else:
+        node = plan(model).node("n")
+        assert node.mtu == expected
+        assert node.interface_mtu == (interface_mtu or 1500)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.permutations([f"h{i}" for i in range(6)]), st.integers(0, 5))
+def test_the_plan_is_deterministic(order: list[str], duplicate: int) -> None:
+    subnets = {f"h{i}": f"10.244.{i + 1}.0/24" for i in range(6)}
+    subnets["h5"] = subnets[f"h{duplicate}"]  # maybe a clash, maybe h5 itself
+    data = {"nodes": {name: {"subnet": subnets[name]} for name in order}}
+    reference = {"nodes": {name: {"subnet": subnets[name]} for name in sorted(order)}}
+    try:
+        expected: Any = plan(load_model(reference))
+    except PlanError as err:
+        expected = err.problems
+    try:
+        actual: Any = plan(load_model(data))
+    except PlanError as err:
+        actual = err.problems
+    assert actual == expected
