@@ -1,0 +1,57 @@
+"""The subnet manager interface both lease stores implement (flannel's ``subnet.Manager``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from pyflannel_runtime.model.lease import Lease, LeaseAttrs, LeaseEvent
+from pyflannel_runtime.model.netconf import NetworkConfig
+
+
+@dataclass(frozen=True)
+class LeaseWatchBatch:
+    """Either incremental events or a full snapshot of the peers' leases (then ``events`` is
+    empty); a snapshot replaces everything known before, see ``LeaseWatcher.reset``."""
+
+    events: tuple[LeaseEvent, ...] = ()
+    snapshot: tuple[Lease, ...] | None = None
+
+
+class LeaseRevoked(Exception):
+    """The own lease was deleted or expired: flanneld shuts down (and exits 0) to re-acquire."""
+
+
+class Unimplemented(NotImplementedError):
+    """An operation the lease store does not support; ``str()`` is flannel's ``unimplemented``."""
+
+    def __init__(self) -> None:
+        super().__init__("unimplemented")
+
+
+class SubnetManager(Protocol):
+    async def get_network_config(self) -> NetworkConfig: ...
+
+    async def acquire_lease(self, attrs: LeaseAttrs) -> Lease: ...
+
+    async def renew_lease(self, lease: Lease) -> Lease: ...
+
+    def watch_leases(self) -> AsyncIterator[LeaseWatchBatch]:
+        """Peers' leases: usually a snapshot first, then events; runs until cancelled."""
+        ...
+
+    async def complete_lease(self, lease: Lease) -> None:
+        """etcd: renews and watches the own lease, raising LeaseRevoked when it goes away.
+        kube: marks the node's network available and returns."""
+        ...
+
+    async def get_stored_public_ip(self) -> tuple[str, str]:
+        """(v4, v6) public IPs stored for this node; empty strings when none."""
+        ...
+
+    async def get_stored_mac_addresses(self) -> tuple[str, str]:
+        """(v4, v6) VTEP MACs this node advertised before; empty strings when none."""
+        ...
+
+    async def close(self) -> None: ...

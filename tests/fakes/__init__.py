@@ -1,0 +1,1 @@
+"""Test doubles for services that cannot run on the test machine (used only by tests)."""

@@ -1,0 +1,667 @@
+"""TEST DOUBLE of the Kubernetes API server's Node API. Used only by tests.
+
+No kube-apiserver can run on the test machines, so this stands in for the slice of it flannel
+uses, faithfully enough to be driven by the real ``kubernetes`` Python client:
+
+* ``GET /api/v1/nodes``: a NodeList with ``metadata.resourceVersion``.
+* ``GET /api/v1/nodes?watch=true&resourceVersion=N[&timeoutSeconds=S]``: a chunked stream of
+  ``{"type":"ADDED|MODIFIED|DELETED","object":{...}}`` lines for every change after N. Without
+  N (or with ``0``) it first sends ADDED for every node, as the real server does. When N is
+  older than the retained history (see ``compact``) the stream carries one ERROR event with a
+  ``410 Expired`` Status (or, with ``gone_as_http_status``, the request fails with HTTP 410).
+* ``GET /api/v1/nodes/<name>`` (``?resourceVersion=0`` too) and
+  ``GET /api/v1/namespaces/<ns>/pods/<name>``; unknown objects get a 404 Status.
+* ``PATCH /api/v1/nodes/<name>`` and ``/api/v1/nodes/<name>/status`` with
+  ``application/strategic-merge-patch+json`` (maps merge, ``null`` deletes, lists with a patch
+  merge key such as ``status.conditions``/``type`` merge by that key) or
+  ``application/merge-patch+json`` (RFC 7386). As in the real server, the status subresource
+  keeps the old spec and the main resource keeps the old status, metadata changes are kept by
+  both, annotation keys are validated, and a patch that changes nothing writes nothing.
+* Every write bumps one cluster-wide, monotonically increasing resourceVersion.
+
+Test-side controls: add/update/delete nodes and pods, ``compact`` the history, ``hold_watches``
+(an outage of the watch endpoint), ``fail_next`` (inject error responses), and a record of every
+request (method, path, query, content type, body bytes, Authorization header).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import re
+import select
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+
+# Lists of v1.Node that strategic merge combines instead of replacing: merge key, or None for
+# lists of scalars (patchStrategy "merge" without a key).
+_MERGE_LISTS: dict[tuple[str, ...], str | None] = {
+    ("metadata", "ownerReferences"): "uid",
+    ("metadata", "finalizers"): None,
+    ("spec", "podCIDRs"): None,
+    ("status", "conditions"): "type",
+    ("status", "addresses"): "type",
+}
+
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_QUALIFIED_PREFIX_RE = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
+_QUALIFIED_NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    method: str
+    path: str
+    query: Mapping[str, list[str]]
+    content_type: str
+    body: bytes
+    authorization: str = ""
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class ApiError(Exception):
+    """An API failure answered with a Status object."""
+
+    def __init__(self, code: int, reason: str, message: str, details: Any = None) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details
+
+    def status(self) -> dict[str, Any]:
+        status: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+        }
+        if self.details is not None:
+            status["details"] = self.details
+        status["code"] = self.code
+        return status
+
+
+def _not_found(kind: str, name: str) -> ApiError:
+    return ApiError(404, "NotFound", f'{kind} "{name}" not found', {"name": name, "kind": kind})
+
+
+def _expired(requested: int, oldest: int) -> ApiError:
+    return ApiError(410, "Expired", f"too old resource version: {requested} ({oldest})")
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class FakeKubeApi:
+    """TEST DOUBLE of kube-apiserver's Node API on 127.0.0.1 (an ephemeral port)."""
+
+    def __init__(self, *, first_resource_version: int = 1000, gone_as_http_status: bool = False):
+        self._cond = threading.Condition()
+        self._rv = first_resource_version
+        self._floor = first_resource_version  # watches may start at this RV or later
+        self._history: list[tuple[int, str, dict[str, Any]]] = []
+        self._nodes: dict[str, dict[str, Any]] = {}
+        self._pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self._requests: list[RecordedRequest] = []
+        self._failures: list[tuple[str, str, int]] = []
+        self._held = False
+        self._stream_generation = 0
+        self._open_watches = 0
+        self._stopping = False
+        self.gone_as_http_status = gone_as_http_status
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server.daemon_threads = True
+        self._server.block_on_close = False
+        self._server.fake = self  # type: ignore[attr-defined]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+        )
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> FakeKubeApi:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def __enter__(self) -> FakeKubeApi:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- test-side controls -------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        with self._cond:
+            return self._rv
+
+    def add_node(
+        self,
+        name: str,
+        *,
+        pod_cidr: str | None = None,
+        pod_cidrs: list[str] | None = None,
+        annotations: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Create a node; ``annotations=None`` leaves the map out entirely."""
+        metadata: dict[str, Any] = {"name": name, "uid": str(uuid.uuid4())}
+        if labels is not None:
+            metadata["labels"] = dict(labels)
+        if annotations is not None:
+            metadata["annotations"] = dict(annotations)
+        spec: dict[str, Any] = {}
+        if pod_cidr is not None:
+            spec["podCIDR"] = pod_cidr
+            spec["podCIDRs"] = list(pod_cidrs) if pod_cidrs is not None else [pod_cidr]
+        node = {"metadata": metadata, "spec": spec, "status": {"conditions": []}}
+        with self._cond:
+            if name in self._nodes:
+                raise ValueError(f"node {name} exists")
+            metadata["creationTimestamp"] = _now()
+            return copy.deepcopy(self._write(name, node, "ADDED"))
+
+    def update_node(self, name: str, mutate: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """Change a node as another client would (one MODIFIED event if anything changed)."""
+        with self._cond:
+            node = copy.deepcopy(self._require_node(name))
+            mutate(node)
+            return copy.deepcopy(self._store_if_changed(name, node))
+
+    def annotate(self, name: str, changes: Mapping[str, str | None]) -> dict[str, Any]:
+        """Set annotations; ``None`` removes one."""
+
+        def apply(node: dict[str, Any]) -> None:
+            annotations = node["metadata"].setdefault("annotations", {})
+            for key, value in changes.items():
+                if value is None:
+                    annotations.pop(key, None)
+                else:
+                    annotations[key] = value
+
+        return self.update_node(name, apply)
+
+    def delete_node(self, name: str) -> None:
+        with self._cond:
+            node = self._nodes.pop(name, None)
+            if node is None:
+                raise _not_found("nodes", name)
+            self._rv += 1
+            gone = copy.deepcopy(node)
+            gone["metadata"]["resourceVersion"] = str(self._rv)
+            self._history.append((self._rv, "DELETED", gone))
+            self._cond.notify_all()
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        with self._cond:
+            node = self._nodes.get(name)
+            return copy.deepcopy(node) if node is not None else None
+
+    def add_pod(self, namespace: str, name: str, node_name: str) -> None:
+        with self._cond:
+            self._rv += 1
+            self._pods[(namespace, name)] = {
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "uid": str(uuid.uuid4()),
+                    "resourceVersion": str(self._rv),
+                },
+                "spec": {
+                    "containers": [{"name": "kube-flannel", "image": "flannel:test"}],
+                    **({"nodeName": node_name} if node_name else {}),
+                },
+                "status": {},
+            }
+
+    def compact(self) -> None:
+        """Forget the change history: watches from any earlier resourceVersion get 410."""
+        with self._cond:
+            self._history.clear()
+            self._floor = self._rv
+            self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def hold_watches(self) -> Iterator[None]:
+        """A watch outage: open streams end now; new watch requests wait until the block exits."""
+        with self._cond:
+            self._held = True
+            self._stream_generation += 1
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._held = False
+                self._cond.notify_all()
+
+    def end_watches(self) -> None:
+        """End every open watch stream normally, as a server-side timeout would."""
+        with self._cond:
+            self._stream_generation += 1
+            self._cond.notify_all()
+
+    def wait_for_watches(self, count: int, timeout: float = 10.0) -> None:
+        """Block until ``count`` watch streams are open (test synchronisation)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._open_watches >= count, timeout):
+                raise TimeoutError(f"{self._open_watches} watch streams open, wanted {count}")
+
+    def fail_next(self, method: str, path: str, code: int = 500, times: int = 1) -> None:
+        """Answer the next ``times`` requests for exactly (method, path) with an error Status."""
+        with self._cond:
+            self._failures.extend([(method, path, code)] * times)
+
+    def requests(self, method: str | None = None, path: str | None = None) -> list[RecordedRequest]:
+        with self._cond:
+            return [
+                r
+                for r in self._requests
+                if (method is None or r.method == method) and (path is None or r.path == path)
+            ]
+
+    def clear_requests(self) -> None:
+        with self._cond:
+            self._requests.clear()
+
+    # --- the store (call with the lock held) --------------------------------------------------
+
+    def _require_node(self, name: str) -> dict[str, Any]:
+        node = self._nodes.get(name)
+        if node is None:
+            raise _not_found("nodes", name)
+        return node
+
+    def _write(self, name: str, node: dict[str, Any], kind: str) -> dict[str, Any]:
+        self._rv += 1
+        node["metadata"]["resourceVersion"] = str(self._rv)
+        self._nodes[name] = node
+        self._history.append((self._rv, kind, copy.deepcopy(node)))
+        self._cond.notify_all()
+        return node
+
+    def _store_if_changed(self, name: str, node: dict[str, Any]) -> dict[str, Any]:
+        old = self._nodes[name]
+        node["metadata"]["name"] = name
+        node["metadata"]["uid"] = old["metadata"]["uid"]
+        node["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if node == old:
+            return old
+        return self._write(name, node, "MODIFIED")
+
+    # --- request handling (called from handler threads) ---------------------------------------
+
+    def _record(self, request: RecordedRequest) -> int | None:
+        with self._cond:
+            self._requests.append(request)
+            for i, (method, path, code) in enumerate(self._failures):
+                if method == request.method and path == request.path:
+                    del self._failures[i]
+                    return code
+        return None
+
+    def _list_nodes(self) -> dict[str, Any]:
+        with self._cond:
+            return {
+                "kind": "NodeList",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": str(self._rv)},
+                "items": [copy.deepcopy(self._nodes[n]) for n in sorted(self._nodes)],
+            }
+
+    def _get_node(self, name: str) -> dict[str, Any]:
+        with self._cond:
+            return _typed("Node", copy.deepcopy(self._require_node(name)))
+
+    def _get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        with self._cond:
+            pod = self._pods.get((namespace, name))
+            if pod is None:
+                raise _not_found("pods", name)
+            return _typed("Pod", copy.deepcopy(pod))
+
+    def _patch_node(self, name: str, subresource: str, content_type: str, body: bytes) -> Any:
+        if content_type not in (STRATEGIC_MERGE, MERGE_PATCH):
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types "
+                "include: application/json-patch+json, application/merge-patch+json, "
+                "application/apply-patch+yaml, application/strategic-merge-patch+json",
+            )
+        try:
+            patch = json.loads(body)
+        except ValueError as err:
+            raise ApiError(400, "BadRequest", f"error decoding patch: {err}") from None
+        if not isinstance(patch, dict):
+            raise ApiError(400, "BadRequest", "patch is not a JSON object")
+        with self._cond:
+            old = self._require_node(name)
+            wanted = patch.get("metadata", {}).get("resourceVersion")
+            if wanted is not None and wanted != old["metadata"]["resourceVersion"]:
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on nodes "{name}": the object has been '
+                    "modified; please apply your changes to the latest version and try again",
+                )
+            if content_type == STRATEGIC_MERGE:
+                new = strategic_merge(old, patch)
+            else:
+                new = json_merge(old, patch)
+            # The status subresource writes status and metadata only; the main resource all
+            # but status (the real server's node strategies).
+            kept = "spec" if subresource == "status" else "status"
+            if kept in old:
+                new[kept] = copy.deepcopy(old[kept])
+            else:
+                new.pop(kept, None)
+            _validate_node(name, new)
+            return _typed("Node", copy.deepcopy(self._store_if_changed(name, new)))
+
+    def _watch_start(self, since: str | None) -> tuple[int, list[tuple[str, dict[str, Any]]]]:
+        """Where a new watch starts, and the synthetic ADDED events it begins with."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._held or self._stopping)
+            if since in (None, "", "0"):
+                initial = [("ADDED", copy.deepcopy(self._nodes[n])) for n in sorted(self._nodes)]
+                return self._rv, initial
+            try:
+                cursor = int(since)  # type: ignore[arg-type]
+            except ValueError:
+                raise ApiError(400, "BadRequest", f"invalid resource version: {since}") from None
+            if cursor < self._floor:
+                raise _expired(cursor, self._floor)
+            return cursor, []
+
+    def _watch_next(
+        self, cursor: int, generation: int, deadline: float, still_open: Callable[[], bool]
+    ) -> list[tuple[int, str, dict[str, Any]]] | None:
+        """The events after ``cursor`` (waiting for some), or None when the stream must end."""
+        with self._cond:
+            while True:
+                if self._stopping or generation != self._stream_generation:
+                    return None
+                if cursor < self._floor:
+                    raise _expired(cursor, self._floor)
+                events = [e for e in self._history if e[0] > cursor]
+                if events:
+                    return [(rv, kind, copy.deepcopy(obj)) for rv, kind, obj in events]
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._cond.wait(min(remaining, 0.2))
+                if not still_open():
+                    return None
+
+    def _watch_opened(self, delta: int) -> None:
+        with self._cond:
+            self._open_watches += delta
+            self._cond.notify_all()
+
+
+def _typed(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": kind, "apiVersion": "v1", **obj}
+
+
+def _validate_node(name: str, node: dict[str, Any]) -> None:
+    annotations = node.get("metadata", {}).get("annotations") or {}
+    problems = []
+    for key, value in annotations.items():
+        prefix, slash, short = key.rpartition("/")
+        if not isinstance(value, str):
+            problems.append(f"metadata.annotations[{key}]: Invalid value: must be a string")
+        if (slash and not _QUALIFIED_PREFIX_RE.fullmatch(prefix)) or not (
+            len(short) <= 63 and _QUALIFIED_NAME_RE.fullmatch(short)
+        ):
+            problems.append(f"metadata.annotations: Invalid value: {json.dumps(key)}")
+    if problems:
+        raise ApiError(422, "Invalid", f'Node "{name}" is invalid: ' + ", ".join(problems))
+
+
+# --- patch semantics ------------------------------------------------------------------------
+
+
+def json_merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = json_merge(result.get(key), value)
+    return result
+
+
+def strategic_merge(target: Any, patch: Any, path: tuple[str, ...] = ()) -> Any:
+    """Kubernetes strategic merge patch over a v1.Node (the subset of directives a client
+    like flannel or kubectl sends: null deletes, merge-keyed lists, ``$patch`` delete/replace,
+    ``$deleteFromPrimitiveList``, ``$setElementOrder`` and ``$retainKeys`` ignored)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    patch = dict(patch)
+    directive = patch.pop("$patch", None)
+    if directive == "replace":
+        return {k: copy.deepcopy(v) for k, v in patch.items() if not k.startswith("$")}
+    if directive == "delete":
+        return None
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if key.startswith("$deleteFromPrimitiveList/"):
+            field = key.split("/", 1)[1]
+            result[field] = [v for v in result.get(field, []) if v not in value]
+            continue
+        if key.startswith("$"):
+            continue
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, list) and (*path, key) in _MERGE_LISTS:
+            result[key] = _merge_list(result.get(key) or [], value, _MERGE_LISTS[(*path, key)])
+        elif isinstance(value, dict):
+            merged = strategic_merge(result.get(key), value, (*path, key))
+            if merged is None:
+                result.pop(key, None)
+            else:
+                result[key] = merged
+        else:
+            result[key] = copy.deepcopy(value)
+    return result
+
+
+def _merge_list(current: list[Any], patch: list[Any], merge_key: str | None) -> list[Any]:
+    result = copy.deepcopy(current)
+    if merge_key is None:
+        return result + [v for v in patch if v not in result]
+    for item in patch:
+        if not isinstance(item, dict) or merge_key not in item:
+            raise ApiError(400, "BadRequest", f"map: {item} does not contain declared merge key")
+        index = next((i for i, e in enumerate(result) if e.get(merge_key) == item[merge_key]), -1)
+        if item.get("$patch") == "delete":
+            if index >= 0:
+                del result[index]
+        elif index >= 0:
+            result[index] = strategic_merge(result[index], item)
+        else:
+            result.append(strategic_merge({}, item))
+    return result
+
+
+# --- HTTP -----------------------------------------------------------------------------------
+
+_NODE_PATH = re.compile(r"/api/v1/nodes/([^/]+)(/status)?")
+_POD_PATH = re.compile(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "fake-kube-apiserver"
+
+    @property
+    def fake(self) -> FakeKubeApi:
+        fake: FakeKubeApi = self.server.fake  # type: ignore[attr-defined]
+        return fake
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._handle()
+
+    def do_PATCH(self) -> None:
+        self._handle()
+
+    def do_PUT(self) -> None:
+        self._handle()
+
+    def do_POST(self) -> None:
+        self._handle()
+
+    def do_DELETE(self) -> None:
+        self._handle()
+
+    def _handle(self) -> None:
+        url = urlsplit(self.path)
+        query = parse_qs(url.query)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+        authorization = self.headers.get("Authorization") or ""
+        request = RecordedRequest(self.command, url.path, query, content_type, body, authorization)
+        injected = self.fake._record(request)
+        try:
+            if injected is not None:
+                raise ApiError(injected, HTTPStatus(injected).phrase.replace(" ", ""), "injected")
+            self._route(request)
+        except ApiError as err:
+            self._send_json(err.code, err.status())
+
+    def _route(self, request: RecordedRequest) -> None:
+        path, method, query = request.path, request.method, request.query
+        node = _NODE_PATH.fullmatch(path)
+        pod = _POD_PATH.fullmatch(path)
+        if path == "/api/v1/nodes":
+            self._only(method, "GET")
+            if query.get("watch", [""])[0] in ("true", "1"):
+                self._watch(query)
+            else:
+                self._send_json(200, self.fake._list_nodes())
+        elif node is not None:
+            name, status = unquote(node.group(1)), node.group(2)
+            if method == "PATCH":
+                obj = self.fake._patch_node(
+                    name, "status" if status else "", request.content_type, request.body
+                )
+                self._send_json(200, obj)
+            else:
+                self._only(method, "GET")
+                self._send_json(200, self.fake._get_node(name))
+        elif pod is not None:
+            self._only(method, "GET")
+            self._send_json(200, self.fake._get_pod(unquote(pod.group(1)), unquote(pod.group(2))))
+        else:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+
+    @staticmethod
+    def _only(method: str, allowed: str) -> None:
+        if method != allowed:
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported by the double")
+
+    def _send_json(self, code: int, obj: Any) -> None:
+        data = json.dumps(obj, separators=(",", ":")).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    # --- watch --------------------------------------------------------------------------------
+
+    def _client_open(self) -> bool:
+        readable, _, _ = select.select([self.connection], [], [], 0)
+        if not readable:
+            return True
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) != b""
+        except OSError:
+            return False
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _event(self, kind: str, obj: dict[str, Any]) -> None:
+        line = {"type": kind, "object": _typed("Node", obj) if kind != "ERROR" else obj}
+        self._chunk(json.dumps(line, separators=(",", ":")).encode() + b"\n")
+
+    def _watch(self, query: Mapping[str, list[str]]) -> None:
+        fake = self.fake
+        timeout = float(query.get("timeoutSeconds", ["1800"])[0])
+        deadline = time.monotonic() + timeout
+        try:
+            cursor, initial = fake._watch_start(query.get("resourceVersion", [None])[0])
+        except ApiError as err:
+            if err.code != 410 or fake.gone_as_http_status:
+                raise
+            initial, cursor = [("ERROR", err.status())], -1
+        with fake._cond:
+            generation = fake._stream_generation
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        opened = False
+        try:
+            for kind, obj in initial:
+                self._event(kind, obj)
+            while cursor >= 0:
+                if not opened:
+                    fake._watch_opened(+1)
+                    opened = True
+                try:
+                    events = fake._watch_next(cursor, generation, deadline, self._client_open)
+                except ApiError as err:
+                    self._event("ERROR", err.status())
+                    break
+                if events is None:
+                    break
+                for rv, kind, obj in events:
+                    self._event(kind, obj)
+                    cursor = rv
+            self._chunk(b"")
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        finally:
+            if opened:
+                fake._watch_opened(-1)

@@ -1,0 +1,255 @@
+"""The Kubernetes Node API test double, driven by the real ``kubernetes`` client."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes.client
+import pytest
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch import Watch
+
+from tests.fakes.kube_api import MERGE_PATCH, STRATEGIC_MERGE, FakeKubeApi
+
+ANN = "flannel.alpha.coreos.com/"
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeApi]:
+    with FakeKubeApi() as fake:
+        yield fake
+
+
+@pytest.fixture
+def core(api: FakeKubeApi) -> Iterator[kubernetes.client.CoreV1Api]:
+    client = kubernetes.client.ApiClient(kubernetes.client.Configuration(host=api.url))
+    yield kubernetes.client.CoreV1Api(client)
+    client.close()
+
+
+def test_list_reports_nodes_and_the_current_resource_version(api, core):
+    api.add_node("n2", pod_cidr="10.244.2.0/24")
+    api.add_node("n1", pod_cidr="10.244.1.0/24", annotations={"a": "b"})
+    listing = core.list_node()
+    assert [n.metadata.name for n in listing.items] == ["n1", "n2"]
+    assert listing.metadata.resource_version == str(api.resource_version)
+    assert listing.items[0].spec.pod_cidr == "10.244.1.0/24"
+    assert listing.items[0].metadata.annotations == {"a": "b"}
+
+
+def test_resource_versions_increase_with_every_write(api, core):
+    first = int(api.add_node("n1")["metadata"]["resourceVersion"])
+    api.annotate("n1", {"x": "1"})
+    second = int(core.read_node("n1").metadata.resource_version)
+    api.add_node("n2")
+    assert first < second < int(core.list_node().metadata.resource_version)
+
+
+def test_unknown_node_and_pod_are_404_status_objects(api, core):
+    with pytest.raises(ApiException) as err:
+        core.read_node("nope")
+    assert err.value.status == 404
+    status = json.loads(err.value.body)
+    assert (status["kind"], status["reason"]) == ("Status", "NotFound")
+    assert status["message"] == 'nodes "nope" not found'
+    with pytest.raises(ApiException) as err:
+        core.read_namespaced_pod("p", "kube-flannel")
+    assert json.loads(err.value.body)["message"] == 'pods "p" not found'
+
+
+def test_pod_read_gives_the_node_name(api, core):
+    api.add_pod("kube-flannel", "kube-flannel-ds-abcde", "worker-1")
+    pod = core.read_namespaced_pod("kube-flannel-ds-abcde", "kube-flannel")
+    assert pod.spec.node_name == "worker-1"
+    assert api.requests("GET", "/api/v1/namespaces/kube-flannel/pods/kube-flannel-ds-abcde")
+
+
+def _collect(core: Any, count: int, **kwargs: Any) -> list[dict[str, Any]]:
+    events = []
+    watch = Watch()
+    for event in watch.stream(core.list_node, timeout_seconds=10, **kwargs):
+        events.append(event)
+        if len(events) == count:
+            watch.stop()
+    return events
+
+
+def test_watch_streams_changes_after_the_resource_version(api, core):
+    api.add_node("old")
+    since = str(api.resource_version)
+    result: list[dict[str, Any]] = []
+    watcher = threading.Thread(
+        target=lambda: result.extend(_collect(core, 3, resource_version=since))
+    )
+    watcher.start()
+    api.wait_for_watches(1)
+    api.add_node("n1")
+    api.annotate("n1", {ANN + "public-ip": "192.0.2.1"})
+    api.delete_node("n1")
+    watcher.join(timeout=20)
+    assert [(e["type"], e["object"].metadata.name) for e in result] == [
+        ("ADDED", "n1"),
+        ("MODIFIED", "n1"),
+        ("DELETED", "n1"),
+    ]
+    assert result[1]["raw_object"]["metadata"]["annotations"] == {ANN + "public-ip": "192.0.2.1"}
+    versions = [int(e["raw_object"]["metadata"]["resourceVersion"]) for e in result]
+    assert versions == sorted(versions) and versions[0] > int(since)
+
+
+def test_watch_without_a_resource_version_starts_with_every_node(api, core):
+    api.add_node("a")
+    api.add_node("b")
+    events = _collect(core, 2)
+    assert [(e["type"], e["object"].metadata.name) for e in events] == [
+        ("ADDED", "a"),
+        ("ADDED", "b"),
+    ]
+
+
+def test_watch_replays_history_kept_since_the_resource_version(api, core):
+    since = str(api.resource_version)
+    api.add_node("a")
+    api.delete_node("a")
+    events = _collect(core, 2, resource_version=since)
+    assert [e["type"] for e in events] == ["ADDED", "DELETED"]
+
+
+def test_watch_from_a_compacted_resource_version_is_410_gone(api, core):
+    api.add_node("a")
+    since = str(api.resource_version)
+    api.annotate("a", {"x": "y"})
+    api.compact()
+    with pytest.raises(ApiException) as err:
+        _collect(core, 1, resource_version=since)
+    assert err.value.status == 410
+    assert "too old resource version" in err.value.reason
+    # The raw stream is a 200 with one ERROR event carrying the Status, as the real server sends.
+    response = core.list_node(watch=True, resource_version=since, _preload_content=False)
+    lines = response.data.decode().splitlines()
+    assert len(lines) == 1
+    event = json.loads(lines[0])
+    assert event["type"] == "ERROR"
+    assert event["object"]["code"] == 410 and event["object"]["reason"] == "Expired"
+    # Watching from the list's resourceVersion works again.
+    fresh = core.list_node().metadata.resource_version
+    api.add_node("b")
+    assert [e["object"].metadata.name for e in _collect(core, 1, resource_version=fresh)] == ["b"]
+
+
+def test_410_can_be_an_http_status_instead(core, api):
+    api.gone_as_http_status = True
+    since = str(api.resource_version)
+    api.add_node("a")
+    api.compact()
+    with pytest.raises(ApiException) as err:
+        core.list_node(watch=True, resource_version=since, _preload_content=False)
+    assert err.value.status == 410
+    assert json.loads(err.value.body)["reason"] == "Expired"
+
+
+def test_watch_timeout_seconds_ends_the_stream(api, core):
+    # An idle watch with a 1 s timeout finishes by itself (with no events).
+    assert list(Watch().stream(core.list_node, resource_version="1000", timeout_seconds=1)) == []
+
+
+def test_strategic_merge_patch_of_node_status(api, core):
+    api.add_node(
+        "n1",
+        pod_cidr="10.244.1.0/24",
+        annotations={ANN + "keep": "k", ANN + "drop": "d", ANN + "change": "old"},
+    )
+    api.update_node(
+        "n1",
+        lambda n: n["status"].update(
+            conditions=[
+                {"type": "Ready", "status": "True"},
+                {"type": "NetworkUnavailable", "status": "True", "reason": "NoRouteCreated"},
+            ]
+        ),
+    )
+    before = api.resource_version
+    body = {
+        "metadata": {"annotations": {ANN + "drop": None, ANN + "change": "new", ANN + "add": "a"}},
+        "status": {"conditions": [{"type": "NetworkUnavailable", "status": "False"}]},
+        "spec": {"podCIDR": "10.9.9.0/24"},
+    }
+    core.patch_node_status("n1", body)
+    node = api.node("n1")
+    assert node is not None
+    assert node["metadata"]["annotations"] == {
+        ANN + "keep": "k",
+        ANN + "change": "new",
+        ANN + "add": "a",
+    }
+    assert node["status"]["conditions"] == [
+        {"type": "Ready", "status": "True"},
+        {"type": "NetworkUnavailable", "status": "False", "reason": "NoRouteCreated"},
+    ]
+    assert node["spec"]["podCIDR"] == "10.244.1.0/24"  # the status subresource keeps the spec
+    assert int(node["metadata"]["resourceVersion"]) == before + 1
+    (request,) = api.requests("PATCH", "/api/v1/nodes/n1/status")
+    assert request.content_type == STRATEGIC_MERGE
+    assert request.json() == body
+
+
+def test_patch_that_changes_nothing_writes_nothing(api, core):
+    api.add_node("n1", annotations={"a": "b"})
+    before = api.resource_version
+    core.patch_node_status("n1", {"metadata": {"annotations": {"a": "b"}}})
+    assert api.resource_version == before
+
+
+def test_patch_creates_a_missing_annotations_map(api, core):
+    api.add_node("n1")
+    core.patch_node_status("n1", {"metadata": {"annotations": {"a": "b"}}})
+    node = api.node("n1")
+    assert node is not None and node["metadata"]["annotations"] == {"a": "b"}
+
+
+def test_json_merge_patch_replaces_lists(api, core):
+    api.add_node("n1")
+    api.update_node("n1", lambda n: n["status"].update(conditions=[{"type": "Ready"}]))
+    core.patch_node_status(
+        "n1",
+        {"status": {"conditions": [{"type": "NetworkUnavailable", "status": "False"}]}},
+        _content_type=MERGE_PATCH,
+    )
+    node = api.node("n1")
+    assert node is not None
+    assert node["status"]["conditions"] == [{"type": "NetworkUnavailable", "status": "False"}]
+    assert api.requests("PATCH")[0].content_type == MERGE_PATCH
+
+
+def test_patch_of_the_main_resource_keeps_status(api, core):
+    api.add_node("n1", pod_cidr="10.244.1.0/24")
+    core.patch_node(
+        "n1",
+        {"spec": {"unschedulable": True}, "status": {"conditions": [{"type": "X"}]}},
+    )
+    node = api.node("n1")
+    assert node is not None
+    assert node["spec"]["unschedulable"] is True
+    assert node["status"]["conditions"] == []
+
+
+def test_patch_unknown_node_and_invalid_annotation_key(api, core):
+    with pytest.raises(ApiException) as err:
+        core.patch_node_status("ghost", {"metadata": {"annotations": {"a": "b"}}})
+    assert err.value.status == 404
+    api.add_node("n1")
+    with pytest.raises(ApiException) as err:
+        core.patch_node_status("n1", {"metadata": {"annotations": {"Org.com/x": "b"}}})
+    assert err.value.status == 422
+
+
+def test_injected_failures_are_answered_then_cleared(api, core):
+    api.add_node("n1")
+    api.fail_next("GET", "/api/v1/nodes/n1", 503)
+    with pytest.raises(ApiException) as err:
+        core.read_node("n1")
+    assert err.value.status == 503
+    assert core.read_node("n1").metadata.name == "n1"

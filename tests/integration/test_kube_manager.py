@@ -1,0 +1,606 @@
+"""The kube subnet manager against the Node API test double, through the real client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from ipaddress import IPv4Address, IPv4Network
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pyflannel_runtime.model.lease import (
+    EventType,
+    Lease,
+    LeaseAttrs,
+    LeaseEvent,
+    vxlan_backend_data,
+)
+from pyflannel_runtime.subnet.kube import KubeSubnetError, KubeSubnetManager
+from pyflannel_runtime.subnet.manager import LeaseWatchBatch, Unimplemented
+from pyflannel_runtime.subnet.watcher import LeaseWatcher
+from tests.fakes.kube_api import STRATEGIC_MERGE, FakeKubeApi
+
+P = "flannel.alpha.coreos.com/"
+NODE = "node-a"
+STATUS_PATH = f"/api/v1/nodes/{NODE}/status"
+NET_CONF = '{"Network": "10.244.0.0/16", "Backend": {"Type": "vxlan"}}'
+MAC_A = "aa:bb:cc:00:00:01"
+ATTRS = LeaseAttrs(IPv4Address("192.0.2.10"), None, "vxlan", vxlan_backend_data(1, MAC_A))
+WAIT = 20.0  # a safety net against hangs, never an assertion
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeApi]:
+    with FakeKubeApi() as fake:
+        yield fake
+
+
+@pytest.fixture
+def net_conf(tmp_path: Path) -> Path:
+    path = tmp_path / "net-conf.json"
+    path.write_text(NET_CONF)
+    return path
+
+
+@asynccontextmanager
+async def manager(
+    api: FakeKubeApi, net_conf: Path, environ: dict[str, str] | None = None, **kw: Any
+) -> AsyncIterator[KubeSubnetManager]:
+    sm = await KubeSubnetManager.create(
+        kube_api_url=api.url,
+        net_config_path=str(net_conf),
+        environ={"NODE_NAME": NODE} if environ is None else environ,
+        retry_interval=0.05,
+        retry_timeout=1.0,
+        **kw,
+    )
+    try:
+        yield sm
+    finally:
+        await sm.close()
+
+
+def peer_annotations(ip: str, mac: str, **extra: str) -> dict[str, str]:
+    values = {
+        P + "kube-subnet-manager": "true",
+        P + "backend-type": "vxlan",
+        P + "backend-data": vxlan_backend_data(1, mac),
+        P + "public-ip": ip,
+    }
+    values.update(extra)
+    return values
+
+
+def compact(body: bytes) -> str:
+    """The request body re-encoded compactly, key order kept (the client adds blanks)."""
+    return json.dumps(json.loads(body), separators=(",", ":"))
+
+
+# --- AcquireLease -----------------------------------------------------------------------------
+
+
+def test_acquire_lease_patches_the_annotations_once_with_flannels_body(api, net_conf) -> None:
+    api.add_node(NODE, pod_cidr="10.244.1.0/24", annotations={"unrelated": "x"})
+
+    async def scenario() -> tuple[Lease, Lease]:
+        async with manager(api, net_conf) as sm:
+            first = await sm.acquire_lease(ATTRS)
+        async with manager(api, net_conf) as sm:  # a restart with nothing changed
+            second = await sm.acquire_lease(ATTRS)
+        return first, second
+
+    first, second = asyncio.run(scenario())
+    assert first.subnet == second.subnet == IPv4Network("10.244.1.0/24")
+    assert first.attrs == ATTRS and first.ipv6_subnet is None
+    (patch,) = api.requests("PATCH")
+    assert patch.path == STATUS_PATH
+    assert patch.content_type == STRATEGIC_MERGE
+    assert compact(patch.body) == (
+        '{"metadata":{"annotations":{'
+        f'"{P}backend-data":"{{\\"VNI\\":1,\\"VtepMAC\\":\\"{MAC_A}\\"}}",'
+        f'"{P}backend-type":"vxlan",'
+        f'"{P}kube-subnet-manager":"true",'
+        f'"{P}public-ip":"192.0.2.10"'
+        "}}}"
+    )
+    node = api.node(NODE)
+    assert node is not None
+    assert node["metadata"]["annotations"]["unrelated"] == "x"
+    assert node["metadata"]["annotations"][P + "public-ip"] == "192.0.2.10"
+
+
+def test_a_changed_attribute_sends_only_that_annotation(api, net_conf) -> None:
+    api.add_node(NODE, pod_cidr="10.244.1.0/24", annotations=peer_annotations("192.0.2.10", MAC_A))
+    new_mac = "aa:bb:cc:00:00:02"
+
+    async def scenario() -> None:
+        async with manager(api, net_conf) as sm:
+            await sm.acquire_lease(
+                LeaseAttrs(IPv4Address("192.0.2.10"), None, "vxlan", vxlan_backend_data(1, new_mac))
+            )
+
+    asyncio.run(scenario())
+    (patch,) = api.requests("PATCH", STATUS_PATH)
+    data = vxlan_backend_data(1, new_mac)
+    assert compact(patch.body) == json.dumps(
+        {"metadata": {"annotations": {P + "backend-data": data}}}, separators=(",", ":")
+    )
+
+
+def test_a_node_without_annotations_gets_the_map_created(api, net_conf) -> None:
+    api.add_node(NODE, pod_cidr="10.244.1.0/24", annotations=None)
+
+    async def scenario() -> None:
+        async with manager(api, net_conf) as sm:
+            await sm.acquire_lease(ATTRS)
+
+    asyncio.run(scenario())
+    node = api.node(NODE)
+    assert node is not None
+    assert node["metadata"]["annotations"][P + "kube-subnet-manager"] == "true"
+
+
+def test_public_ip_overwrite_is_advertised_but_the_lease_keeps_the_local_ip(api, net_conf) -> None:
+    api.add_node(
+        NODE, pod_cidr="10.244.1.0/24", annotations={P + "public-ip-overwrite": "203.0.113.7"}
+    )
+
+    async def scenario() -> Lease:
+        async with manager(api, net_conf) as sm:
+            return await sm.acquire_lease(ATTRS)
+
+    lease = asyncio.run(scenario())
+    assert lease.attrs.public_ip == IPv4Address("192.0.2.10")
+    node = api.node(NODE)
+    assert node is not None and node["metadata"]["annotations"][P + "public-ip"] == "203.0.113.7"
+
+
+def test_a_node_without_pod_cidr_fails_with_flannels_message(api, net_conf) -> None:
+    api.add_node(NODE)
+
+    async def scenario() -> None:
+        async with manager(api, net_conf) as sm:
+            await sm.acquire_lease(ATTRS)
+
+    with pytest.raises(KubeSubnetError) as err:
+        asyncio.run(scenario())
+    assert str(err.value) == 'node "node-a" pod cidr not assigned'
+    assert api.requests("PATCH") == []
+
+
+def test_a_pod_cidr_outside_the_network_is_refused(api, net_conf) -> None:
+    api.add_node(NODE, pod_cidr="10.99.1.0/24")
+
+    async def scenario() -> None:
+        async with manager(api, net_conf) as sm:
+            await sm.acquire_lease(ATTRS)
+
+    with pytest.raises(KubeSubnetError) as err:
+        asyncio.run(scenario())
+    assert str(err.value) == (
+        'subnet "10.244.0.0/16" specified in the flannel net config doesn\'t contain '
+        '"10.99.1.0/24" PodCIDR of the "node-a" node'
+    )
+
+
+def test_a_failed_patch_is_retried_with_the_same_body(api, net_conf) -> None:
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+    api.fail_next("PATCH", STATUS_PATH, 500)
+
+    async def scenario() -> None:
+        async with manager(api, net_conf) as sm:
+            await sm.acquire_lease(ATTRS)
+
+    asyncio.run(scenario())
+    first, second = api.requests("PATCH", STATUS_PATH)
+    assert first.body == second.body
+
+
+def test_an_unknown_node_times_out_with_flannels_message(api, net_conf) -> None:
+    async def scenario() -> None:
+        async with manager(api, net_conf) as sm:
+            await sm.acquire_lease(ATTRS)
+
+    with pytest.raises(KubeSubnetError) as err:
+        asyncio.run(scenario())
+    assert str(err.value).startswith(
+        'timeout contacting kube-api, failed to patch node "node-a". Error: '
+    )
+    assert len(api.requests("GET", f"/api/v1/nodes/{NODE}")) > 1
+
+
+# --- CompleteLease ----------------------------------------------------------------------------
+
+CONDITION_RE = re.compile(
+    r'\{"status":\{"conditions":\[\{"type":"NetworkUnavailable","status":"False",'
+    r'"lastHeartbeatTime":"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)",'
+    r'"lastTransitionTime":"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)",'
+    r'"reason":"FlannelIsUp","message":"Flannel is running on this node"\}\]\}\}'
+)
+
+
+def test_complete_lease_marks_the_network_available_once(api, net_conf) -> None:
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+    api.update_node(
+        NODE,
+        lambda n: n["status"].update(
+            conditions=[
+                {"type": "Ready", "status": "True"},
+                {"type": "NetworkUnavailable", "status": "True", "reason": "NoRouteCreated"},
+            ]
+        ),
+    )
+
+    async def scenario() -> None:
+        async with manager(api, net_conf) as sm:
+            lease = await sm.acquire_lease(ATTRS)
+            api.clear_requests()
+            await sm.complete_lease(lease)
+
+    asyncio.run(scenario())
+    (patch,) = api.requests("PATCH")
+    assert (patch.path, patch.content_type) == (STATUS_PATH, STRATEGIC_MERGE)
+    match = CONDITION_RE.fullmatch(compact(patch.body))
+    assert match is not None and match.group(1) == match.group(2)
+    node = api.node(NODE)
+    assert node is not None
+    conditions = {c["type"]: c for c in node["status"]["conditions"]}
+    assert conditions["Ready"] == {"type": "Ready", "status": "True"}
+    assert conditions["NetworkUnavailable"]["status"] == "False"
+    assert conditions["NetworkUnavailable"]["reason"] == "FlannelIsUp"
+
+
+def test_complete_lease_without_set_node_network_unavailable_sends_nothing(api, net_conf) -> None:
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+
+    async def scenario() -> None:
+        async with manager(api, net_conf, set_node_network_unavailable=False) as sm:
+            lease = await sm.acquire_lease(ATTRS)
+            api.clear_requests()
+            await sm.complete_lease(lease)
+            with pytest.raises(Unimplemented, match="unimplemented"):
+                await sm.renew_lease(lease)
+
+    asyncio.run(scenario())
+    assert api.requests("PATCH") == []
+
+
+# --- setup: node name, config, stored values -------------------------------------------------
+
+
+def test_node_name_comes_from_the_pod(api, net_conf) -> None:
+    api.add_pod("kube-flannel", "kube-flannel-ds-x", "worker-9")
+    env = {"POD_NAME": "kube-flannel-ds-x", "POD_NAMESPACE": "kube-flannel"}
+
+    async def scenario() -> str:
+        async with manager(api, net_conf, environ=env) as sm:
+            return sm.node_name
+
+    assert asyncio.run(scenario()) == "worker-9"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"POD_NAME": "p"}, "env variables POD_NAME and POD_NAMESPACE must be set"),
+        (
+            {"POD_NAME": "gone", "POD_NAMESPACE": "ns"},
+            "error retrieving pod spec for 'ns/gone': pods \"gone\" not found",
+        ),
+        (
+            {"POD_NAME": "unscheduled", "POD_NAMESPACE": "ns"},
+            "node name not present in pod spec 'ns/unscheduled'",
+        ),
+    ],
+)
+def test_node_name_errors(api, net_conf, env: dict[str, str], message: str) -> None:
+    api.add_pod("ns", "unscheduled", "")
+
+    async def scenario() -> None:
+        async with manager(api, net_conf, environ=env):
+            pass
+
+    with pytest.raises(KubeSubnetError) as err:
+        asyncio.run(scenario())
+    assert str(err.value) == message
+
+
+def test_config_errors(api, tmp_path: Path) -> None:
+    async def scenario(path: Path) -> None:
+        async with manager(api, path):
+            pass
+
+    with pytest.raises(KubeSubnetError) as err:
+        asyncio.run(scenario(tmp_path / "missing.json"))
+    assert str(err.value) == (
+        f"failed to read net conf: open {tmp_path}/missing.json: no such file or directory"
+    )
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(KubeSubnetError, match=r"^error parsing subnet config: "):
+        asyncio.run(scenario(bad))
+
+
+def test_network_config_is_parsed_but_not_checked(api, net_conf) -> None:
+    async def scenario() -> Any:
+        async with manager(api, net_conf) as sm:
+            return await sm.get_network_config()
+
+    config = asyncio.run(scenario())
+    assert config.network == IPv4Network("10.244.0.0/16")
+    assert config.backend_type == "vxlan"
+    assert config.subnet_len == 0  # CheckNetworkConfig would have filled in 24
+
+
+def test_stored_public_ip_and_mac_addresses(api, net_conf) -> None:
+    api.add_node(
+        NODE,
+        pod_cidr="10.244.1.0/24",
+        annotations={
+            P + "node-public-ip": "192.0.2.55",
+            P + "backend-data": '{"VNI":1,"VtepMAC":"12:c6:65:89:b4:e3"}',
+            P + "backend-v6-data": '{"VNI":1,"VtepMAC":"12:c6:65:89:b4:e4"}',
+        },
+    )
+
+    async def scenario() -> tuple[tuple[str, str], tuple[str, str]]:
+        async with manager(api, net_conf) as sm:
+            return await sm.get_stored_public_ip(), await sm.get_stored_mac_addresses()
+
+    public, macs = asyncio.run(scenario())
+    assert public == ("192.0.2.55", "")
+    assert macs == ("12:c6:65:89:b4:e3", "12:c6:65:89:b4:e4")
+
+
+def test_stored_values_of_a_missing_node_are_empty(api, net_conf) -> None:
+    async def scenario() -> tuple[tuple[str, str], tuple[str, str]]:
+        async with manager(api, net_conf) as sm:
+            return await sm.get_stored_public_ip(), await sm.get_stored_mac_addresses()
+
+    assert asyncio.run(scenario()) == (("", ""), ("", ""))
+
+
+# --- WatchLeases ------------------------------------------------------------------------------
+
+
+class Peers:
+    """Consumes watch_leases into a LeaseWatcher, as the backend will."""
+
+    def __init__(self, sm: KubeSubnetManager, own: Lease) -> None:
+        self.watcher = LeaseWatcher(own)
+        self.batches: list[LeaseWatchBatch] = []
+        self.events: list[LeaseEvent] = []
+        self._incoming: asyncio.Queue[LeaseWatchBatch] = asyncio.Queue()
+        self._task = asyncio.create_task(self._pump(sm))
+
+    async def _pump(self, sm: KubeSubnetManager) -> None:
+        async for batch in sm.watch_leases():
+            await self._incoming.put(batch)
+
+    async def until(self, done: Callable[[], bool]) -> None:
+        """Apply batches until ``done()`` holds."""
+        while not done():
+            batch = await asyncio.wait_for(self._incoming.get(), WAIT)
+            self.batches.append(batch)
+            self.events.extend(self.watcher.apply(batch))
+
+    def subnets(self) -> set[str]:
+        return {str(lease.subnet) for lease in self.watcher.leases}
+
+    def lease_of(self, subnet: str) -> Lease:
+        return next(lease for lease in self.watcher.leases if str(lease.subnet) == subnet)
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+async def watching(
+    api: FakeKubeApi, net_conf: Path, body: Callable[[Peers], Awaitable[None]]
+) -> None:
+    async with manager(api, net_conf) as sm:
+        own = await sm.acquire_lease(ATTRS)
+        peers = Peers(sm, own)
+        try:
+            await peers.until(lambda: len(peers.batches) > 0)
+            await body(peers)
+        finally:
+            await peers.stop()
+
+
+def add_peer(api: FakeKubeApi, name: str, third: int, **extra: str) -> None:
+    api.add_node(
+        name,
+        pod_cidr=f"10.244.{third}.0/24",
+        annotations=peer_annotations(f"192.0.2.{third}", f"aa:bb:cc:00:00:{third:02x}", **extra),
+    )
+
+
+def test_peers_appear_update_and_disappear(api, net_conf) -> None:
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+    add_peer(api, "b", 2)
+    api.add_node("not-flannel", pod_cidr="10.244.9.0/24", annotations={"x": "y"})
+
+    async def body(peers: Peers) -> None:
+        # The first batch is the listing: every flannel node but us.
+        assert peers.batches[0].snapshot is not None
+        assert peers.subnets() == {"10.244.2.0/24"}
+        add_peer(api, "c", 3)
+        await peers.until(lambda: "10.244.3.0/24" in peers.subnets())
+        api.annotate("c", {P + "public-ip": "192.0.2.33"})
+        await peers.until(lambda: peers.lease_of("10.244.3.0/24").attrs.public_ip.packed[3] == 33)
+        api.delete_node("b")
+        await peers.until(lambda: "10.244.2.0/24" not in peers.subnets())
+        gone = peers.events[-1]
+        assert gone.type is EventType.REMOVED
+        assert gone.lease.attrs.public_ip == IPv4Address("192.0.2.2")  # full attrs on removal
+
+    asyncio.run(watching(api, net_conf, body))
+
+
+def test_irrelevant_node_changes_produce_no_events(api, net_conf) -> None:
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+    add_peer(api, "b", 2)
+
+    async def body(peers: Peers) -> None:
+        before = len(peers.events)
+        api.annotate("b", {"some.other/annotation": "1"})
+        api.update_node("b", lambda n: n["status"].update(conditions=[{"type": "Ready"}]))
+        api.annotate(NODE, {"another/one": "2"})
+        add_peer(api, "marker", 4)  # once this arrives, the changes above have been seen
+        await peers.until(lambda: "10.244.4.0/24" in peers.subnets())
+        assert [e.lease.subnet for e in peers.events[before:]] == [IPv4Network("10.244.4.0/24")]
+
+    asyncio.run(watching(api, net_conf, body))
+
+
+def test_a_410_relist_removes_peers_that_vanished_while_disconnected(api, net_conf) -> None:
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+    add_peer(api, "b", 2)
+    add_peer(api, "c", 3)
+
+    async def body(peers: Peers) -> None:
+        assert peers.subnets() == {"10.244.2.0/24", "10.244.3.0/24"}
+        await asyncio.to_thread(api.wait_for_watches, 1)
+        with api.hold_watches():
+            api.delete_node("b")
+            api.annotate("c", {P + "public-ip": "192.0.2.133"})
+            add_peer(api, "d", 4)
+            api.compact()
+        await peers.until(lambda: peers.subnets() == {"10.244.3.0/24", "10.244.4.0/24"})
+        await peers.until(
+            lambda: peers.lease_of("10.244.3.0/24").attrs.public_ip == IPv4Address("192.0.2.133")
+        )
+        assert sum(batch.snapshot is not None for batch in peers.batches) == 2
+        kinds = {(e.type, str(e.lease.subnet)) for e in peers.events}
+        assert (EventType.REMOVED, "10.244.2.0/24") in kinds
+
+    asyncio.run(watching(api, net_conf, body))
+    # The watch resumed from the list's resourceVersion, then re-listed after the 410.
+    lists = [r for r in api.requests("GET", "/api/v1/nodes") if "watch" not in r.query]
+    assert len(lists) == 2
+
+
+def test_a_410_as_http_status_also_relists(api, net_conf) -> None:
+    api.gone_as_http_status = True
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+    add_peer(api, "b", 2)
+
+    async def body(peers: Peers) -> None:
+        await asyncio.to_thread(api.wait_for_watches, 1)
+        with api.hold_watches():
+            api.delete_node("b")
+            api.compact()
+        await peers.until(lambda: peers.subnets() == set())
+
+    asyncio.run(watching(api, net_conf, body))
+
+
+def test_a_malformed_annotation_skips_that_node_and_keeps_the_others(
+    api, net_conf, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+    add_peer(api, "b", 2)
+    add_peer(api, "c", 3)
+    add_peer(api, "broken", 5, **{P + "public-ip": "192.0.2.999"})
+
+    async def body(peers: Peers) -> None:
+        assert peers.subnets() == {"10.244.2.0/24", "10.244.3.0/24"}
+        api.annotate("c", {P + "backend-data": "{not json"})
+        add_peer(api, "marker", 4)
+        await peers.until(lambda: "10.244.4.0/24" in peers.subnets())
+        # c keeps its last good lease; nothing was withdrawn.
+        assert peers.subnets() == {"10.244.2.0/24", "10.244.3.0/24", "10.244.4.0/24"}
+        assert all(e.type is EventType.ADDED for e in peers.events)
+
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(watching(api, net_conf, body))
+    assert 'Error turning node "broken" to lease: invalid IP address: "192.0.2.999"' in caplog.text
+    assert 'Error turning node "c" to lease: annotation' in caplog.text
+
+
+def test_the_watch_never_waits_for_the_consumer(api, net_conf) -> None:
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+    add_peer(api, "b", 2)
+
+    async def body(peers: Peers) -> None:
+        # 300 updates while nobody consumes: they coalesce to b's newest state.
+        for i in range(300):
+            api.annotate("b", {P + "public-ip": f"192.0.2.{i % 200 + 1}"})
+        add_peer(api, "marker", 4)
+        await peers.until(lambda: "10.244.4.0/24" in peers.subnets())
+        assert peers.lease_of("10.244.2.0/24").attrs.public_ip == IPv4Address("192.0.2.100")
+        assert len(peers.events) < 300
+
+    asyncio.run(watching(api, net_conf, body))
+
+
+def test_a_failed_watch_resumes_from_the_last_resource_version(api, net_conf) -> None:
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+    add_peer(api, "b", 2)
+
+    async def body(peers: Peers) -> None:
+        await asyncio.to_thread(api.wait_for_watches, 1)
+        api.fail_next("GET", "/api/v1/nodes", 503, times=2)
+        api.end_watches()
+        add_peer(api, "c", 3)
+        await peers.until(lambda: "10.244.3.0/24" in peers.subnets())
+        assert sum(batch.snapshot is not None for batch in peers.batches) == 1
+
+    asyncio.run(watching(api, net_conf, body))
+    watches = [r for r in api.requests("GET", "/api/v1/nodes") if "watch" in r.query]
+    assert len(watches) >= 3  # the first stream, two refused attempts, the resumed one
+    assert len({r.query["resourceVersion"][0] for r in watches}) == 1
+
+
+def test_a_kubeconfig_file_is_used_and_the_api_url_overrides_its_server(
+    api, net_conf, tmp_path: Path
+) -> None:
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+    kubeconfig = tmp_path / "kubeconfig"
+
+    def write(server: str) -> None:
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: lab\n"
+            f"clusters: [{{name: lab, cluster: {{server: '{server}'}}}}]\n"
+            "users: [{name: flannel, user: {token: secret-token}}]\n"
+            "contexts: [{name: lab, context: {cluster: lab, user: flannel}}]\n"
+        )
+
+    async def scenario(**kw: str) -> None:
+        sm = await KubeSubnetManager.create(
+            net_config_path=str(net_conf),
+            kubeconfig_file=str(kubeconfig),
+            environ={"NODE_NAME": NODE},
+            **kw,
+        )
+        try:
+            await sm.get_stored_public_ip()
+        finally:
+            await sm.close()
+
+    write(api.url)
+    asyncio.run(scenario())
+    write("http://127.0.0.1:9")  # a dead server: only the URL override can reach the double
+    asyncio.run(scenario(kube_api_url=api.url))
+    reads = api.requests("GET", f"/api/v1/nodes/{NODE}")
+    assert [r.authorization for r in reads] == ["Bearer secret-token"] * 2
+
+
+def test_in_cluster_config_needs_the_service_environment(
+    net_conf, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
+
+    async def scenario() -> None:
+        await KubeSubnetManager.create(net_config_path=str(net_conf), environ={"NODE_NAME": NODE})
+
+    with pytest.raises(KubeSubnetError, match=r"^fail to create kubernetes config: "):
+        asyncio.run(scenario())
