@@ -1,0 +1,56 @@
+"""What the agent needs from a backend (flannel's backend.Backend / backend.Network)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+from pyflannel_runtime.iface import ExternalInterface
+from pyflannel_runtime.model.lease import Lease, LeaseAttrs, LeaseEvent
+from pyflannel_runtime.model.netconf import NetworkConfig
+
+AcquireLease = Callable[[LeaseAttrs], Awaitable[Lease]]
+
+
+class BackendError(Exception):
+    """Registering or running the network failed; str(err) is flannel's message."""
+
+
+class Network(Protocol):
+    lease: Lease
+    mtu: int
+
+    async def handle_events(self, events: Sequence[LeaseEvent]) -> None:
+        """Program added peers and withdraw removed ones (the own lease is never among them)."""
+
+    async def reconcile(self, peers: Sequence[Lease]) -> int:
+        """Make the kernel hold exactly these peers' entries; returns the netlink writes made."""
+
+    async def close(self) -> None:
+        """Stop watchers. The datapath stays in place, as flannel leaves it on shutdown."""
+
+
+class Backend(Protocol):
+    backend_type: str
+
+    async def register_network(
+        self,
+        config: NetworkConfig,
+        ext: ExternalInterface,
+        acquire: AcquireLease,
+        stored_macs: tuple[str, str] = ("", ""),
+    ) -> Network:
+        """Create the devices, acquire the lease and configure the devices from it."""
+
+
+def get_backend(backend_type: str, netns: str | None = None) -> Backend:
+    """The backend for net-conf's Backend.Type; `netns` programs that namespace instead."""
+    if backend_type == "vxlan":
+        from pyflannel_runtime.backend.vxlan import VxlanBackend
+
+        return VxlanBackend(netns)
+    if backend_type == "host-gw":
+        from pyflannel_runtime.backend.hostgw import HostGwBackend
+
+        return HostGwBackend(netns)
+    raise BackendError(f"unknown backend type: {backend_type}")

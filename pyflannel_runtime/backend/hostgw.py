@@ -1,0 +1,80 @@
+"""The host-gw backend (§5.2): one route per peer, via its public IP on the external interface.
+
+flannel's 10 s route check only re-adds routes it remembers; here the agent's periodic
+reconcile also fixes wrong ones and removes stale ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from ipaddress import IPv4Address
+
+from pyflannel_runtime.backend.base import AcquireLease, BackendError
+from pyflannel_runtime.backend.peers import hostgw_peer_entries
+from pyflannel_runtime.backend.programmer import PeerProgrammer
+from pyflannel_runtime.iface import ExternalInterface, backend_mtu
+from pyflannel_runtime.model.lease import Lease, LeaseAttrs
+from pyflannel_runtime.model.netconf import NetworkConfig
+from pyflannel_runtime.netlink.dump import Ownership
+from pyflannel_runtime.netlink.entries import Entry
+
+NAT_MESSAGE = (
+    "your PublicIP differs from interface IP, meaning that probably you're on a NAT, "
+    "which is not supported by host-gw backend"
+)
+
+
+class HostGwBackend:
+    backend_type = "host-gw"
+
+    def __init__(self, netns: str | None = None) -> None:
+        self.netns = netns
+
+    async def register_network(
+        self,
+        config: NetworkConfig,
+        ext: ExternalInterface,
+        acquire: AcquireLease,
+        stored_macs: tuple[str, str] = ("", ""),
+    ) -> HostGwNetwork:
+        if config.enable_ipv4 and ext.ext_addr != ext.iface_addr:
+            raise BackendError(NAT_MESSAGE)
+        if config.enable_ipv6 and ext.ext_v6_addr != ext.iface_v6_addr:
+            raise BackendError(NAT_MESSAGE)
+        attrs = LeaseAttrs(
+            public_ip=ext.ext_addr or IPv4Address("0.0.0.0"),
+            public_ipv6=ext.ext_v6_addr if config.enable_ipv6 else None,
+            backend_type=self.backend_type,
+        )
+        lease = await acquire(attrs)
+        return HostGwNetwork(self.netns, config, ext, lease)
+
+
+class HostGwNetwork(PeerProgrammer):
+    def __init__(
+        self, netns: str | None, config: NetworkConfig, ext: ExternalInterface, lease: Lease
+    ) -> None:
+        super().__init__(netns)
+        self.lease = lease
+        self.mtu = backend_mtu("host-gw", ext.mtu)
+        self._config = config
+        self._ext_index = ext.index
+
+    def peer_entries(self, lease: Lease) -> tuple[Entry, ...]:
+        return hostgw_peer_entries(
+            lease, self._ext_index, self._config.enable_ipv4, self._config.enable_ipv6
+        )
+
+    async def prepare(self, leases: Sequence[Lease]) -> None:
+        """host-gw needs no kernel lookups per peer."""
+
+    def ownership(self) -> Ownership:
+        cfg = self._config
+        networks = (
+            cfg.network if cfg.enable_ipv4 else None,
+            cfg.ipv6_network if cfg.enable_ipv6 else None,
+        )
+        return Ownership(networks=tuple(n for n in networks if n is not None))
+
+    async def close(self) -> None:
+        await self.close_kernel()

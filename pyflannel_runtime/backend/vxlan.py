@@ -1,0 +1,286 @@
+"""The vxlan backend (§5.1): flannel.<VNI> devices plus neighbour, FDB and route per peer.
+
+Beyond flannel: startup and periodic reconcile remove stale entries, and a device deleted
+under us is recreated with all peers replayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from ipaddress import IPv4Address
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from pyflannel_runtime.backend.base import AcquireLease, BackendError
+from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
+from pyflannel_runtime.backend.programmer import PeerProgrammer
+from pyflannel_runtime.backend.vxlan_device import (
+    Device,
+    VxlanDeviceSpec,
+    configure_device,
+    ensure_vxlan_device,
+    random_vtep_mac,
+    verify_mac,
+)
+from pyflannel_runtime.iface import ExternalInterface, backend_mtu
+from pyflannel_runtime.model.lease import Lease, LeaseAttrs, vxlan_backend_data
+from pyflannel_runtime.model.netconf import NetworkConfig, VxlanOptions, vxlan_options
+from pyflannel_runtime.netlink.dump import Ownership
+from pyflannel_runtime.netlink.entries import Entry, IPAddress, IPNetwork
+from pyflannel_runtime.netlink.linkwatch import open_link_monitor, parse_link_events
+
+log = logging.getLogger("pyflannel.backend.vxlan")
+
+_RECREATE_FIRST_DELAY = 1.0
+_RECREATE_MAX_DELAY = 30.0
+
+
+@dataclass(frozen=True)
+class _Family:
+    """One vxlan device and what configures it."""
+
+    spec: VxlanDeviceSpec
+    network: IPNetwork | None
+    label: str  # "IPv4" / "IPv6", for flannel's message
+
+
+class VxlanBackend:
+    backend_type = "vxlan"
+
+    def __init__(self, netns: str | None = None) -> None:
+        self.netns = netns
+
+    async def register_network(
+        self,
+        config: NetworkConfig,
+        ext: ExternalInterface,
+        acquire: AcquireLease,
+        stored_macs: tuple[str, str] = ("", ""),
+    ) -> VxlanNetwork:
+        opts = vxlan_options(config)
+        mtu = backend_mtu("vxlan", ext.mtu, opts.mtu)
+        families: dict[int, _Family] = {}
+        if config.enable_ipv4:
+            if ext.ext_addr is None:
+                raise BackendError("failed to create VXLAN device: no IPv4 public address")
+            spec = _spec(f"flannel.{opts.vni}", opts, stored_macs[0], mtu, ext.index, ext.ext_addr)
+            families[4] = _Family(spec, config.network, "IPv4")
+        if config.enable_ipv6:
+            if ext.ext_v6_addr is None:
+                raise BackendError("failed to create VXLAN v6 device: no IPv6 public address")
+            name = f"flannel-v6.{opts.vni}"
+            spec = _spec(name, opts, stored_macs[1], mtu, ext.index, ext.ext_v6_addr)
+            families[6] = _Family(spec, config.ipv6_network, "IPv6")
+        network = VxlanNetwork(self.netns, families, opts, mtu)
+        try:
+            await network.create_devices()
+            lease = await acquire(network.lease_attrs(ext))
+            network.lease = lease
+            await network.configure_devices()
+        except BaseException:
+            await network.close()
+            raise
+        network.start_watching()
+        return network
+
+
+def _spec(
+    name: str, opts: VxlanOptions, mac: str, mtu: int, link_index: int, local: IPAddress
+) -> VxlanDeviceSpec:
+    return VxlanDeviceSpec(
+        name=name,
+        vni=opts.vni,
+        mac=(mac or random_vtep_mac()).lower(),
+        mtu=mtu,
+        link_index=link_index,
+        local=local,
+        port=opts.port,
+        gbp=opts.gbp,
+        learning=opts.learning,
+    )
+
+
+class VxlanNetwork(PeerProgrammer):
+    lease: Lease
+
+    def __init__(
+        self, netns: str | None, families: dict[int, _Family], opts: VxlanOptions, mtu: int
+    ) -> None:
+        super().__init__(netns)
+        self.mtu = mtu
+        self._families = families
+        self._opts = opts
+        self._devices: dict[int, Device] = {}
+        self._direct: dict[IPAddress, int] = {}
+        self._monitor: socket.socket | None = None
+        self._healer: asyncio.Task[None] | None = None
+        self._heal_again = False
+
+    # --- devices ---------------------------------------------------------------------------
+
+    async def create_devices(self) -> None:
+        for version, family in self._families.items():
+            spec = family.spec
+            try:
+                device = await self._ensure_device(spec)
+            except (OSError, NetlinkError) as err:
+                raise BackendError(f"failed to create VXLAN device {spec.name}: {err}") from err
+            self._devices[version] = device
+
+    async def _ensure_device(self, spec: VxlanDeviceSpec) -> Device:
+        def ensure(ipr: IPRoute) -> Device:
+            return ensure_vxlan_device(ipr, spec, self.netns)
+
+        return await self.kernel(ensure)
+
+    def lease_attrs(self, ext: ExternalInterface) -> LeaseAttrs:
+        v4, v6 = self._devices.get(4), self._devices.get(6)
+        return LeaseAttrs(
+            public_ip=ext.ext_addr or IPv4Address("0.0.0.0"),
+            public_ipv6=ext.ext_v6_addr if v6 is not None else None,
+            backend_type="vxlan",
+            backend_data=vxlan_backend_data(self._opts.vni, v4.mac) if v4 else None,
+            backend_v6_data=vxlan_backend_data(self._opts.vni, v6.mac) if v6 else None,
+        )
+
+    async def configure_devices(self) -> None:
+        subnets: dict[int, IPNetwork | None] = {4: self.lease.subnet, 6: self.lease.ipv6_subnet}
+        for version, family in self._families.items():
+            name = family.spec.name
+            subnet = subnets[version]
+            if subnet is None:
+                raise BackendError(
+                    f"failed to configure interface {name}: "
+                    f"{family.label} is enabled but the lease has no {family.label}"
+                )
+            device = self._devices[version]
+
+            def configure(
+                ipr: IPRoute,
+                f: _Family = family,
+                d: Device = device,
+                ip: IPAddress = subnet.network_address,
+            ) -> None:
+                configure_device(ipr, f.spec.name, d.index, ip, f.network)
+                verify_mac(ipr, f.spec.name, d.index, d.mac)
+
+            try:
+                await self.kernel(configure)
+            except (OSError, NetlinkError) as err:
+                raise BackendError(f"failed to configure interface {name}: {err}") from err
+
+    # --- peers -----------------------------------------------------------------------------
+
+    def peer_entries(self, lease: Lease) -> tuple[Entry, ...]:
+        v4, v6 = self._devices.get(4), self._devices.get(6)
+        devices = VxlanDevices(v4.index if v4 else None, v6.index if v6 else None)
+        return vxlan_peer_entries(lease, devices, self._direct)
+
+    def ownership(self) -> Ownership:
+        return Ownership(
+            devices=frozenset(d.index for d in self._devices.values()),
+            networks=tuple(f.network for f in self._families.values() if f.network is not None),
+        )
+
+    async def prepare(self, leases: Sequence[Lease]) -> None:
+        if not self._opts.direct_routing:
+            return
+        ips: set[IPAddress | None] = set()
+        for lease in leases:
+            ips.add(lease.attrs.public_ip if 4 in self._devices else None)
+            ips.add(lease.attrs.public_ipv6 if 6 in self._devices else None)
+        wanted = [ip for ip in ips if ip is not None]
+
+        def resolve(ipr: IPRoute) -> dict[IPAddress, int | None]:
+            return {ip: _direct_oif(ipr, ip) for ip in wanted}
+
+        for ip, oif in (await self.kernel(resolve)).items():
+            if oif is None:
+                self._direct.pop(ip, None)
+            else:
+                self._direct[ip] = oif
+
+    # --- device watcher --------------------------------------------------------------------
+
+    def start_watching(self) -> None:
+        self._monitor = open_link_monitor(self.netns)
+        asyncio.get_running_loop().add_reader(self._monitor.fileno(), self._on_link_message)
+
+    def _on_link_message(self) -> None:
+        assert self._monitor is not None
+        names = {f.spec.name for f in self._families.values()}
+        while True:
+            try:
+                data = self._monitor.recv(1 << 16)
+            except BlockingIOError:
+                return
+            except OSError as err:  # ENOBUFS: we may have missed a delete; check anyway
+                log.warning("Link monitor: %s", err)
+                self._schedule_heal()
+                return
+            for event in parse_link_events(data):
+                if event.deleted and event.name in names:
+                    log.warning("Device %s was deleted; recreating it", event.name)
+                    self._schedule_heal()
+
+    def _schedule_heal(self) -> None:
+        # A delete seen while healing may have hit the device just recreated: heal again.
+        self._heal_again = True
+        if self._healer is None or self._healer.done():
+            self._healer = asyncio.create_task(self._heal(), name="vxlan-heal")
+
+    async def _heal(self) -> None:
+        delay = _RECREATE_FIRST_DELAY
+        while self._heal_again:
+            self._heal_again = False
+            try:
+                async with self._lock:
+                    await self._recreate_missing()
+                    writes = await self._reconcile(list(self._peers.values()))
+                log.info(
+                    "VXLAN devices restored; replayed %d peers (%d writes)",
+                    len(self._peers),
+                    writes,
+                )
+            except (OSError, NetlinkError, BackendError) as err:
+                log.error("Failed to recreate VXLAN device: %s; retrying in %.0fs", err, delay)
+                self._heal_again = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RECREATE_MAX_DELAY)
+
+    async def _recreate_missing(self) -> None:
+        for version, family in self._families.items():
+            # Recreate with the advertised MAC so peers need no update.
+            spec = replace(family.spec, mac=self._devices[version].mac)
+            device = await self._ensure_device(spec)
+            self._devices[version] = device
+        await self.configure_devices()
+
+    async def close(self) -> None:
+        if self._monitor is not None:
+            asyncio.get_running_loop().remove_reader(self._monitor.fileno())
+            self._monitor.close()
+            self._monitor = None
+        if self._healer is not None:
+            self._healer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._healer
+        await self.close_kernel()
+
+
+def _direct_oif(ipr: IPRoute, ip: IPAddress) -> int | None:
+    """DirectRouting applies when `ip route get <ip>` gives exactly one route, gateway-less."""
+    try:
+        routes = ipr.route("get", dst=str(ip))
+    except NetlinkError:
+        return None
+    if len(routes) != 1 or routes[0].get("gateway") is not None:
+        return None
+    oif = routes[0].get("oif")
+    return oif if isinstance(oif, int) else None

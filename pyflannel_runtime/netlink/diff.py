@@ -1,0 +1,74 @@
+"""Planning the fewest writes that turn the owned kernel state into the desired one.
+
+Writes are replaces (kernel replace semantics: a route or neighbour with the same key is
+overwritten in place, so a changed peer never loses connectivity) and deletes. Order follows
+flannel per peer: neighbour, FDB, then route, so the kernel never resolves a gateway it has
+no neighbour for; removals use the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pyflannel_runtime.netlink.entries import (
+    Action,
+    DatapathState,
+    Entry,
+    Fdb,
+    Neigh,
+    Op,
+    Route,
+)
+
+
+def desired_state(entries: Iterable[Entry]) -> DatapathState:
+    """Collapse entries to one per kernel key, the later one winning (as a replace would)."""
+    routes: dict[object, Route] = {}
+    neighs: dict[object, Neigh] = {}
+    fdbs: dict[object, Fdb] = {}
+    for entry in entries:
+        if isinstance(entry, Route):
+            routes[entry.key] = entry
+        elif isinstance(entry, Neigh):
+            neighs[entry.key] = entry
+        else:
+            fdbs[entry.key] = entry
+    return DatapathState(
+        frozenset(routes.values()), frozenset(neighs.values()), frozenset(fdbs.values())
+    )
+
+
+def plan(desired: DatapathState, actual: DatapathState) -> list[Op]:
+    """Ops that make `actual` equal `desired` (which must hold one entry per key).
+
+    A vxlan MAC may carry several remotes in the kernel, so FDB entries are compared whole:
+    a replace overwrites the MAC's remote, and each extra remote is deleted on its own.
+    """
+    route_keys = {r.key for r in desired.routes}
+    neigh_keys = {n.key for n in desired.neighs}
+    upserts: list[Entry] = [
+        *_ordered(desired.neighs - actual.neighs),
+        *_ordered(desired.fdbs - actual.fdbs),
+        *_ordered(desired.routes - actual.routes),
+    ]
+    deletes: list[Entry] = [
+        *_ordered(n for n in actual.neighs if n.key not in neigh_keys),
+        *_ordered(actual.fdbs - desired.fdbs),
+        *_ordered(r for r in actual.routes if r.key not in route_keys),
+    ]
+    return [Op(Action.REPLACE, e) for e in upserts] + [Op(Action.DELETE, e) for e in deletes]
+
+
+def removal_ops(entries: Iterable[Entry]) -> list[Op]:
+    """Deletes for a peer's entries in flannel's removal order."""
+    entries = list(entries)
+    return [
+        Op(Action.DELETE, e)
+        for kind in (Neigh, Fdb, Route)
+        for e in _ordered(x for x in entries if isinstance(x, kind))
+    ]
+
+
+def _ordered(entries: Iterable[Entry]) -> list[Entry]:
+    # Order within one kind does not matter to the kernel; across kinds it does (see above).
+    return list(entries)

@@ -1,0 +1,186 @@
+"""The whole stack in network namespaces: real etcd in the underlay, pyflanneld on every host.
+
+Built on ``netlab.NetLab`` (hosts, pods) and ``etcd_fixture.start_etcd``. Each host's subnet is
+reserved in etcd ahead (a flannel reservation: a key without an etcd lease, naming the host's
+public IP), so the lab's pods, addressed before the agents start, sit in the leased subnets.
+Agents run as plain processes (``ip netns exec``), killed by PID in ``destroy()``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from etcd_fixture import EtcdServer, start_etcd
+from netlab import LabHost, NetLab
+
+from pyflannel_runtime.model.lease import LeaseAttrs, make_subnet_key
+
+ETCD_IP = "192.0.2.100"
+PREFIX = "/coreos.com/network"
+
+
+@dataclass
+class Agent:
+    host: LabHost
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@dataclass
+class AgentLab:
+    backend: dict[str, Any]
+    hosts: int = 3
+    prefix: str = "pag"
+    ip_masq: bool = True
+    extra_args: tuple[str, ...] = ()
+    net: NetLab = field(init=False)
+    etcd: EtcdServer | None = field(init=False, default=None)
+    workdir: Path = field(init=False)
+    agents: dict[int, Agent] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.net = NetLab(self.prefix, self.hosts)
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"{self.net.token}-"))
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def __enter__(self) -> AgentLab:
+        try:
+            self.create()
+        except BaseException:
+            self.destroy()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.destroy()
+
+    def create(self) -> None:
+        self.net.create()
+        self.net.ip(self.net.ul, "addr", "add", f"{ETCD_IP}/24", "dev", "br-ul")
+        self.etcd = start_etcd(netns=self.net.ul, host=ETCD_IP)
+        config = {"Network": "10.244.0.0/16", "Backend": self.backend}
+        self.etcdctl("put", f"{PREFIX}/config", json.dumps(config))
+        for host in self.net.hosts:
+            self.reserve(host)
+
+    def destroy(self) -> None:
+        for agent in list(self.agents.values()):
+            self._kill(agent)
+        self.agents.clear()
+        if self.etcd is not None:
+            self.etcd.stop()
+            self.etcd = None
+        self.net.destroy()
+        subprocess.run(["rm", "-rf", str(self.workdir)], check=False)
+
+    # --- etcd ----------------------------------------------------------------------------------
+
+    def etcdctl(self, *args: str) -> str:
+        assert self.etcd is not None
+        return self.etcd.etcdctl(*args)
+
+    def lease_key(self, host: LabHost) -> str:
+        return f"{PREFIX}/subnets/{make_subnet_key(host.subnet, None)}"
+
+    def reserve(self, host: LabHost) -> None:
+        """A reservation: the host's lab subnet, held for its public IP, with no etcd lease."""
+        self.etcdctl("put", self.lease_key(host), LeaseAttrs(public_ip=host.underlay_ip).to_json())
+
+    def lease_value(self, host: LabHost) -> str:
+        return self.etcdctl("get", "--print-value-only", self.lease_key(host)).strip()
+
+    # --- agents --------------------------------------------------------------------------------
+
+    def subnet_file(self, host: LabHost) -> Path:
+        return self.workdir / host.ns / "subnet.env"
+
+    def start_agent(self, host: LabHost, *extra: str) -> Agent:
+        assert self.etcd is not None
+        log_path = self.workdir / f"{host.ns}.log"
+        argv = [
+            "ip", "netns", "exec", host.ns,
+            sys.executable, "-m", "pyflannel_runtime.agent.main",
+            f"--etcd-endpoints={self.etcd.endpoint}",
+            "--iface=eth0",
+            f"--subnet-file={self.subnet_file(host)}",
+            "--healthz-port=8081",
+            "--reconcile-interval=1",
+            *(["--ip-masq"] if self.ip_masq else []),
+            *self.extra_args,
+            *extra,
+        ]  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLANNELD_")}
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+        agent = Agent(host, process, log_path)
+        self.agents[host.n] = agent
+        return agent
+
+    def start_all(self) -> None:
+        for host in self.net.hosts:
+            self.start_agent(host)
+        for host in self.net.hosts:
+            self.wait_ready(host)
+
+    def wait_ready(self, host: LabHost, timeout: float = 30.0) -> str:
+        """Wait for /readyz to answer 200; returns subnet.env."""
+        deadline = time.monotonic() + timeout
+        agent = self.agents[host.n]
+        while time.monotonic() < deadline:
+            if agent.process.poll() is not None:
+                raise RuntimeError(
+                    f"agent on {host.ns} exited {agent.process.returncode}:\n{agent.log()}"
+                )
+            if self.http_status(host, "/readyz") == 200:
+                return self.subnet_file(host).read_text()
+            time.sleep(0.1)
+        raise RuntimeError(f"agent on {host.ns} not ready after {timeout}s:\n{agent.log()}")
+
+    def http_status(self, host: LabHost, path: str) -> int:
+        probe = (
+            "import sys, urllib.request, urllib.error\n"
+            "try:\n"
+            f"    print(urllib.request.urlopen('http://127.0.0.1:8081{path}', timeout=2).status)\n"
+            "except urllib.error.HTTPError as e:\n    print(e.code)\n"
+            "except OSError:\n    print(0)\n"
+        )
+        done = self.net.run(host.ns, sys.executable, "-c", probe, check=False)
+        return int(done.stdout.strip() or 0)
+
+    def stop_agent(self, host: LabHost, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
+        agent = self.agents.pop(host.n)
+        agent.process.send_signal(sig)
+        try:
+            return agent.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._kill(agent)
+            raise
+
+    @staticmethod
+    def _kill(agent: Agent) -> None:
+        if agent.process.poll() is None:
+            agent.process.kill()
+            agent.process.wait(10)
+
+    # --- observation ---------------------------------------------------------------------------
+
+    def reachability(self) -> dict[tuple[int, int], bool]:
+        return {
+            (a.n, b.n): self.net.ping(a.pod_ns, b.pod_ip, count=1)
+            for a in self.net.hosts
+            for b in self.net.hosts
+            if a.n != b.n
+        }

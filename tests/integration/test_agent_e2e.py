@@ -1,0 +1,162 @@
+"""pyflanneld end to end: real etcd, agents in host namespaces, pods pinging across (§0, §8)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+from agentlab import AgentLab
+
+pytestmark = [pytest.mark.root, pytest.mark.etcd]
+
+BACKENDS = {"vxlan": {"Type": "vxlan"}, "host-gw": {"Type": "host-gw"}}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def lab(request: pytest.FixtureRequest) -> Iterator[AgentLab]:
+    with AgentLab(BACKENDS[request.param]) as running:
+        running.start_all()
+        yield running
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def test_pods_reach_each_other_and_files_are_flannels(lab: AgentLab) -> None:
+    assert all(lab.reachability().values()), lab.reachability()
+    mtu = 1450 if lab.backend["Type"] == "vxlan" else 1500
+    for host in lab.net.hosts:
+        path = lab.subnet_file(host)
+        assert path.read_text() == (
+            "FLANNEL_NETWORK=10.244.0.0/16\n"
+            f"FLANNEL_SUBNET=10.244.{host.n}.1/24\n"
+            f"FLANNEL_MTU={mtu}\n"
+            "FLANNEL_IPMASQ=true\n"
+        )
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+        assert lab.http_status(host, "/healthz") == 200
+        attrs = json.loads(lab.lease_value(host))
+        assert attrs["PublicIP"] == str(host.underlay_ip)
+        assert attrs["BackendType"] == lab.backend["Type"]
+
+
+def test_pod_mtu_crosses_exactly(lab: AgentLab) -> None:
+    a, b = lab.net.hosts[0], lab.net.hosts[1]
+    mtu = 1450 if lab.backend["Type"] == "vxlan" else 1500
+    # The pods' veths are 1500 in the lab; clamp them to FLANNEL_MTU as the CNI bridge would.
+    for host in (a, b):
+        lab.net.ip(host.pod_ns, "link", "set", "eth0", "mtu", str(mtu))
+    assert lab.net.ping(a.pod_ns, b.pod_ip, size=mtu - 28, dont_fragment=True)
+    assert not lab.net.ping(a.pod_ns, b.pod_ip, size=mtu - 27, dont_fragment=True)
+
+
+def test_sigterm_keeps_datapath_and_restart_keeps_subnet(lab: AgentLab) -> None:
+    host = lab.net.hosts[0]
+    before = lab.subnet_file(host).read_text()
+    assert lab.stop_agent(host, signal.SIGTERM) == 0
+    assert "Exiting cleanly..." in (lab.workdir / f"{host.ns}.log").read_text()
+    assert all(lab.reachability().values()), "the datapath must outlive the agent"
+    lab.start_agent(host)
+    assert lab.wait_ready(host) == before
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_restart_loses_no_pings(lab: AgentLab, sig: int) -> None:
+    a, b = lab.net.hosts[0], lab.net.hosts[1]
+    stream = subprocess.Popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            a.pod_ns,
+            "ping",
+            "-n",
+            "-q",
+            "-i",
+            "0.01",
+            "-c",
+            "300",
+            str(b.pod_ip),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(0.5)
+        lab.stop_agent(a, sig)
+        lab.stop_agent(b, sig)
+        lab.start_agent(a)
+        lab.start_agent(b)
+        lab.wait_ready(a)
+        lab.wait_ready(b)
+        out, _ = stream.communicate(timeout=30)
+    finally:
+        if stream.poll() is None:
+            stream.kill()
+    assert " 0% packet loss" in out, out
+
+
+def test_deleted_own_lease_makes_the_agent_exit_zero(lab: AgentLab) -> None:
+    host = lab.net.hosts[2]
+    lab.etcdctl("del", lab.lease_key(host))
+    agent = lab.agents.pop(host.n)
+    assert agent.process.wait(15) == 0
+    assert "Lease has been revoked. Shutting down daemon." in agent.log()
+
+
+def test_removed_peer_is_withdrawn_everywhere(lab: AgentLab) -> None:
+    gone = lab.net.hosts[2]
+    lab.stop_agent(gone, signal.SIGKILL)
+    lab.etcdctl("del", lab.lease_key(gone))
+    subnet = str(gone.subnet)
+    for host in lab.net.hosts[:2]:
+        assert wait_for(lambda h=host: subnet not in lab.net.ip(h.ns, "route", "show")), lab.net.ip(
+            host.ns, "route", "show"
+        )
+    assert lab.net.ping(lab.net.hosts[0].pod_ns, lab.net.hosts[1].pod_ip)
+
+
+def test_peer_removed_while_agent_down_is_cleaned_at_start(lab: AgentLab) -> None:
+    down, gone = lab.net.hosts[0], lab.net.hosts[2]
+    lab.stop_agent(down)
+    lab.stop_agent(gone, signal.SIGKILL)
+    lab.etcdctl("del", lab.lease_key(gone))
+    assert str(gone.subnet) in lab.net.ip(down.ns, "route", "show"), "stale route expected"
+    lab.start_agent(down)
+    lab.wait_ready(down)
+    assert wait_for(lambda: str(gone.subnet) not in lab.net.ip(down.ns, "route", "show"))
+    if lab.backend["Type"] == "vxlan":
+        assert str(gone.underlay_ip) not in lab.net.bridge(
+            down.ns, "fdb", "show", "dev", "flannel.1"
+        )
+        assert str(gone.subnet.network_address) not in lab.net.ip(
+            down.ns, "neigh", "show", "dev", "flannel.1"
+        )
+
+
+def test_deleted_vxlan_device_heals_with_all_peers(lab: AgentLab) -> None:
+    if lab.backend["Type"] != "vxlan":
+        pytest.skip("vxlan only")
+    host = lab.net.hosts[0]
+    lab.net.ip(host.ns, "link", "del", "flannel.1")
+    assert wait_for(lambda: all(lab.reachability().values()), timeout=20)
+
+
+def test_firewall_rules_installed(lab: AgentLab) -> None:
+    host = lab.net.hosts[0]
+    rules = lab.net.run(host.ns, "iptables", "-t", "nat", "-S", "FLANNEL-POSTRTG").stdout
+    assert f"-s 10.244.{host.n}.0/24 -d 10.244.0.0/16" in rules
+    forward = lab.net.run(host.ns, "iptables", "-t", "filter", "-S", "FLANNEL-FWD").stdout
+    assert "-A FLANNEL-FWD -s 10.244.0.0/16" in forward

@@ -1,0 +1,103 @@
+"""Peer programming logic against a model kernel: events, reconcile, rollback of failed peers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from ipaddress import IPv4Address, IPv4Network
+from typing import Any, TypeVar
+
+from test_netlink_diff import FakeKernel
+
+from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
+from pyflannel_runtime.backend.programmer import PeerProgrammer
+from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
+from pyflannel_runtime.model.lease import vxlan_backend_data as data
+from pyflannel_runtime.netlink.batch import OpFailure
+from pyflannel_runtime.netlink.dump import Ownership
+from pyflannel_runtime.netlink.entries import Action, Entry, Fdb, Op
+
+T = TypeVar("T")
+DEV = 4
+
+
+class ModelNetwork(PeerProgrammer):
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.model = FakeKernel()
+        self.refuse: set[Entry] = set()
+        self.sent: list[Op] = []
+
+    def peer_entries(self, lease: Lease) -> tuple[Entry, ...]:
+        return vxlan_peer_entries(lease, VxlanDevices(DEV, None))
+
+    def ownership(self) -> Ownership:
+        return Ownership(frozenset({DEV}), (IPv4Network("10.244.0.0/16"),))
+
+    async def prepare(self, leases: Sequence[Lease]) -> None:
+        pass
+
+    async def kernel(self, job: Callable[[Any], T]) -> T:
+        # owned_state(ipr, ownership) is the only job reconcile runs
+        return self.model.state()  # type: ignore[return-value]
+
+    async def _send(self, ops: Sequence[Op]) -> list[OpFailure]:
+        self.sent += ops
+        failures = []
+        for op in ops:
+            if op.entry in self.refuse:
+                failures.append(OpFailure(op, 22, ""))
+            else:
+                self.model.apply(op)
+        return failures
+
+
+def peer(n: int, mac_suffix: int | None = None) -> Lease:
+    mac = f"0a:58:0a:f4:{mac_suffix or n:02x}:00"
+    attrs = LeaseAttrs(IPv4Address(f"192.0.2.{10 + n}"), None, "vxlan", data(1, mac))
+    return Lease(IPv4Network(f"10.244.{n}.0/24"), None, attrs)
+
+
+def entries_of(lease: Lease) -> set[Entry]:
+    return set(vxlan_peer_entries(lease, VxlanDevices(DEV, None)))
+
+
+def test_events_add_change_and_remove_peers() -> None:
+    async def scenario() -> None:
+        net = ModelNetwork()
+        await net.handle_events([LeaseEvent(EventType.ADDED, peer(n)) for n in (2, 3)])
+        assert net.model.state().entries() == entries_of(peer(2)) | entries_of(peer(3))
+        await net.handle_events([LeaseEvent(EventType.ADDED, peer(2, mac_suffix=99))])
+        assert net.model.state().entries() == entries_of(peer(2, 99)) | entries_of(peer(3))
+        await net.handle_events([LeaseEvent(EventType.REMOVED, peer(3))])
+        assert net.model.state().entries() == entries_of(peer(2, 99))
+        assert await net.reconcile([peer(2, 99)]) == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_peer_with_a_failed_step_is_rolled_back_and_retried_by_reconcile() -> None:
+    async def scenario() -> None:
+        net = ModelNetwork()
+        bad_fdb = Fdb(DEV, "0a:58:0a:f4:03:00", IPv4Address("192.0.2.13"))
+        net.refuse.add(bad_fdb)
+        await net.handle_events([LeaseEvent(EventType.ADDED, peer(n)) for n in (2, 3)])
+        assert net.model.state().entries() == entries_of(peer(2))  # peer 3: nothing left
+        net.refuse.clear()
+        assert await net.reconcile([peer(2), peer(3)]) == 3
+        assert net.model.state().entries() == entries_of(peer(2)) | entries_of(peer(3))
+
+    asyncio.run(scenario())
+
+
+def test_reconcile_removes_what_no_lease_explains() -> None:
+    async def scenario() -> None:
+        net = ModelNetwork()
+        for e in entries_of(peer(5)):
+            net.model.apply(Op(Action.REPLACE, e))
+        assert await net.reconcile([peer(2)]) == 6
+        assert net.model.state().entries() == entries_of(peer(2))
+        net.sent.clear()
+        assert await net.reconcile([peer(2)]) == 0 and net.sent == []
+
+    asyncio.run(scenario())

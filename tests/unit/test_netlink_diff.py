@@ -1,0 +1,140 @@
+"""Planning kernel writes: applying the plan to a model of the kernel yields the desired state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from ipaddress import IPv4Address, IPv4Network, ip_address, ip_network
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pyflannel_runtime.netlink.diff import desired_state, plan, removal_ops
+from pyflannel_runtime.netlink.entries import (
+    Action,
+    DatapathState,
+    Entry,
+    Fdb,
+    IPAddress,
+    Neigh,
+    Op,
+    Route,
+)
+
+
+@dataclass
+class FakeKernel:
+    """Kernel semantics for what we send: replace overwrites by key; a vxlan MAC may hold
+    several remotes, a replace rewrites its first one, a delete removes the named one."""
+
+    routes: dict[object, Route] = field(default_factory=dict)
+    neighs: dict[object, Neigh] = field(default_factory=dict)
+    fdb: dict[tuple[int, str], list[IPAddress]] = field(default_factory=dict)
+
+    def apply(self, op: Op) -> None:
+        e = op.entry
+        replace = op.action is Action.REPLACE
+        if isinstance(e, Route):
+            if replace:
+                self.routes[e.key] = e
+            else:
+                self.routes.pop(e.key, None)
+        elif isinstance(e, Neigh):
+            if replace:
+                self.neighs[e.key] = e
+            else:
+                self.neighs.pop(e.key, None)
+        else:
+            remotes = self.fdb.get(e.key)
+            if replace:
+                if remotes is None:
+                    self.fdb[e.key] = [e.dst]
+                elif e.dst not in remotes:
+                    remotes[0] = e.dst
+            elif remotes is not None and e.dst in remotes:
+                remotes.remove(e.dst)
+                if not remotes:
+                    del self.fdb[e.key]
+
+    def state(self) -> DatapathState:
+        fdbs = {Fdb(i, mac, dst) for (i, mac), dsts in self.fdb.items() for dst in dsts}
+        return DatapathState(
+            frozenset(self.routes.values()), frozenset(self.neighs.values()), frozenset(fdbs)
+        )
+
+
+SUBNETS = [IPv4Network(f"10.244.{i}.0/24") for i in range(1, 6)]
+IPS = [IPv4Address(f"192.0.2.{i}") for i in range(1, 6)]
+MACS = [f"0a:58:0a:f4:0{i}:00" for i in range(1, 5)]
+IFINDEX = st.sampled_from([3, 4])
+
+routes = st.builds(
+    Route,
+    st.sampled_from(SUBNETS),
+    st.one_of(st.none(), st.sampled_from(IPS)),
+    IFINDEX,
+    st.booleans(),
+    st.sampled_from([0, 100]),
+)
+neighs = st.builds(Neigh, IFINDEX, st.sampled_from(IPS), st.sampled_from(MACS))
+fdbs = st.builds(Fdb, IFINDEX, st.sampled_from(MACS), st.sampled_from(IPS))
+entries = st.lists(st.one_of(routes, neighs, fdbs), max_size=20)
+
+
+@st.composite
+def kernels(draw: st.DrawFn) -> FakeKernel:
+    kernel = FakeKernel()
+    for e in draw(entries):
+        if isinstance(e, Fdb):
+            remotes = kernel.fdb.setdefault(e.key, [])
+            if e.dst not in remotes:
+                remotes.append(e.dst)
+        else:
+            kernel.apply(Op(Action.REPLACE, e))
+    return kernel
+
+
+@given(entries, kernels())
+def test_applying_the_plan_yields_the_desired_state(
+    wanted: list[Entry], kernel: FakeKernel
+) -> None:
+    desired = desired_state(wanted)
+    for op in plan(desired, kernel.state()):
+        kernel.apply(op)
+    assert kernel.state() == desired
+
+
+@given(entries)
+def test_no_writes_when_in_sync(wanted: list[Entry]) -> None:
+    desired = desired_state(wanted)
+    assert plan(desired, desired) == []
+
+
+@given(entries, kernels())
+def test_order_is_replaces_then_deletes_each_neigh_fdb_route(
+    wanted: list[Entry], kernel: FakeKernel
+) -> None:
+    ops = plan(desired_state(wanted), kernel.state())
+    rank = {Neigh: 0, Fdb: 1, Route: 2}
+    keys = [(op.action is Action.DELETE, rank[type(op.entry)]) for op in ops]
+    assert keys == sorted(keys)
+
+
+def test_desired_state_keeps_the_last_entry_per_key() -> None:
+    a = Neigh(3, ip_address("10.244.2.0"), MACS[0])
+    b = Neigh(3, ip_address("10.244.2.0"), MACS[1])
+    assert desired_state([a, b]).neighs == {b}
+
+
+def test_changed_peer_is_replaced_not_deleted() -> None:
+    old = Route(ip_network("10.244.2.0/24"), ip_address("192.0.2.2"), 3)
+    new = Route(ip_network("10.244.2.0/24"), ip_address("192.0.2.3"), 3)
+    assert plan(DatapathState(routes=frozenset({new})), DatapathState(routes=frozenset({old}))) == [
+        Op(Action.REPLACE, new)
+    ]
+
+
+def test_removal_order_is_neighbour_fdb_route() -> None:
+    route = Route(ip_network("10.244.2.0/24"), ip_address("10.244.2.0"), 3, onlink=True)
+    neigh = Neigh(3, ip_address("10.244.2.0"), MACS[0])
+    fdb = Fdb(3, MACS[0], ip_address("192.0.2.2"))
+    assert [op.entry for op in removal_ops([route, fdb, neigh])] == [neigh, fdb, route]
