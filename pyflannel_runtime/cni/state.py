@@ -1,13 +1,14 @@
 """The delegate config flannel saves per container (``<dataDir>/<containerID>``) for DEL.
 
 flannel writes the file in place; here it goes through a temp file and a rename so that a
-crash or a concurrent reader never sees a partial config. ``fsutil.write_atomic`` does the
-same but imports ``tempfile``, which costs more start-up time than the whole plugin.
+crash or a concurrent reader never sees a partial config.
 """
 
 from __future__ import annotations
 
 import os
+
+from pyflannel_runtime.fsutil import write_atomic
 
 STATE_DIR_MODE = 0o700
 STATE_FILE_MODE = 0o600
@@ -30,37 +31,14 @@ def save_config(data_dir: str, container_id: str, config: bytes) -> None:
     except OSError as err:
         raise _go_path_error("mkdir", data_dir, err) from None
     target = state_path(data_dir, container_id)
-    temp = os.path.join(data_dir, f".{container_id}.{os.getpid()}.tmp")
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, STATE_FILE_MODE)
+        write_atomic(target, config, STATE_FILE_MODE)
     except OSError as err:
         raise _go_path_error("open", target, err) from None
-    try:
-        try:
-            os.fchmod(fd, STATE_FILE_MODE)
-            view = memoryview(config)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(temp, target)
-    except OSError as err:
-        _remove_quietly(temp)
-        raise _go_path_error("write", target, err) from None
-    except BaseException:
-        _remove_quietly(temp)
-        raise
-    dir_fd = os.open(data_dir, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def _remove_quietly(path: str) -> None:
-    # not contextlib.suppress: importing contextlib costs start-up time
-    try:  # noqa: SIM105
+    try:  # noqa: SIM105 - contextlib is an import the plugin's start-up can do without
         os.unlink(path)
     except OSError:
         pass

@@ -1,15 +1,41 @@
 """subnet.env: flanneld's writer, flanneld's lenient reader and the CNI plugin's strict reader.
 
-Standard library only: the CNI plugin imports this module on every pod start.
+The CNI plugin imports this module on every pod start, so it keeps to cheap imports: its value
+types are small slotted classes, because importing dataclasses alone costs ~15 ms there.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network
 
 _MAX_UINT32 = 2**32 - 1
+
+
+class _Record:
+    """Frozen, comparable and printable, by the names in ``__slots__``."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def _init(self, **values: object) -> None:
+        for name in self.__slots__:
+            object.__setattr__(self, name, values[name])
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"{type(self).__name__}({fields})"
 
 
 def _first_host(network: IPv4Network | IPv6Network) -> str:
@@ -17,16 +43,34 @@ def _first_host(network: IPv4Network | IPv6Network) -> str:
     return f"{network.network_address + 1}/{network.prefixlen}"
 
 
-@dataclass(frozen=True)
-class SubnetEnv:
+class SubnetEnv(_Record):
     """What flanneld writes to subnet.env; ``subnet`` is the lease network, not the gateway."""
 
+    __slots__ = ("ipmasq", "ipv6_network", "ipv6_subnet", "mtu", "network", "subnet")
     network: IPv4Network | None
     subnet: IPv4Network | None
     ipv6_network: IPv6Network | None
     ipv6_subnet: IPv6Network | None
     mtu: int
     ipmasq: bool
+
+    def __init__(
+        self,
+        network: IPv4Network | None,
+        subnet: IPv4Network | None,
+        ipv6_network: IPv6Network | None,
+        ipv6_subnet: IPv6Network | None,
+        mtu: int,
+        ipmasq: bool,
+    ) -> None:
+        self._init(
+            network=network,
+            subnet=subnet,
+            ipv6_network=ipv6_network,
+            ipv6_subnet=ipv6_subnet,
+            mtu=mtu,
+            ipmasq=ipmasq,
+        )
 
     def render(self) -> str:
         lines: list[str] = []
@@ -44,14 +88,25 @@ class SubnetEnv:
 # --- flanneld's reader (godotenv): lenient about quotes, comments and `export` -------------
 
 
-@dataclass(frozen=True)
-class PreviousSubnets:
+class PreviousSubnets(_Record):
     """The networks a previous flanneld run recorded; each masked, None when unusable."""
 
-    network: IPv4Network | None = None
-    subnet: IPv4Network | None = None
-    ipv6_network: IPv6Network | None = None
-    ipv6_subnet: IPv6Network | None = None
+    __slots__ = ("ipv6_network", "ipv6_subnet", "network", "subnet")
+    network: IPv4Network | None
+    subnet: IPv4Network | None
+    ipv6_network: IPv6Network | None
+    ipv6_subnet: IPv6Network | None
+
+    def __init__(
+        self,
+        network: IPv4Network | None = None,
+        subnet: IPv4Network | None = None,
+        ipv6_network: IPv6Network | None = None,
+        ipv6_subnet: IPv6Network | None = None,
+    ) -> None:
+        self._init(
+            network=network, subnet=subnet, ipv6_network=ipv6_network, ipv6_subnet=ipv6_subnet
+        )
 
 
 def parse_dotenv(text: str) -> dict[str, str]:
@@ -110,14 +165,32 @@ class SubnetEnvError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class CniSubnetEnv:
+class CniSubnetEnv(_Record):
+    __slots__ = ("ipmasq", "ipv6_networks", "ipv6_subnet", "mtu", "networks", "subnet")
     networks: list[IPv4Network]
     subnet: IPv4Network | None
     ipv6_networks: list[IPv6Network]
     ipv6_subnet: IPv6Network | None
     mtu: int
     ipmasq: bool
+
+    def __init__(
+        self,
+        networks: list[IPv4Network],
+        subnet: IPv4Network | None,
+        ipv6_networks: list[IPv6Network],
+        ipv6_subnet: IPv6Network | None,
+        mtu: int,
+        ipmasq: bool,
+    ) -> None:
+        self._init(
+            networks=networks,
+            subnet=subnet,
+            ipv6_networks=ipv6_networks,
+            ipv6_subnet=ipv6_subnet,
+            mtu=mtu,
+            ipmasq=ipmasq,
+        )
 
 
 def _go_parse_cidr(value: str) -> IPv4Network | IPv6Network:
@@ -146,7 +219,9 @@ def parse_cni_subnet_env(text: str, path: str) -> CniSubnetEnv:
     ipv6_subnet: IPv6Network | None = None
     mtu: int | None = None
     ipmasq: bool | None = None
-    for line in text.splitlines():
+    # Go's line scanner splits on "\n" only (dropping one "\r"), unlike str.splitlines().
+    for raw in text.split("\n"):
+        line = raw[:-1] if raw.endswith("\r") else raw
         key, sep, value = line.partition("=")
         if not sep:
             continue
@@ -161,8 +236,10 @@ def parse_cni_subnet_env(text: str, path: str) -> CniSubnetEnv:
             net6 = _go_parse_cidr(value)
             ipv6_subnet = net6 if isinstance(net6, IPv6Network) else None
         elif key == "FLANNEL_MTU":
-            if not value.isdigit() or int(value) > _MAX_UINT32:
+            if not value or not value.isascii() or not value.isdigit():
                 raise SubnetEnvError(f'strconv.ParseUint: parsing "{value}": invalid syntax')
+            if int(value) > _MAX_UINT32:
+                raise SubnetEnvError(f'strconv.ParseUint: parsing "{value}": value out of range')
             mtu = int(value)
         elif key == "FLANNEL_IPMASQ":
             ipmasq = value == "true"

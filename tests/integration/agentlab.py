@@ -1,8 +1,10 @@
 """The whole stack in network namespaces: real etcd in the underlay, pyflanneld on every host.
 
-Built on ``netlab.NetLab`` (hosts, pods) and ``etcd_fixture.start_etcd``. Each host's subnet is
-reserved in etcd ahead (a flannel reservation: a key without an etcd lease, naming the host's
-public IP), so the lab's pods, addressed before the agents start, sit in the leased subnets.
+Built on ``netlab.NetLab`` (hosts, pods) and ``etcd_fixture.start_etcd``. With NetLab's pods,
+each host's subnet is reserved in etcd ahead (a flannel reservation: a key without an etcd
+lease, naming the host's public IP), so the pods, addressed before the agents start, sit in the
+leased subnets. Without them, etcd allocates and ``add_cni_pod`` wires pods the way kubelet's
+runtime would, through the `flannel` CNI plugin delegating to Debian's bridge and host-local.
 Agents run as plain processes (``ip netns exec``), killed by PID in ``destroy()``.
 """
 
@@ -25,6 +27,7 @@ from netlab import LabHost, NetLab
 from pyflannel_runtime.model.lease import LeaseAttrs, make_subnet_key
 
 ETCD_IP = "192.0.2.100"
+CNI_PLUGINS = "/usr/lib/cni"
 PREFIX = "/coreos.com/network"
 
 
@@ -45,13 +48,16 @@ class AgentLab:
     prefix: str = "pag"
     ip_masq: bool = True
     extra_args: tuple[str, ...] = ()
+    # True: NetLab's pods, pre-addressed, with each host's subnet reserved in etcd to match.
+    # False: no pods and no reservations; etcd allocates, and pods come from the CNI plugin.
+    lab_pods: bool = True
     net: NetLab = field(init=False)
     etcd: EtcdServer | None = field(init=False, default=None)
     workdir: Path = field(init=False)
     agents: dict[int, Agent] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.net = NetLab(self.prefix, self.hosts)
+        self.net = NetLab(self.prefix, self.hosts, pods=self.lab_pods)
         self.workdir = Path(tempfile.mkdtemp(prefix=f"{self.net.token}-"))
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -73,8 +79,9 @@ class AgentLab:
         self.etcd = start_etcd(netns=self.net.ul, host=ETCD_IP)
         config = {"Network": "10.244.0.0/16", "Backend": self.backend}
         self.etcdctl("put", f"{PREFIX}/config", json.dumps(config))
-        for host in self.net.hosts:
-            self.reserve(host)
+        if self.lab_pods:
+            for host in self.net.hosts:
+                self.reserve(host)
 
     def destroy(self) -> None:
         for agent in list(self.agents.values()):
@@ -176,6 +183,56 @@ class AgentLab:
             agent.process.wait(10)
 
     # --- observation ---------------------------------------------------------------------------
+
+    def install_cni(self) -> Path:
+        """A CNI bin dir: our `flannel` plus Debian's plugins, as a runtime would see it."""
+        from pyflannel_runtime.cni.install import install_plugin
+
+        bin_dir = self.workdir / "cni-bin"
+        install_plugin(str(bin_dir))
+        for plugin in ("bridge", "host-local", "portmap", "loopback"):
+            link = bin_dir / plugin
+            if not link.exists():
+                link.symlink_to(Path(CNI_PLUGINS) / plugin)
+        return bin_dir
+
+    def add_cni_pod(self, host: LabHost, name: str) -> str:
+        """A pod netns wired by `flannel` ADD (as kubelet's runtime calls it); returns its IP."""
+        bin_dir = self.workdir / "cni-bin"
+        if not bin_dir.exists():
+            self.install_cni()
+        pod_ns = f"{self.net.token}-{name}"
+        subprocess.run(["ip", "netns", "add", pod_ns], check=True)
+        self.net.adopt(pod_ns)
+        state = self.workdir / host.ns
+        config = {
+            "cniVersion": "0.3.1",
+            "name": "cbr0",
+            "type": "flannel",
+            "subnetFile": str(self.subnet_file(host)),
+            "dataDir": str(state / "cni-flannel"),
+            "delegate": {"hairpinMode": True, "isDefaultGateway": True},
+            "ipam": {"dataDir": str(state / "cni-ipam")},
+        }
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            "CNI_COMMAND": "ADD",
+            "CNI_CONTAINERID": pod_ns,
+            "CNI_NETNS": f"/run/netns/{pod_ns}",
+            "CNI_IFNAME": "eth0",
+            "CNI_PATH": str(bin_dir),
+        }
+        done = subprocess.run(
+            ["ip", "netns", "exec", host.ns, str(bin_dir / "flannel")],
+            input=json.dumps(config).encode(),
+            env=env,
+            capture_output=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"flannel ADD failed: {done.stdout.decode()} {done.stderr.decode()}")
+        result = json.loads(done.stdout)
+        return str(result["ips"][0]["address"]).split("/")[0]
 
     def reachability(self) -> dict[tuple[int, int], bool]:
         return {

@@ -45,7 +45,9 @@ class NetLab:
         pod_mtu: int = 1500,
         underlay_mtu: int = 1500,
         ipv6: bool = False,
+        pods: bool = True,
     ) -> None:
+        """``pods=False`` leaves out cni0 and the pods, for labs whose pods come from CNI."""
         if not 1 <= hosts <= 9:
             raise ValueError("1 to 9 hosts")
         self.token = f"{prefix}-{secrets.token_hex(3)}"
@@ -53,6 +55,7 @@ class NetLab:
         self.ipv6 = ipv6
         self.pod_mtu = pod_mtu
         self.underlay_mtu = underlay_mtu
+        self.pods = pods
         self.hosts = [
             LabHost(
                 n=n,
@@ -88,7 +91,8 @@ class NetLab:
         self.destroy()
 
     def namespaces(self) -> list[str]:
-        return [self.ul] + [name for h in self.hosts for name in (h.ns, h.pod_ns)]
+        per_host = [(h.ns, h.pod_ns) if self.pods else (h.ns,) for h in self.hosts]
+        return [self.ul] + [name for names in per_host for name in names]
 
     def create(self) -> None:
         for ns in self.namespaces():
@@ -127,6 +131,13 @@ class NetLab:
         self.ip(h.ns, "addr", "add", f"{h.underlay_ip}/24", "dev", "eth0")
         self.ip(h.ns, "link", "set", "eth0", "up")
         self.sysctl(h.ns, "net.ipv4.ip_forward", "1")
+        if self.ipv6:
+            self.sysctl(h.ns, "net.ipv6.conf.all.forwarding", "1")
+            self.ip(h.ns, "addr", "add", f"{h.underlay_ip6}/64", "dev", "eth0", "nodad")
+        if self.pods:
+            self._create_pod(h)
+
+    def _create_pod(self, h: LabHost) -> None:
         pod_mtu = str(self.pod_mtu)
         self.ip(h.ns, "link", "add", "cni0", "mtu", pod_mtu, "type", "bridge")
         self.ip(h.ns, "addr", "add", f"{h.subnet.network_address + 1}/24", "dev", "cni0")
@@ -153,13 +164,15 @@ class NetLab:
         self.ip(h.pod_ns, "link", "set", "eth0", "up")
         self.ip(h.pod_ns, "route", "add", "default", "via", str(h.subnet.network_address + 1))
         if self.ipv6:
-            self.sysctl(h.ns, "net.ipv6.conf.all.forwarding", "1")
-            self.ip(h.ns, "addr", "add", f"{h.underlay_ip6}/64", "dev", "eth0", "nodad")
             self.ip(
                 h.ns, "addr", "add", f"{h.subnet6.network_address + 1}/64", "dev", "cni0", "nodad"
             )
             self.ip(h.pod_ns, "addr", "add", f"{h.pod_ip6}/64", "dev", "eth0", "nodad")
             self.ip(h.pod_ns, "route", "add", "default", "via", str(h.subnet6.network_address + 1))
+
+    def adopt(self, ns: str) -> None:
+        """Take a namespace made elsewhere into the lab, so destroy() removes it too."""
+        self._created.append(ns)
 
     def destroy(self) -> None:
         while self._created:

@@ -1,0 +1,157 @@
+"""The README's main job: a flannel cluster in network namespaces, up and down.
+
+`up` starts a real etcd in the underlay, pyflanneld on each host (subnets allocated by etcd),
+wires one pod per host through the `flannel` CNI plugin, then prints the leases, each host's
+programmed peers and a pod-to-pod reachability matrix. Everything keeps running until `down`,
+which finds it again through the state file and removes it (processes by PID, namespaces,
+scratch directories).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from agentlab import PREFIX, AgentLab
+
+STATE = Path(
+    os.environ.get(
+        "PYFLANNEL_LAB_STATE", Path(__file__).resolve().parents[2] / ".lab" / "state.json"
+    )
+)
+BACKENDS = ("vxlan", "host-gw", "udp")
+
+
+def _write_state(lab: AgentLab, pods: dict[str, dict[str, str]]) -> None:
+    assert lab.etcd is not None and lab.etcd.process is not None
+    state = {
+        "backend": lab.backend["Type"],
+        "token": lab.net.token,
+        "namespaces": lab.net.namespaces() + [p["netns"] for p in pods.values()],
+        "pids": {
+            "etcd": lab.etcd.process.pid,
+            **{
+                host_ns: a.process.pid
+                for host_ns, a in ((a.host.ns, a) for a in lab.agents.values())
+            },
+        },
+        "dirs": [str(lab.workdir), str(lab.etcd.workdir)],
+        "etcd_endpoint": lab.etcd.endpoint,
+        "pods": pods,
+    }
+    STATE.parent.mkdir(parents=True, exist_ok=True)
+    STATE.write_text(json.dumps(state, indent=2) + "\n")
+
+
+def _leases(lab: AgentLab) -> list[tuple[str, dict[str, object]]]:
+    out = lab.etcdctl("get", "--prefix", f"{PREFIX}/subnets/")
+    lines = out.splitlines()
+    return [
+        (k.rsplit("/", 1)[1], json.loads(v)) for k, v in zip(lines[::2], lines[1::2], strict=True)
+    ]
+
+
+def _print_summary(lab: AgentLab, pods: dict[str, dict[str, str]]) -> bool:
+    print(
+        f"\npyflannel lab {lab.net.token}: backend {lab.backend['Type']}, etcd {lab.etcd.endpoint if lab.etcd else '?'}"
+    )
+    print("\nLeases in etcd:")
+    print(f"  {'SUBNET':<18} {'PUBLIC IP':<15} {'BACKEND':<8} VTEP MAC")
+    for key, attrs in _leases(lab):
+        data = attrs.get("BackendData") or {}
+        mac = data.get("VtepMAC", "-") if isinstance(data, dict) else "-"
+        print(
+            f"  {key.replace('-', '/'):<18} {attrs['PublicIP']!s:<15} {attrs.get('BackendType') or 'udp':<8} {mac}"
+        )
+    print("\nPods (wired by the flannel CNI plugin):")
+    for host_ns, pod in pods.items():
+        print(f"  {pod['netns']:<24} {pod['ip']:<15} on {host_ns}")
+    print("\nPod-to-pod reachability (ping):")
+    names = list(pods)
+    header = "  from \\ to".ljust(26) + "".join(f"{pods[n]['ip']:>14}" for n in names)
+    print(header)
+    ok = True
+    for src in names:
+        row = f"  {pods[src]['ip']:<24}"
+        for dst in names:
+            if src == dst:
+                row += f"{'-':>14}"
+                continue
+            reached = lab.net.ping(pods[src]["netns"], pods[dst]["ip"], count=1)
+            ok &= reached
+            row += f"{'ok' if reached else 'FAIL':>14}"
+        print(row)
+    print(f"\n{'all pods reach each other' if ok else 'SOME PODS CANNOT REACH EACH OTHER'}")
+    return ok
+
+
+def up(backend: str, hosts: int) -> int:
+    if STATE.exists():
+        print(f"a lab is already up ({STATE}); run ./scripts/lab down first", file=sys.stderr)
+        return 1
+    lab = AgentLab({"Type": backend}, hosts=hosts, prefix="pfl", lab_pods=False)
+    try:
+        started = time.monotonic()
+        lab.create()
+        lab.start_all()
+        pods = {}
+        for host in lab.net.hosts:
+            ip = lab.add_cni_pod(host, f"pod{host.n}")
+            pods[host.ns] = {"netns": f"{lab.net.token}-pod{host.n}", "ip": ip}
+        _write_state(lab, pods)
+        print(f"lab up in {time.monotonic() - started:.1f}s; ./scripts/lab down removes it")
+    except BaseException:
+        for agent in lab.agents.values():
+            print(f"--- {agent.host.ns} log ---\n{agent.log()[-3000:]}", file=sys.stderr)
+        lab.destroy()
+        raise
+    return 0 if _print_summary(lab, pods) else 1
+
+
+def _is_ours(pid: int, marker: str) -> bool:
+    try:
+        return marker in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+
+
+def down() -> int:
+    if not STATE.exists():
+        print("no lab is up", file=sys.stderr)
+        return 0
+    state = json.loads(STATE.read_text())
+    for name, pid in state["pids"].items():
+        marker = "etcd" if name == "etcd" else "pyflannel_runtime.agent.main"
+        if _is_ours(pid, marker):
+            os.kill(pid, signal.SIGKILL)
+    for ns in reversed(state["namespaces"]):
+        subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
+    for directory in state["dirs"]:
+        shutil.rmtree(directory, ignore_errors=True)
+    STATE.unlink()
+    print(f"lab {state['token']} removed")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/lab", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    up_cmd = sub.add_parser("up", help="start the lab and print its state")
+    up_cmd.add_argument("--backend", choices=BACKENDS, default="vxlan")
+    up_cmd.add_argument("--hosts", type=int, default=3)
+    sub.add_parser("down", help="remove the lab")
+    args = parser.parse_args(argv)
+    if args.command == "up":
+        return up(args.backend, args.hosts)
+    return down()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
