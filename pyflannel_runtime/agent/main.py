@@ -21,7 +21,7 @@ from pyflannel_runtime.agent.health import HealthServer
 from pyflannel_runtime.agent.stores import build_subnet_manager, previous_subnets
 from pyflannel_runtime.agent.traffic import install_traffic_rules
 from pyflannel_runtime.fsutil import write_atomic
-from pyflannel_runtime.model.lease import Lease
+from pyflannel_runtime.model.lease import Lease, LeaseAttrs
 from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, ip_stack
 from pyflannel_runtime.model.subnet_env import SubnetEnv
 from pyflannel_runtime.subnet.manager import LeaseRevoked, SubnetManager
@@ -151,7 +151,11 @@ class Agent:
         self._check_br_netfilter(config)
 
         public_ip, public_ipv6 = opts.public_ip, opts.public_ipv6
-        stored_ip, stored_ipv6 = await sm.get_stored_public_ip()
+        try:
+            stored_ip, stored_ipv6 = await sm.get_stored_public_ip()
+        except Exception as err:
+            log.warning("could not read the stored public IP: %s", err)
+            stored_ip, stored_ipv6 = "", ""
         public_ip, public_ipv6 = stored_ip or public_ip, stored_ipv6 or public_ipv6
 
         try:
@@ -168,11 +172,17 @@ class Agent:
         except InterfaceError as err:
             raise StartupError(str(err)) from err
 
+        async def acquire(attrs: LeaseAttrs) -> Lease:
+            try:
+                return await sm.acquire_lease(attrs)
+            except Exception as err:
+                raise BackendError(f"failed to acquire lease: {err}") from err
+
         try:
             backend = get_backend(config.backend_type)
             stored_macs = await sm.get_stored_mac_addresses()
-            network = await backend.register_network(config, ext, sm.acquire_lease, stored_macs)
-        except (BackendError, ConfigError, ValueError) as err:
+            network = await backend.register_network(config, ext, acquire, stored_macs)
+        except (BackendError, ConfigError, OSError, ValueError) as err:
             raise StartupError(f"Error registering network: {err}") from err
         lease = network.lease
 

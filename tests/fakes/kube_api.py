@@ -109,9 +109,18 @@ def _now() -> str:
 
 
 class FakeKubeApi:
-    """TEST DOUBLE of kube-apiserver's Node API on 127.0.0.1 (an ephemeral port)."""
+    """TEST DOUBLE of kube-apiserver's Node API on ``host`` (127.0.0.1 by default), ephemeral port.
 
-    def __init__(self, *, first_resource_version: int = 1000, gone_as_http_status: bool = False):
+    Built inside a network namespace (e.g. via ``netlink.netns.run_in_netns``), its listening
+    socket belongs to that namespace while it is served from this process."""
+
+    def __init__(
+        self,
+        *,
+        first_resource_version: int = 1000,
+        gone_as_http_status: bool = False,
+        host: str = "127.0.0.1",
+    ):
         self._cond = threading.Condition()
         self._rv = first_resource_version
         self._floor = first_resource_version  # watches may start at this RV or later
@@ -125,7 +134,7 @@ class FakeKubeApi:
         self._open_watches = 0
         self._stopping = False
         self.gone_as_http_status = gone_as_http_status
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server = ThreadingHTTPServer((host, 0), _Handler)
         self._server.daemon_threads = True
         self._server.block_on_close = False
         self._server.fake = self  # type: ignore[attr-defined]

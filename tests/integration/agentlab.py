@@ -25,6 +25,8 @@ from etcd_fixture import EtcdServer, start_etcd
 from netlab import LabHost, NetLab
 
 from pyflannel_runtime.model.lease import LeaseAttrs, make_subnet_key
+from pyflannel_runtime.netlink.netns import run_in_netns
+from tests.fakes.kube_api import FakeKubeApi
 
 ETCD_IP = "192.0.2.100"
 CNI_PLUGINS = "/usr/lib/cni"
@@ -51,8 +53,12 @@ class AgentLab:
     # True: NetLab's pods, pre-addressed, with each host's subnet reserved in etcd to match.
     # False: no pods and no reservations; etcd allocates, and pods come from the CNI plugin.
     lab_pods: bool = True
+    # "etcd" (a real etcd in the underlay) or "kube" (the Node API test double there, with one
+    # node per host whose podCIDR is the host's lab subnet).
+    datastore: str = "etcd"
     net: NetLab = field(init=False)
     etcd: EtcdServer | None = field(init=False, default=None)
+    kube: FakeKubeApi | None = field(init=False, default=None)
     workdir: Path = field(init=False)
     agents: dict[int, Agent] = field(init=False, default_factory=dict)
 
@@ -76,9 +82,15 @@ class AgentLab:
     def create(self) -> None:
         self.net.create()
         self.net.ip(self.net.ul, "addr", "add", f"{ETCD_IP}/24", "dev", "br-ul")
+        config = json.dumps({"Network": "10.244.0.0/16", "Backend": self.backend})
+        if self.datastore == "kube":
+            self.net_conf.write_text(config)
+            self.kube = run_in_netns(self.net.ul, lambda: FakeKubeApi(host=ETCD_IP)).start()
+            for host in self.net.hosts:
+                self.kube.add_node(host.ns, pod_cidr=str(host.subnet))
+            return
         self.etcd = start_etcd(netns=self.net.ul, host=ETCD_IP)
-        config = {"Network": "10.244.0.0/16", "Backend": self.backend}
-        self.etcdctl("put", f"{PREFIX}/config", json.dumps(config))
+        self.etcdctl("put", f"{PREFIX}/config", config)
         if self.lab_pods:
             for host in self.net.hosts:
                 self.reserve(host)
@@ -90,6 +102,9 @@ class AgentLab:
         if self.etcd is not None:
             self.etcd.stop()
             self.etcd = None
+        if self.kube is not None:
+            self.kube.stop()
+            self.kube = None
         self.net.destroy()
         subprocess.run(["rm", "-rf", str(self.workdir)], check=False)
 
@@ -111,16 +126,29 @@ class AgentLab:
 
     # --- agents --------------------------------------------------------------------------------
 
+    @property
+    def net_conf(self) -> Path:
+        return self.workdir / "net-conf.json"
+
+    def store_args(self) -> list[str]:
+        if self.kube is not None:
+            return [
+                "--kube-subnet-mgr",
+                f"--kube-api-url={self.kube.url}",
+                f"--net-config-path={self.net_conf}",
+            ]
+        assert self.etcd is not None
+        return [f"--etcd-endpoints={self.etcd.endpoint}"]
+
     def subnet_file(self, host: LabHost) -> Path:
         return self.workdir / host.ns / "subnet.env"
 
     def start_agent(self, host: LabHost, *extra: str) -> Agent:
-        assert self.etcd is not None
         log_path = self.workdir / f"{host.ns}.log"
         argv = [
             "ip", "netns", "exec", host.ns,
             sys.executable, "-m", "pyflannel_runtime.agent.main",
-            f"--etcd-endpoints={self.etcd.endpoint}",
+            *self.store_args(),
             "--iface=eth0",
             f"--subnet-file={self.subnet_file(host)}",
             "--healthz-port=8081",
@@ -130,6 +158,7 @@ class AgentLab:
             *extra,
         ]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLANNELD_")}
+        env["NODE_NAME"] = host.ns
         with open(log_path, "ab") as log:
             process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
         agent = Agent(host, process, log_path)

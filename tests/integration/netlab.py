@@ -1,7 +1,7 @@
 """A reusable netns lab: an underlay bridge, N hosts and one pod per host (lab-recipes §1).
 
     ul            netns with bridge br-ul (the L2 underlay)
-    h1..hN        hosts: eth0 192.0.2.1N/24 (+ 2001:db8::1N/64), bridge cni0 10.244.N.1/24
+    h1..hN        hosts: eth0 192.0.2.(10+N)/24 (+ 2001:db8::(10+N)/64), bridge cni0 10.244.N.1/24
     p1..pN        pods: eth0 10.244.N.10/24 (+ fd00:10:244:N::10/64), default via cni0
 
 Every namespace name starts with `<prefix>-<random>-`, so parallel labs never clash, and
@@ -48,8 +48,8 @@ class NetLab:
         pods: bool = True,
     ) -> None:
         """``pods=False`` leaves out cni0 and the pods, for labs whose pods come from CNI."""
-        if not 1 <= hosts <= 9:
-            raise ValueError("1 to 9 hosts")
+        if not 1 <= hosts <= 99:
+            raise ValueError("1 to 99 hosts")
         self.token = f"{prefix}-{secrets.token_hex(3)}"
         self.ul = f"{self.token}-ul"
         self.ipv6 = ipv6
@@ -61,8 +61,8 @@ class NetLab:
                 n=n,
                 ns=f"{self.token}-h{n}",
                 pod_ns=f"{self.token}-p{n}",
-                underlay_ip=IPv4Address(f"192.0.2.1{n}"),
-                underlay_ip6=IPv6Address(f"2001:db8::1{n}"),
+                underlay_ip=IPv4Address(f"192.0.2.{10 + n}"),
+                underlay_ip6=IPv6Address(f"2001:db8::{10 + n}"),
                 subnet=IPv4Network(f"10.244.{n}.0/24"),
                 subnet6=IPv6Network(f"fd00:10:244:{n}::/64"),
                 pod_ip=IPv4Address(f"10.244.{n}.10"),

@@ -160,3 +160,30 @@ def test_firewall_rules_installed(lab: AgentLab) -> None:
     assert f"-s 10.244.{host.n}.0/24 -d 10.244.0.0/16" in rules
     forward = lab.net.run(host.ns, "iptables", "-t", "filter", "-S", "FLANNEL-FWD").stdout
     assert "-A FLANNEL-FWD -s 10.244.0.0/16" in forward
+
+
+def test_twenty_agents_started_at_once_get_distinct_subnets() -> None:
+    with AgentLab({"Type": "vxlan"}, hosts=20, prefix="pag", lab_pods=False) as lab:
+        for host in lab.net.hosts:
+            lab.start_agent(host)
+        subnets = set()
+        for host in lab.net.hosts:
+            env = lab.wait_ready(host, timeout=120)
+            subnets.add(
+                next(line for line in env.splitlines() if line.startswith("FLANNEL_SUBNET="))
+            )
+        assert len(subnets) == 20, subnets
+        keys = lab.etcdctl("get", "--prefix", "--keys-only", "/coreos.com/network/subnets/").split()
+        assert len(keys) == 20
+
+
+def test_pods_wired_by_the_cni_plugin_reach_each_other() -> None:
+    with AgentLab({"Type": "vxlan"}, hosts=2, prefix="pag", lab_pods=False) as lab:
+        lab.start_all()
+        a, b = lab.net.hosts
+        ip_a = lab.add_cni_pod(a, "cni1")
+        ip_b = lab.add_cni_pod(b, "cni2")
+        assert lab.net.ping(f"{lab.net.token}-cni1", ip_b)
+        assert lab.net.ping(f"{lab.net.token}-cni2", ip_a)
+        # The bridge the delegate built carries FLANNEL_MTU, as flannel's does.
+        assert "mtu 1450" in lab.net.ip(a.ns, "link", "show", "cni0")
