@@ -58,7 +58,7 @@ def inner(work: Path, pod_netns: str, iterations: int) -> None:
         "CNI_IFNAME": "eth0",
         "CNI_PATH": f"{work / 'bin'}:/usr/lib/cni",
     }
-    timings: dict[str, list[float]] = {"flannel": [], "bridge": []}
+    timings: dict[str, list[float]] = {"flannel": [], "bridge": [], "interpreter": []}
     for round_no in range(-2, iterations):  # two warm-up rounds
         for name, plugin, conf in (
             ("flannel", flannel, flannel_conf),
@@ -67,14 +67,24 @@ def inner(work: Path, pod_netns: str, iterations: int) -> None:
             elapsed = _add_del(plugin, f"bench-{name}-{round_no + 2}", conf, env)
             if round_no >= 0:
                 timings[name].append(elapsed)
+        # The floor for any CPython plugin: two bare interpreter starts (one per ADD, one per
+        # DEL) with the launcher's flags, measured in the same rounds.
+        start = time.perf_counter()
+        for _ in range(2):
+            _run([sys.executable, "-I", "-S", "-c", "pass"])
+        if round_no >= 0:
+            timings["interpreter"].append(time.perf_counter() - start)
     leftovers = sorted(p.name for p in (work / "data").iterdir())
     if leftovers:
         raise RuntimeError(f"flannel left state files behind: {leftovers}")
     flannel_ms = statistics.median(timings["flannel"]) * 1000
     bridge_ms = statistics.median(timings["bridge"]) * 1000
+    floor_ms = bridge_ms + statistics.median(timings["interpreter"]) * 1000
     print(f"iterations: {iterations}")
     print(f"flannel ADD+DEL median: {flannel_ms:.1f} ms")
     print(f"bridge  ADD+DEL median: {bridge_ms:.1f} ms")
+    print(f"floor (bridge + 2 bare python -I -S starts): {floor_ms:.1f} ms")
+    print(f"floor_ratio: {floor_ms / bridge_ms:.3f}")
     print(f"cni_add_del_ratio: {flannel_ms / bridge_ms:.3f}")
     print(f"metric: {flannel_ms / bridge_ms:.3f}")
 
