@@ -53,4 +53,8 @@ def get_backend(backend_type: str, netns: str | None = None) -> Backend:
         from pyflannel_runtime.backend.hostgw import HostGwBackend
 
         return HostGwBackend(netns)
+    if backend_type == "udp":
+        from pyflannel_runtime.backend.udp import UdpBackend
+
+        return UdpBackend(netns)
     raise BackendError(f"unknown backend type: {backend_type}")

@@ -1,0 +1,351 @@
+"""The udp backend in a 3-host netns lab: flannel0, peers over UDP 8285, a socat foreign peer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from ipaddress import IPv4Address
+from pathlib import Path
+
+import pytest
+from netlab import LabHost, NetLab
+
+from pyflannel_runtime.backend.udp import UdpBackend, UdpNetwork
+from pyflannel_runtime.backend.udp_packet import checksum, ip_header_checksum
+from pyflannel_runtime.iface import ExternalInterface
+from pyflannel_runtime.model.lease import Lease, LeaseAttrs
+from pyflannel_runtime.model.netconf import check_network_config, parse_config
+from pyflannel_runtime.netlink.netns import run_in_netns
+
+pytestmark = pytest.mark.root
+
+POD_MTU = 1472  # FLANNEL_MTU for a 1500-byte underlay
+IP_RECVERR = 11
+NET_CONF = '{"Network": "10.244.0.0/16", "Backend": {"Type": "udp"}}'
+
+
+def lease_of(host: LabHost) -> Lease:
+    return Lease(subnet=host.subnet, ipv6_subnet=None, attrs=LeaseAttrs(public_ip=host.underlay_ip))
+
+
+def external_interface(lab: NetLab, host: LabHost) -> ExternalInterface:
+    return ExternalInterface(
+        name="eth0",
+        index=lab.ifindex(host.ns, "eth0"),
+        mtu=1500,
+        iface_addr=host.underlay_ip,
+        iface_v6_addr=None,
+        ext_addr=host.underlay_ip,
+        ext_v6_addr=None,
+    )
+
+
+async def start_network(
+    lab: NetLab, host: LabHost, peers: list[LabHost], **options: bool | int
+) -> UdpNetwork:
+    config = check_network_config(parse_config(NET_CONF))
+    seen: list[LeaseAttrs] = []
+
+    async def acquire(attrs: LeaseAttrs) -> Lease:
+        seen.append(attrs)
+        return lease_of(host)
+
+    backend = UdpBackend(host.ns, **options)  # type: ignore[arg-type]
+    network = await backend.register_network(config, external_interface(lab, host), acquire)
+    assert seen == [LeaseAttrs(public_ip=host.underlay_ip)]
+    await network.reconcile([lease_of(p) for p in peers])
+    return network
+
+
+@pytest.fixture
+def lab() -> Iterator[NetLab]:
+    with NetLab(prefix="pudp", hosts=3, pod_mtu=POD_MTU) as net:
+        yield net
+
+
+@pytest.fixture
+def networks() -> Iterator[list[UdpNetwork]]:
+    """Networks to close at the end; their worker PIDs are killed if close() fails."""
+    started: list[UdpNetwork] = []
+    yield started
+    for network in started:
+        pids = network.worker_pids
+        try:
+            asyncio.run(network.close())
+        finally:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@pytest.fixture
+def cluster(lab: NetLab, networks: list[UdpNetwork]) -> list[UdpNetwork]:
+    for host in lab.hosts:
+        others = [h for h in lab.hosts if h is not host]
+        networks.append(asyncio.run(start_network(lab, host, others)))
+    return networks
+
+
+def test_flannel0_is_configured_like_flannel(lab: NetLab, cluster: list[UdpNetwork]) -> None:
+    host = lab.hosts[0]
+    network = cluster[0]
+    assert network.tun_name == "flannel0"
+    assert network.mtu == 1500 - 28 == POD_MTU
+    link = lab.ip(host.ns, "-d", "link", "show", "flannel0")
+    assert "mtu 1472" in link and "qlen 10000" in link and "tun" in link
+    assert "inet 10.244.1.0/32" in lab.ip(host.ns, "-4", "addr", "show", "dev", "flannel0")
+    assert "10.244.0.0/16 dev flannel0" in lab.ip(host.ns, "route", "show")
+
+
+def test_pods_ping_each_other_both_ways(lab: NetLab, cluster: list[UdpNetwork]) -> None:
+    for src in lab.hosts:
+        for dst in lab.hosts:
+            if src is not dst:
+                assert lab.ping(src.pod_ns, dst.pod_ip, count=2), f"{src.pod_ns} -> {dst.pod_ip}"
+
+
+def test_df_ping_of_pod_mtu_crosses_and_one_more_byte_is_refused(
+    lab: NetLab, cluster: list[UdpNetwork]
+) -> None:
+    p1, p2 = lab.hosts[0], lab.hosts[1]
+    assert lab.ping(p1.pod_ns, p2.pod_ip, size=POD_MTU - 28, dont_fragment=True)
+    assert not lab.ping(p1.pod_ns, p2.pod_ip, size=POD_MTU - 28 + 1, dont_fragment=True)
+    # the pod is not the only guard: flannel0 itself refuses a larger DF packet
+    out = lab.run(
+        lab.hosts[0].ns, "ping", "-c1", "-W2", "-M", "do", "-s", "1445", "10.244.2.10", check=False
+    )
+    assert out.returncode != 0 and re.search(r"mtu ?= ?1472|too long", out.stdout + out.stderr)
+
+
+def udp_probe_error(ns: str, destination: IPv4Address | str) -> int:
+    """Send one UDP datagram from `ns`; the errno an ICMP error turned into (0: none came)."""
+
+    def probe() -> int:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            # net unreachable is a soft error, reported to UDP sockets only with IP_RECVERR
+            sock.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
+            sock.settimeout(3)
+            sock.connect((str(destination), 9))
+            sock.send(b"anyone?")
+            try:
+                sock.recv(100)
+            except TimeoutError:
+                return 0
+            except OSError as err:
+                return err.errno or 0
+            return 0
+
+    return run_in_netns(ns, probe)
+
+
+def test_unknown_destination_gets_icmp_net_unreachable(
+    lab: NetLab, cluster: list[UdpNetwork]
+) -> None:
+    assert udp_probe_error(lab.hosts[0].pod_ns, "10.244.9.10") == errno.ENETUNREACH
+    assert cluster[0].counters()["no_route"] == 1
+
+
+def test_no_icmp_error_is_sent_about_icmp(lab: NetLab, cluster: list[UdpNetwork]) -> None:
+    out = lab.run(lab.hosts[0].pod_ns, "ping", "-n", "-c1", "-W1", "10.244.9.10", check=False)
+    assert out.returncode != 0 and "Unreachable" not in out.stdout
+    assert cluster[0].counters()["no_route"] == 1
+
+
+def _tun_rx_packets(lab: NetLab, ns: str) -> int:
+    stats = lab.ip(ns, "-s", "-j", "link", "show", "flannel0")
+    match = re.search(r'"rx":\{"bytes":\d+,"packets":(\d+)', stats)
+    assert match, stats
+    return int(match.group(1))
+
+
+def _udp_to_pod(src: IPv4Address, dst: IPv4Address) -> bytes:
+    """An inner IPv4/UDP packet with valid checksums, as a peer would send it."""
+    data = b"not from a peer"
+    udp = struct.pack("!HHHH", 4000, 4001, 8 + len(data), 0) + data
+    pseudo = sum(struct.unpack("!4H", src.packed + dst.packed)) + 17 + len(udp)
+    udp = udp[:6] + checksum(udp, pseudo).to_bytes(2, "big") + udp[8:]
+    header = bytearray(
+        struct.pack(
+            "!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0, src.packed, dst.packed
+        )
+    )
+    header[10:12] = ip_header_checksum(header).to_bytes(2, "big")
+    return bytes(header) + udp
+
+
+def test_datagram_from_a_non_peer_is_dropped_and_counted(
+    lab: NetLab, cluster: list[UdpNetwork]
+) -> None:
+    host = lab.hosts[0]
+    stranger = "192.0.2.99"
+    lab.ip(lab.ul, "addr", "add", f"{stranger}/24", "dev", "br-ul")
+    inner = _udp_to_pod(IPv4Address("10.244.2.10"), host.pod_ip)
+    before = _tun_rx_packets(lab, host.ns)
+
+    def send() -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.bind((stranger, 8285))
+            for _ in range(3):
+                sock.sendto(inner, (str(host.underlay_ip), 8285))
+
+    run_in_netns(lab.ul, send)
+    wait_for(lambda: cluster[0].counters()["foreign_source"] >= 3)
+    assert cluster[0].counters()["foreign_source"] == 3
+    assert _tun_rx_packets(lab, host.ns) == before
+    # the same packet from a real peer's address is delivered
+    peer = lab.hosts[1]
+    run_in_netns(peer.ns, lambda: _send_from(str(peer.underlay_ip), inner, host))
+    wait_for(lambda: _tun_rx_packets(lab, host.ns) > before)
+
+
+def _send_from(source: str, data: bytes, host: LabHost) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((source, 0))
+        sock.sendto(data, (str(host.underlay_ip), 8285))
+
+
+def test_removed_peer_is_unreachable_and_readded_peer_works(
+    lab: NetLab, cluster: list[UdpNetwork]
+) -> None:
+    p1, p2, p3 = lab.hosts
+    assert asyncio.run(cluster[0].reconcile([lease_of(p3)])) == 1
+    assert asyncio.run(cluster[0].reconcile([lease_of(p3)])) == 0
+    assert udp_probe_error(p1.pod_ns, p2.pod_ip) == errno.ENETUNREACH
+    assert asyncio.run(cluster[0].reconcile([lease_of(p2), lease_of(p3)])) == 1
+    assert lab.ping(p1.pod_ns, p2.pod_ip, count=2)
+
+
+def test_a_killed_worker_is_restarted_by_reconcile(lab: NetLab, cluster: list[UdpNetwork]) -> None:
+    network = cluster[0]
+    victim = network.worker_pids[0]
+    os.kill(victim, signal.SIGKILL)
+    peers = [lease_of(h) for h in lab.hosts[1:]]
+    # reconcile revives a worker once it can be reaped (its threads may still be exiting)
+    wait_for(lambda: asyncio.run(network.reconcile(peers)) == 1)
+    assert asyncio.run(network.reconcile(peers)) == 0
+    assert victim not in network.worker_pids
+    assert lab.ping(lab.hosts[0].pod_ns, lab.hosts[1].pod_ip, count=2)
+
+
+def _is_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ", 1)[1].startswith("Z")
+    except FileNotFoundError:
+        return True
+
+
+def test_close_stops_forwarding_and_removes_flannel0(
+    lab: NetLab, networks: list[UdpNetwork]
+) -> None:
+    h1, h2, _ = lab.hosts
+    networks.append(asyncio.run(start_network(lab, h1, [h2])))
+    networks.append(asyncio.run(start_network(lab, h2, [h1])))
+    assert lab.ping(h1.pod_ns, h2.pod_ip)
+    pids = networks[0].worker_pids
+    asyncio.run(networks[0].close())
+    assert all(_is_gone(pid) for pid in pids)
+    assert "flannel0" not in lab.ip(h1.ns, "link", "show")
+    assert not lab.ping(h1.pod_ns, h2.pod_ip, timeout=1)
+    networks.pop(0)
+
+
+@pytest.mark.parametrize(
+    ("offload", "queues"),
+    [(False, 1), (True, 1), (False, 2)],
+    ids=["plain", "offload", "plain-2-queues"],
+)
+def test_tcp_stream_crosses_intact(
+    lab: NetLab,
+    networks: list[UdpNetwork],
+    processes: list[subprocess.Popen[bytes]],
+    offload: bool,
+    queues: int,
+    tmp_path: Path,
+) -> None:
+    """A bulk TCP transfer (TSO super-packets when offloading) arrives byte for byte."""
+    if offload:
+        pytest.importorskip("numpy")
+    h1, h2, _ = lab.hosts
+    networks.append(asyncio.run(start_network(lab, h1, [h2], offload=offload, queues=queues)))
+    networks.append(asyncio.run(start_network(lab, h2, [h1], offload=offload, queues=queues)))
+    assert len(networks[0].worker_pids) == 2 * queues
+    blob = os.urandom(4 << 20)
+    sink = tmp_path / "received"
+    server = subprocess.Popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            h2.pod_ns,
+            "socat",
+            "-u",
+            "TCP-LISTEN:5001,reuseaddr",
+            f"CREATE:{sink}",
+        ]
+    )
+    processes.append(server)
+    wait_for(lambda: ":5001" in lab.run(h2.pod_ns, "ss", "-ltn").stdout)
+    client = subprocess.run(
+        ["ip", "netns", "exec", h1.pod_ns, "socat", "-u", "STDIN", f"TCP:{h2.pod_ip}:5001"],
+        input=blob,
+        timeout=60,
+        check=True,
+    )
+    assert client.returncode == 0
+    assert server.wait(timeout=60) == 0
+    assert sink.read_bytes() == blob
+
+
+def test_mixed_cluster_with_a_socat_peer(
+    lab: NetLab, networks: list[UdpNetwork], processes: list[subprocess.Popen[bytes]]
+) -> None:
+    """h3 runs socat as its udp forwarder (flannel's framing, one packet per datagram)."""
+    h1, _, h3 = lab.hosts
+    networks.append(asyncio.run(start_network(lab, h1, [h3])))
+    socat = subprocess.Popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            h3.ns,
+            "socat",
+            f"UDP:{h1.underlay_ip}:8285,bind={h3.underlay_ip}:8285",
+            f"TUN:{h3.subnet.network_address}/16,tun-name=flannel0,tun-type=tun,iff-no-pi,iff-up",
+        ],
+        stderr=subprocess.PIPE,
+    )
+    processes.append(socat)
+    wait_for(lambda: "flannel0" in lab.ip(h3.ns, "link", "show"))
+    lab.ip(h3.ns, "link", "set", "flannel0", "mtu", str(POD_MTU))
+    assert lab.ping(h1.pod_ns, h3.pod_ip, count=2)
+    assert lab.ping(h3.pod_ns, h1.pod_ip, count=2)
+    assert lab.ping(h1.pod_ns, h3.pod_ip, size=POD_MTU - 28, dont_fragment=True)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.05)
