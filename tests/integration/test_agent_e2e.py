@@ -173,12 +173,62 @@ def test_deleted_vxlan_device_heals_with_all_peers(lab: AgentLab) -> None:
     assert wait_for(lambda: all(lab.reachability().values()), timeout=20)
 
 
-def test_firewall_rules_installed(lab: AgentLab) -> None:
-    host = lab.net.hosts[0]
-    rules = lab.net.run(host.ns, "iptables", "-t", "nat", "-S", "FLANNEL-POSTRTG").stdout
-    assert f"-s 10.244.{host.n}.0/24 -d 10.244.0.0/16" in rules
-    forward = lab.net.run(host.ns, "iptables", "-t", "filter", "-S", "FLANNEL-FWD").stdout
-    assert "-A FLANNEL-FWD -s 10.244.0.0/16" in forward
+def test_golden_iptables_rules_hold_while_traffic_flows(lab: AgentLab) -> None:
+    host, peer = lab.net.hosts[0], lab.net.hosts[1]
+    stream = subprocess.Popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            host.pod_ns,
+            "ping",
+            "-n",
+            "-q",
+            "-i",
+            "0.01",
+            "-c",
+            "200",
+            str(peer.pod_ip),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(1)  # the listings are taken while the stream runs through the rules
+        nat_jump = [
+            line
+            for line in lab.net.run(
+                host.ns, "iptables", "-t", "nat", "-S", "POSTROUTING"
+            ).stdout.splitlines()
+            if "FLANNEL" in line
+        ]
+        nat = lab.net.run(host.ns, "iptables", "-t", "nat", "-S", "FLANNEL-POSTRTG").stdout
+        forward = lab.net.run(host.ns, "iptables", "-t", "filter", "-S", "FORWARD").stdout
+        fwd = lab.net.run(host.ns, "iptables", "-t", "filter", "-S", "FLANNEL-FWD").stdout
+        out, _ = stream.communicate(timeout=30)
+    finally:
+        if stream.poll() is None:
+            stream.kill()
+    s = f"10.244.{host.n}.0/24"
+    assert nat_jump == ['-A POSTROUTING -m comment --comment "flanneld masq" -j FLANNEL-POSTRTG']
+    assert nat == (
+        "-N FLANNEL-POSTRTG\n"
+        '-A FLANNEL-POSTRTG -m mark --mark 0x4000/0x4000 -m comment --comment "flanneld masq" -j RETURN\n'
+        f'-A FLANNEL-POSTRTG -s {s} -d 10.244.0.0/16 -m comment --comment "flanneld masq" -j RETURN\n'
+        f'-A FLANNEL-POSTRTG -s 10.244.0.0/16 -d {s} -m comment --comment "flanneld masq" -j RETURN\n'
+        f'-A FLANNEL-POSTRTG ! -s 10.244.0.0/16 -d {s} -m comment --comment "flanneld masq" -j RETURN\n'
+        '-A FLANNEL-POSTRTG -s 10.244.0.0/16 ! -d 224.0.0.0/4 -m comment --comment "flanneld masq" -j MASQUERADE --random-fully\n'
+        '-A FLANNEL-POSTRTG ! -s 10.244.0.0/16 -d 10.244.0.0/16 -m comment --comment "flanneld masq" -j MASQUERADE --random-fully\n'
+    )
+    assert forward == (
+        '-P FORWARD ACCEPT\n-A FORWARD -m comment --comment "flanneld forward" -j FLANNEL-FWD\n'
+    )
+    assert fwd == (
+        "-N FLANNEL-FWD\n"
+        '-A FLANNEL-FWD -s 10.244.0.0/16 -m comment --comment "flanneld forward" -j ACCEPT\n'
+        '-A FLANNEL-FWD -d 10.244.0.0/16 -m comment --comment "flanneld forward" -j ACCEPT\n'
+    )
+    assert " 0% packet loss" in out, out
 
 
 def test_twenty_agents_started_at_once_get_distinct_subnets() -> None:
