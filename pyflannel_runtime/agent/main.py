@@ -20,10 +20,17 @@ from pyflannel_runtime.agent.flags import FlagError, Options, parse_flags, usage
 from pyflannel_runtime.agent.health import HealthServer
 from pyflannel_runtime.agent.stores import build_subnet_manager, previous_subnets
 from pyflannel_runtime.agent.traffic import install_traffic_rules
+from pyflannel_runtime.backend.base import BackendError, get_backend
 from pyflannel_runtime.fsutil import write_atomic
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs
-from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, ip_stack
+from pyflannel_runtime.model.netconf import (
+    ConfigError,
+    NetworkConfig,
+    ip_stack,
+    require_supported_backend,
+)
 from pyflannel_runtime.model.subnet_env import SubnetEnv
+from pyflannel_runtime.netdev import InterfaceError, select_external_interface
 from pyflannel_runtime.subnet.manager import LeaseRevoked, SubnetManager
 
 log = logging.getLogger("pyflannel.agent")
@@ -133,9 +140,6 @@ class Agent:
             await sm.close()
 
     async def _run_with(self, sm: SubnetManager) -> int:
-        from pyflannel_runtime.backend.base import BackendError, get_backend
-        from pyflannel_runtime.netdev import InterfaceError, select_external_interface
-
         opts = self.opts
         if opts.healthz_port > 0:
             self._health = HealthServer(opts.healthz_ip, opts.healthz_port)
@@ -148,6 +152,10 @@ class Agent:
             ipv4, ipv6 = ip_stack(config)
         except ConfigError as err:
             raise StartupError(str(err)) from err
+        try:
+            require_supported_backend(config)
+        except ConfigError as err:
+            raise StartupError(f"Error fetching backend: {err}") from err
         self._check_br_netfilter(config)
 
         public_ip, public_ipv6 = opts.public_ip, opts.public_ipv6

@@ -256,3 +256,12 @@ def test_pods_wired_by_the_cni_plugin_reach_each_other() -> None:
         assert lab.net.ping(f"{lab.net.token}-cni2", ip_a)
         # The bridge the delegate built carries FLANNEL_MTU, as flannel's does.
         assert "mtu 1450" in lab.net.ip(a.ns, "link", "show", "cni0")
+
+
+def test_unsupported_backend_exits_one_naming_the_supported_ones() -> None:
+    with AgentLab({"Type": "wireguard"}, hosts=1, prefix="pag") as lab:
+        agent = lab.start_agent(lab.net.hosts[0])
+        assert agent.process.wait(60) == 1
+        assert "Error fetching backend: unknown backend type: wireguard" in agent.log()
+        assert "vxlan, host-gw, udp" in agent.log()
+        assert not lab.subnet_file(lab.net.hosts[0]).exists()

@@ -108,3 +108,13 @@ def test_peers_follow_node_events(lab: AgentLab) -> None:
     lab.start_agent(b)
     lab.wait_ready(b)
     assert all(lab.reachability().values())
+
+
+def test_invalid_net_conf_exits_one_with_flannels_message() -> None:
+    with AgentLab({"Type": "vxlan"}, hosts=1, prefix="pkb", datastore="kube") as lab:
+        lab.net_conf.write_text('{"Network": "fc00::/48", "Backend": {"Type": "vxlan"}}')
+        host = lab.net.hosts[0]
+        agent = lab.start_agent(host)
+        assert agent.process.wait(60) == 1
+        assert "error parsing subnet config: invalid IPv4 CIDR format" in agent.log()
+        assert not lab.subnet_file(host).exists()
