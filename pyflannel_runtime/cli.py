@@ -172,9 +172,25 @@ def _register_cni(subparsers: Subparsers) -> None:
     )
 
 
+# --- status -----------------------------------------------------------------------------------
+
+
+def _register_status(subparsers: Subparsers) -> None:
+    # status imports its lease stores and pyroute2 only when it runs.
+    from pyflannel_runtime import status
+
+    parser = _add_command(subparsers, "status", status.command, status.HELP, status.DESCRIPTION)
+    status.add_arguments(parser)
+
+
 # --- entry point ------------------------------------------------------------------------------
 
-COMMANDS: list[Callable[[Subparsers], None]] = [_register_config, _register_render, _register_cni]
+COMMANDS: list[Callable[[Subparsers], None]] = [
+    _register_config,
+    _register_render,
+    _register_cni,
+    _register_status,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,4 @@
-"""Reading back the entries a flannel datapath owns (pyroute2 dumps; the cold path).
+"""Reading back the entries a flannel datapath owns (raw netlink dumps, see `decoder`).
 
 Ownership is what any flannel-style agent would have written, so that entries left behind by
 an earlier run (or by Go flanneld) are found too (flannel issue #2554):
@@ -12,14 +12,31 @@ an earlier run (or by Go flanneld) are found too (flannel issue #2554):
 
 from __future__ import annotations
 
+import errno
+import itertools
+import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from ipaddress import ip_address, ip_network
-from typing import Any
+from typing import TypeVar
 
 from pyroute2 import IPRoute
 
+from pyflannel_runtime.netlink.batch import SOL_NETLINK, open_route_socket
+from pyflannel_runtime.netlink.decoder import (
+    NETLINK_GET_STRICT_CHK,
+    RTM_F_CLONED,
+    RTM_NEWNEIGH,
+    RTM_NEWROUTE,
+    NeighRecord,
+    RouteRecord,
+    decode_neigh,
+    decode_route,
+    neigh_dump_request,
+    network,
+    parse_dump,
+    route_dump_request,
+)
 from pyflannel_runtime.netlink.encoder import (
     AF_BRIDGE,
     NTF_SELF,
@@ -32,6 +49,13 @@ from pyflannel_runtime.netlink.encoder import (
 from pyflannel_runtime.netlink.entries import DatapathState, Fdb, IPNetwork, Neigh, Route
 
 RTPROT_KERNEL = 2
+# A dump the kernel flags as interrupted (the table changed under it) is taken again; only
+# constant churn on the same table exhausts this.
+_DUMP_ATTEMPTS = 5
+_RECV_SIZE = 1 << 16
+
+R = TypeVar("R")
+_seq = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -68,70 +92,139 @@ def owns_route(facts: RouteFacts, ownership: Ownership) -> bool:
     )
 
 
-def _route_facts(msg: Any) -> RouteFacts | None:
-    oif = msg.get("oif")
-    if oif is None:  # multipath or blackhole: never a flannel route
+# --- dumping ----------------------------------------------------------------------------------
+
+
+def open_dump_socket(netns: str | None = None) -> socket.socket:
+    """A NETLINK_ROUTE socket in the namespace with strict checking on, as the dump requests
+    expect (the kernel then filters by table and device)."""
+    sock = open_route_socket(netns)
+    sock.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1)
+    return sock
+
+
+def dump(
+    sock: socket.socket,
+    request: Callable[[int], bytes],
+    reply_type: int,
+    decode: Callable[[bytes, int, int], R],
+) -> list[R]:
+    """Send the dump request built for a fresh sequence number and decode its replies.
+
+    A table the kernel does not have (ENOENT) dumps as empty; other errors raise OSError.
+    """
+    for _ in range(_DUMP_ATTEMPTS):
+        seq = next(_seq) & 0xFFFFFFFF or next(_seq)
+        sock.send(request(seq))
+        records: list[R] = []
+        interrupted = False
+        while True:
+            progress = parse_dump(sock.recv(_RECV_SIZE), seq, reply_type, decode, records)
+            interrupted = interrupted or progress.interrupted
+            if progress.done:
+                break
+        if progress.errno == errno.ENOENT:
+            return []
+        if progress.errno:
+            raise OSError(progress.errno, f"netlink dump: {os.strerror(progress.errno)}")
+        if not interrupted:
+            return records
+    raise OSError(errno.EINTR, "netlink dump kept being interrupted by changes")
+
+
+def dump_routes(sock: socket.socket, family: int) -> list[RouteRecord]:
+    """Unicast routes of the main table."""
+
+    def request(seq: int) -> bytes:
+        return route_dump_request(family, seq, RT_TABLE_MAIN, RTN_UNICAST)
+
+    return dump(sock, request, RTM_NEWROUTE, decode_route)
+
+
+def dump_neighbours(sock: socket.socket, family: int, ifindex: int) -> list[NeighRecord]:
+    """Neighbours (or, for AF_BRIDGE, FDB entries) of one device."""
+
+    def request(seq: int) -> bytes:
+        return neigh_dump_request(family, seq, ifindex)
+
+    return dump(sock, request, RTM_NEWNEIGH, decode_neigh)
+
+
+# --- ownership --------------------------------------------------------------------------------
+
+
+def route_facts(record: RouteRecord) -> RouteFacts | None:
+    """None for what can never be a flannel route: multipath, blackhole and friends (no
+    output device), and cached exceptions."""
+    if record.oif is None or record.multipath or record.flags & RTM_F_CLONED:
         return None
-    family = msg["family"]
-    default = "0.0.0.0" if family == socket.AF_INET else "::"
-    dst = ip_network(f"{msg.get('dst') or default}/{msg['dst_len']}")
-    gateway = msg.get("gateway")
     route = Route(
-        dst=dst,
-        gateway=ip_address(gateway) if gateway is not None else None,
-        oif=oif,
-        onlink=bool(msg["flags"] & RTNH_F_ONLINK),
-        priority=msg.get("priority") or 0,
+        dst=network(record.family, record.dst, record.dst_len),
+        gateway=record.gateway,
+        oif=record.oif,
+        onlink=bool(record.flags & RTNH_F_ONLINK),
+        priority=record.priority or 0,
     )
-    return RouteFacts(route, msg.get("table"), msg["proto"], msg["type"])
+    return RouteFacts(route, record.table, record.protocol, record.kind)
 
 
-def owned_routes(ipr: IPRoute, ownership: Ownership) -> frozenset[Route]:
+def owned_routes(sock: socket.socket, ownership: Ownership) -> frozenset[Route]:
     found = set()
     for family in _families(ownership):
-        for msg in ipr.get_routes(family=family, table=RT_TABLE_MAIN):
-            facts = _route_facts(msg)
+        for record in dump_routes(sock, family):
+            facts = route_facts(record)
             if facts is not None and owns_route(facts, ownership):
                 found.add(facts.route)
     return frozenset(found)
 
 
-def owned_neighbours(ipr: IPRoute, ownership: Ownership) -> frozenset[Neigh]:
+def owned_neighbours(sock: socket.socket, ownership: Ownership) -> frozenset[Neigh]:
     found = set()
     for family in _families(ownership):
-        for msg in ipr.get_neighbours(family=family):
-            lladdr = msg.get("lladdr")
-            if (
-                msg["ifindex"] in ownership.devices
-                and msg["state"] & NUD_PERMANENT
-                and lladdr is not None
-            ):
-                found.add(Neigh(msg["ifindex"], ip_address(msg.get("dst")), lladdr.lower()))
+        for device in sorted(ownership.devices):
+            for record in dump_neighbours(sock, family, device):
+                if (
+                    record.ifindex in ownership.devices
+                    and record.state & NUD_PERMANENT
+                    and record.lladdr is not None
+                    and record.dst is not None
+                ):
+                    found.add(Neigh(record.ifindex, record.dst, record.lladdr))
     return frozenset(found)
 
 
-def owned_fdb(ipr: IPRoute, ownership: Ownership) -> frozenset[Fdb]:
-    if not ownership.devices:
-        return frozenset()
+def owned_fdb(sock: socket.socket, ownership: Ownership) -> frozenset[Fdb]:
     found = set()
-    for msg in ipr.get_neighbours(family=AF_BRIDGE):
-        dst = msg.get("dst")
-        if (
-            msg["ifindex"] in ownership.devices
-            and msg["flags"] & NTF_SELF
-            and msg["state"] & NUD_PERMANENT
-            and dst is not None
-        ):
-            found.add(Fdb(msg["ifindex"], msg.get("lladdr").lower(), ip_address(dst)))
+    for device in sorted(ownership.devices):
+        for record in dump_neighbours(sock, AF_BRIDGE, device):
+            if (
+                record.ifindex in ownership.devices
+                and record.flags & NTF_SELF
+                and record.state & NUD_PERMANENT
+                and record.dst is not None
+                and record.lladdr is not None
+            ):
+                found.add(Fdb(record.ifindex, record.lladdr, record.dst))
     return frozenset(found)
+
+
+def read_owned_state(sock: socket.socket, ownership: Ownership) -> DatapathState:
+    """The owned entries, dumped over a socket from `open_dump_socket`."""
+    return DatapathState(
+        routes=owned_routes(sock, ownership),
+        neighs=owned_neighbours(sock, ownership),
+        fdbs=owned_fdb(sock, ownership),
+    )
 
 
 def owned_state(ipr: IPRoute, ownership: Ownership) -> DatapathState:
-    return DatapathState(
-        routes=owned_routes(ipr, ownership),
-        neighs=owned_neighbours(ipr, ownership) if ownership.devices else frozenset(),
-        fdbs=owned_fdb(ipr, ownership),
-    )
+    """The owned entries in the namespace of a handle from `netns.iproute` (dumped over a
+    socket of our own: decoding with pyroute2 is what made reconciles slow)."""
+    sock = open_dump_socket(ipr.status.get("netns"))
+    try:
+        return read_owned_state(sock, ownership)
+    finally:
+        sock.close()
 
 
 def _families(ownership: Ownership) -> Iterable[int]:

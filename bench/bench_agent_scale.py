@@ -1,0 +1,350 @@
+"""One pyflanneld (vxlan) against 5 000 peer leases in a real etcd: programming time, event
+latency, memory and steady-state writes.
+
+Lab: an AgentLab with one host (tests/integration/agentlab.py), the cluster config changed to
+SubnetLen 29 so 5 000 peers fit in 10.244.0.0/16, the host's lease reserved as 10.244.0.8/29.
+Peer leases are put into etcd before the agent starts (aetcd transactions, from a helper
+process in the underlay namespace, where etcd listens). The agent runs with flanneld's default
+reconcile interval (10 s). A netlink monitor in the host namespace (RTNLGRP_IPV4_ROUTE and
+RTNLGRP_NEIGH, which carries FDB changes too) timestamps every kernel change.
+
+Figures:
+  * full programming: subnet.env written (the agent then lists the leases) -> the last of the
+    15 000 entries in the kernel; also the write phase alone (first -> last peer entry), and
+    both over `ip -batch` + `bridge -batch` writing the same entries in a fresh namespace;
+  * event-to-kernel latency: etcd put (or delete) of a lease -> its route appearing (or going)
+    in the kernel, for 100 puts then 100 deletes, paced 20 ms apart;
+  * agent RSS (VmRSS) with 5 000 peers programmed;
+  * netlink writes during 2 reconcile intervals without any change (kernel changes seen by the
+    monitor, and the agent's "Reconcile repaired" log lines).
+
+Finishes with `metric: value` lines. Needs root:
+    python bench/bench_agent_scale.py [--peers 5000] [--events 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import re
+import secrets
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from ipaddress import IPv4Address, IPv4Network
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration"), str(ROOT / "bench")]
+
+from agentlab import PREFIX, AgentLab  # noqa: E402
+from bench_netlink import iproute2, make_host  # noqa: E402
+
+from pyflannel_runtime.model.lease import (  # noqa: E402
+    Lease,
+    LeaseAttrs,
+    make_subnet_key,
+    vxlan_backend_data,
+)
+from pyflannel_runtime.netlink.decoder import decode_neigh, decode_route  # noqa: E402
+from pyflannel_runtime.netlink.netns import run_in_netns  # noqa: E402
+
+NETWORK = IPv4Network("10.244.0.0/16")
+SUBNET_LEN = 29
+OWN_SUBNET = IPv4Network("10.244.0.8/29")  # the first subnet is below flannel's SubnetMin
+RECONCILE_INTERVAL = 10
+# Peers' public IPs: never the host's own 192.0.2.11, or etcd would hand it a peer's lease.
+PUBLICS = [IPv4Address(f"{net}.{i}") for net in ("198.51.100", "203.0.113") for i in range(2, 255)]
+
+RTM_NEWROUTE, RTM_DELROUTE, RTM_NEWNEIGH, RTM_DELNEIGH = 24, 25, 28, 29
+RTMGRP_NEIGH, RTMGRP_IPV4_ROUTE = 0x4, 0x40
+AF_BRIDGE = 7
+_HEADER = struct.Struct("=IHHII")
+
+# Runs in the underlay namespace: puts the leases in transactions ("load"), or puts/deletes
+# them one at a time, paced, printing when each request was sent ("events").
+LOADER = r"""
+import asyncio, json, sys, time
+import aetcd
+
+async def main():
+    host, port, mode, path, pace = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5])
+    with open(path) as handle:
+        items = json.load(handle)
+    async with aetcd.Client(host=host, port=port) as client:
+        sent = []
+        if mode == "load":
+            for start in range(0, len(items), 100):
+                puts = [client.transactions.put(k.encode(), v.encode()) for _, k, v in items[start:start + 100]]
+                await client.transaction(compare=[], success=puts, failure=[])
+        else:
+            for op, key, value in items:
+                sent.append(time.time())
+                if op == "put":
+                    await client.put(key.encode(), value.encode())
+                else:
+                    await client.delete(key.encode())
+                await asyncio.sleep(pace)
+    print(json.dumps(sent))
+
+asyncio.run(main())
+"""
+
+
+def peer_leases(count: int, first: int) -> list[Lease]:
+    subnets = list(NETWORK.subnets(new_prefix=SUBNET_LEN))
+    leases = []
+    for n in range(first, first + count):
+        mac = f"0a:58:{n >> 16 & 0xFF:02x}:{n >> 8 & 0xFF:02x}:{n & 0xFF:02x}:00"
+        attrs = LeaseAttrs(PUBLICS[n % len(PUBLICS)], None, "vxlan", vxlan_backend_data(1, mac))
+        leases.append(Lease(subnets[n], None, attrs))
+    return leases
+
+
+def key(lease: Lease) -> str:
+    return f"{PREFIX}/subnets/{make_subnet_key(lease.subnet, None)}"
+
+
+def etcd_ops(lab: AgentLab, mode: str, items: list[list[str]], pace: float = 0.0) -> list[float]:
+    assert lab.etcd is not None
+    with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="pbs-", delete=False) as handle:
+        json.dump(items, handle)
+    try:
+        done = lab.net.run(lab.net.ul, sys.executable, "-c", LOADER, lab.etcd.host,
+                           str(lab.etcd.client_port), mode, handle.name, str(pace))  # fmt: skip
+    finally:
+        os.unlink(handle.name)
+    sent: list[float] = json.loads(done.stdout)
+    return sent
+
+
+@dataclass
+class Change:
+    at: float  # time.time() when the datagram was read
+    kind: str  # "route", "neigh", "fdb"
+    added: bool
+    dst: str  # route: the destination CIDR; neighbour: its IP; FDB: its MAC
+
+
+@dataclass
+class KernelMonitor:
+    """Every route and neighbour/FDB change in the namespace, timestamped on receipt. The
+    reader thread only stores datagrams; decoding happens afterwards."""
+
+    ns: str
+    datagrams: list[tuple[float, bytes]] = field(default_factory=list)
+    overflows: int = 0
+
+    def __post_init__(self) -> None:
+        def create() -> socket.socket:
+            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, 0)
+            sock.setsockopt(socket.SOL_SOCKET, 33, 64 << 20)  # SO_RCVBUFFORCE: bursts of 15 000
+            sock.bind((0, RTMGRP_NEIGH | RTMGRP_IPV4_ROUTE))
+            return sock
+
+        self._sock = run_in_netns(self.ns, create)
+        self._sock.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self._sock.recv(1 << 20)
+            except TimeoutError:
+                continue
+            except OSError as err:
+                if err.errno != errno.ENOBUFS:
+                    raise
+                self.overflows += 1  # changes were lost; the figures depending on them fail
+                continue
+            self.datagrams.append((time.time(), data))
+
+    def take(self) -> list[Change]:
+        """The changes seen so far (and forget them)."""
+        taken, self.datagrams = self.datagrams, []
+        changes = []
+        for at, data in taken:
+            offset = 0
+            while offset + _HEADER.size <= len(data):
+                length, msg_type, _f, _s, _p = _HEADER.unpack_from(data, offset)
+                start, end = offset + _HEADER.size, offset + length
+                if msg_type in (RTM_NEWROUTE, RTM_DELROUTE):
+                    route = decode_route(data, start, end)
+                    changes.append(Change(at, "route", msg_type == RTM_NEWROUTE,
+                                          f"{route.dst}/{route.dst_len}"))  # fmt: skip
+                elif msg_type in (RTM_NEWNEIGH, RTM_DELNEIGH):
+                    neigh = decode_neigh(data, start, end)
+                    fdb = neigh.family == AF_BRIDGE
+                    changes.append(Change(at, "fdb" if fdb else "neigh", msg_type == RTM_NEWNEIGH,
+                                          str(neigh.lladdr if fdb else neigh.dst)))  # fmt: skip
+                offset += (length + 3) & ~3
+        return changes
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sock.close()
+
+
+def peer_change(change: Change) -> bool:
+    """A change of a peer's entry (not the host's own device and address routes)."""
+    if change.kind == "route":
+        return change.dst.endswith(f"/{SUBNET_LEN}")
+    if change.kind == "neigh":
+        return change.dst.startswith("10.244.")
+    return change.dst.startswith("0a:58:")
+
+
+def wait_for_log(lab: AgentLab, pattern: str, timeout: float) -> None:
+    agent = next(iter(lab.agents.values()))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if re.search(pattern, agent.log()):
+            return
+        if agent.process.poll() is not None:
+            raise RuntimeError(f"agent exited:\n{agent.log()}")
+        time.sleep(0.05)
+    raise RuntimeError(f"no {pattern!r} in the agent's log after {timeout}s:\n{agent.log()}")
+
+
+def wait_for_route(monitor: KernelMonitor, dst: str, added: bool, timeout: float) -> list[Change]:
+    """The changes until the route to `dst` was added (or removed)."""
+    changes: list[Change] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        changes += monitor.take()
+        if any(c.kind == "route" and c.dst == dst and c.added == added for c in changes):
+            return changes
+        time.sleep(0.1)
+    raise RuntimeError(f"the route {dst} was not {'added' if added else 'removed'} in {timeout}s")
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def ip_batch_time(peers: list[Lease]) -> float:
+    ns = f"pbs-{secrets.token_hex(3)}-ip"
+    try:
+        make_host(ns)
+        return iproute2(ns, peers)
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def latencies(
+    sent: list[float], wanted: list[tuple[str, bool]], changes: list[Change]
+) -> list[float]:
+    """For each request, how long until its route was added (True) or removed (False)."""
+    out = []
+    for at, (dst, added) in zip(sent, wanted, strict=True):
+        seen = [c.at for c in changes if c.kind == "route" and c.dst == dst and c.added == added
+                and c.at >= at]  # fmt: skip
+        if not seen:
+            raise RuntimeError(
+                f"the route {dst} never {'appeared' if added else 'went'}"
+                f" ({len(changes)} changes seen)"
+            )
+        out.append(min(seen) - at)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--peers", type=int, default=5000)
+    parser.add_argument("--events", type=int, default=200)
+    args = parser.parse_args()
+    peers = peer_leases(args.peers, first=2)  # after OWN_SUBNET
+    extra = peer_leases(args.events // 2, first=args.peers + 2)
+    entries = 3 * args.peers
+
+    with AgentLab({"Type": "vxlan"}, hosts=1, prefix="pbs", ip_masq=False) as lab:
+        host = lab.net.hosts[0]
+        config = {"Network": str(NETWORK), "SubnetLen": SUBNET_LEN, "Backend": {"Type": "vxlan"}}
+        lab.etcdctl("put", f"{PREFIX}/config", json.dumps(config))
+        lab.etcdctl("del", lab.lease_key(host))
+        own = LeaseAttrs(public_ip=host.underlay_ip).to_json()
+        lab.etcdctl("put", f"{PREFIX}/subnets/{make_subnet_key(OWN_SUBNET, None)}", own)
+        start = time.perf_counter()
+        etcd_ops(lab, "load", [["put", key(p), p.attrs.to_json()] for p in peers])
+        print(f"put {args.peers} leases into etcd in {time.perf_counter() - start:.2f} s")
+
+        monitor = KernelMonitor(host.ns)
+        try:
+            started = time.time()
+            agent = lab.start_agent(host, f"--reconcile-interval={RECONCILE_INTERVAL}")
+            wait_for_log(lab, rf"Synced {args.peers} peers", timeout=120)
+            written = lab.subnet_file(host).stat().st_mtime
+            time.sleep(0.5)  # the monitor's last datagrams
+            changes = [c for c in monitor.take() if peer_change(c) and c.added]
+            seen: set[tuple[str, str]] = set()
+            done_at = None
+            for change in changes:
+                seen.add((change.kind, change.dst))
+                if len(seen) == entries:
+                    done_at = change.at
+                    break
+            if done_at is None:
+                raise RuntimeError(f"only {len(seen)} of {entries} entries appeared")
+            full, writes = done_at - written, done_at - changes[0].at
+            print(f"agent start -> {entries} entries in the kernel: {done_at - started:.3f} s")
+            print(f"subnet.env written -> all entries (list, decode, plan, write): {full:.3f} s")
+            print(f"first -> last peer entry written: {writes:.3f} s")
+
+            puts = [["put", key(p), p.attrs.to_json()] for p in extra]
+            deletes = [["delete", key(p), ""] for p in extra]
+            wanted = [(str(p.subnet), True) for p in extra] + [
+                (str(p.subnet), False) for p in extra
+            ]
+            sent = etcd_ops(lab, "events", puts + deletes, pace=0.02)
+            events = wait_for_route(monitor, str(extra[-1].subnet), added=False, timeout=180)
+            lat = latencies(sent, wanted, events)
+            print(
+                f"event -> kernel over {len(lat)} puts/deletes: p50 {statistics.median(lat) * 1e3:.1f}"
+                f" ms, p99 {percentile(lat, 0.99) * 1e3:.1f} ms, max {max(lat) * 1e3:.1f} ms"
+            )
+
+            log_before = agent.log().count("Reconcile repaired")
+            monitor.take()
+            time.sleep(2 * RECONCILE_INTERVAL + 1)
+            steady = [c for c in monitor.take() if peer_change(c)]
+            repaired = agent.log().count("Reconcile repaired") - log_before
+            print(
+                f"no-change window of {2 * RECONCILE_INTERVAL + 1} s: {len(steady)} kernel "
+                f"changes, {repaired} 'Reconcile repaired' log lines"
+            )
+            rss = rss_kib(agent.process.pid)
+            print(f"agent VmRSS with {args.peers} peers: {rss / 1024:.1f} MiB")
+        finally:
+            monitor.close()
+
+    ip_time = ip_batch_time(peers)
+    print(f"ip -batch + bridge -batch, same {entries} entries: {ip_time:.3f} s")
+    print(f"programming_ratio_full: {full / ip_time:.2f}")
+    print(f"programming_ratio_writes: {writes / ip_time:.2f}")
+    print(f"event_latency_p99_ms: {percentile(lat, 0.99) * 1e3:.1f}")
+    print(f"agent_rss_mib: {rss / 1024:.1f}")
+    print(f"steady_state_writes: {len(steady) + repaired}")
+
+
+if __name__ == "__main__":
+    main()

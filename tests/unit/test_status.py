@@ -1,0 +1,239 @@
+"""`pyflannel status`: expected-vs-actual comparison, own-lease detection and the renderings."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from ipaddress import IPv4Address, IPv4Network, IPv6Network, ip_address, ip_network
+
+import pytest
+
+from pyflannel_runtime.backend.peers import VxlanDevices, hostgw_peer_entries, vxlan_peer_entries
+from pyflannel_runtime.model.lease import Lease, LeaseAttrs, vxlan_backend_data
+from pyflannel_runtime.netlink.entries import DatapathState, Fdb, Neigh, Route
+from pyflannel_runtime.status import (
+    Datapath,
+    HostDatapath,
+    LeaseRow,
+    StatusError,
+    add_arguments,
+    agent_options,
+    compare,
+    describe,
+    find_own_lease,
+    remaining,
+    render_json,
+    render_table,
+    report_dict,
+    summary,
+)
+
+DEV, ETH0 = 4, 2
+NAMES = {DEV: "flannel.1", ETH0: "eth0"}
+VXLAN_HOST = HostDatapath("vxlan", devices=VxlanDevices(DEV, None), names=NAMES)
+HOSTGW_HOST = HostDatapath("host-gw", ext_index=ETH0, names=NAMES)
+
+
+def vxlan_lease(n: int, expiration: float | None = None) -> Lease:
+    attrs = LeaseAttrs(
+        IPv4Address(f"192.0.2.1{n}"), None, "vxlan", vxlan_backend_data(1, f"0a:58:0a:f4:0{n}:00")
+    )
+    return Lease(IPv4Network(f"10.244.{n}.0/24"), None, attrs, expiration=expiration)
+
+
+def hostgw_lease(n: int) -> Lease:
+    return Lease(IPv4Network(f"10.244.{n}.0/24"), None, LeaseAttrs(IPv4Address(f"192.0.2.1{n}"),
+                 None, "host-gw"))  # fmt: skip
+
+
+def rows(*leases: Lease) -> list[LeaseRow]:
+    return [LeaseRow(lease) for lease in leases]
+
+
+def vxlan_entries(lease: Lease) -> set[Route | Neigh | Fdb]:
+    return set(vxlan_peer_entries(lease, VxlanDevices(DEV, None)))
+
+
+def test_programmed_missing_and_stale_entries_are_told_apart() -> None:
+    own, peer2, peer3 = vxlan_lease(1), vxlan_lease(2), vxlan_lease(3)
+    route3 = Route(ip_network("10.244.3.0/24"), ip_address("10.244.3.0"), DEV, onlink=True)
+    stale = Fdb(DEV, "0a:58:0a:f4:09:00", ip_address("192.0.2.19"))
+    actual = DatapathState.of(vxlan_entries(peer2) | (vxlan_entries(peer3) - {route3}) | {stale})
+    report = compare(rows(own, peer2, peer3), own, VXLAN_HOST, actual, "etcd")
+    states = [(s.row.lease.subnet, s.datapath, s.missing) for s in report.leases]
+    assert states == [
+        (own.subnet, Datapath.OWN, ()),
+        (peer2.subnet, Datapath.PROGRAMMED, ()),
+        (peer3.subnet, Datapath.MISSING, (route3,)),
+    ]
+    assert report.stale == (stale,)
+    assert not report.ok
+    assert summary(report) == "3 leases, 1 peer programmed, 1 missing, 1 stale"
+
+
+def test_all_programmed_is_ok_and_the_own_lease_needs_nothing() -> None:
+    own, peer = vxlan_lease(1), vxlan_lease(2)
+    report = compare(
+        rows(own, peer), own, VXLAN_HOST, DatapathState.of(vxlan_entries(peer)), "etcd"
+    )
+    assert report.ok
+    assert summary(report) == "2 leases, 1 peer programmed, 0 missing, 0 stale"
+
+
+def test_entries_of_the_own_lease_are_stale() -> None:
+    own, peer = vxlan_lease(1), vxlan_lease(2)
+    actual = DatapathState.of(vxlan_entries(peer) | vxlan_entries(own))
+    report = compare(rows(own, peer), own, VXLAN_HOST, actual, "etcd")
+    assert set(report.stale) == vxlan_entries(own)
+
+
+def test_host_gw_peers_and_a_lease_of_another_backend() -> None:
+    own, peer, odd = hostgw_lease(1), hostgw_lease(2), vxlan_lease(3)
+    actual = DatapathState.of(hostgw_peer_entries(peer, ETH0, True, False))
+    report = compare(rows(own, peer, odd), own, HOSTGW_HOST, actual, "etcd")
+    assert [s.datapath for s in report.leases] == [
+        Datapath.OWN,
+        Datapath.PROGRAMMED,
+        Datapath.SKIPPED,
+    ]
+    assert report.leases[2].note == "Ignoring non-host-gw subnet: type=vxlan"
+    assert report.ok
+    assert summary(report).endswith(", 1 skipped")
+
+
+def test_a_missing_device_makes_every_entry_on_it_missing() -> None:
+    own, peer = vxlan_lease(1), vxlan_lease(2)
+    host = HostDatapath(
+        "vxlan",
+        devices=VxlanDevices(-1, None),
+        names={-1: "flannel.1"},
+        problems=("device flannel.1 does not exist",),
+    )
+    report = compare(rows(own, peer), own, host, DatapathState(), "etcd")
+    assert report.leases[1].datapath is Datapath.MISSING
+    assert len(report.leases[1].missing) == 3
+    assert report.problems == ("device flannel.1 does not exist",)
+    assert "route 10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink" in render_table(report, 0)
+
+
+def test_without_a_host_nothing_is_checked_and_problems_still_fail() -> None:
+    own, peer = vxlan_lease(1), vxlan_lease(2)
+    listing = compare(rows(own, peer), None, None, None, "etcd")
+    assert [s.datapath for s in listing.leases] == [Datapath.UNCHECKED] * 2 and listing.ok
+    lost = compare(rows(peer), None, None, None, "etcd", ["no lease belongs to this host"])
+    assert not lost.ok
+
+
+def test_the_own_lease_is_found_by_public_ip_or_by_subnet() -> None:
+    leases = rows(vxlan_lease(1), vxlan_lease(2))
+    assert find_own_lease(leases, ip_address("192.0.2.12"), []) == vxlan_lease(2)
+    assert find_own_lease(leases, None, [ip_network("10.244.1.0/24")]) == vxlan_lease(1)
+    assert find_own_lease(leases, ip_address("192.0.2.99"), [ip_network("10.244.1.0/24")]) is None
+    dual = Lease(None, IPv6Network("fd00:10:244:5::/64"), LeaseAttrs(), enable_ipv4=False)
+    assert find_own_lease(rows(dual), None, [ip_network("fd00:10:244:5::/64")]) == dual
+
+
+def test_entries_are_described_in_ip_syntax() -> None:
+    assert (
+        describe(Route(ip_network("fd00::/64"), ip_address("fd00::"), 9, True, 1024), NAMES)
+        == "route fd00::/64 via fd00:: dev if9 onlink metric 1024"
+    )
+    assert describe(Route(ip_network("10.244.5.0/24"), None, ETH0), NAMES) == (
+        "route 10.244.5.0/24 dev eth0"
+    )
+    assert describe(Neigh(DEV, ip_address("10.244.2.0"), "0a:58:00:00:00:02"), NAMES) == (
+        "neigh 10.244.2.0 lladdr 0a:58:00:00:00:02 dev flannel.1"
+    )
+    assert describe(Fdb(DEV, "0a:58:00:00:00:02", ip_address("192.0.2.12")), NAMES) == (
+        "fdb 0a:58:00:00:00:02 dev flannel.1 dst 192.0.2.12"
+    )
+
+
+@pytest.mark.parametrize(
+    ("left", "store", "text"),
+    [(None, "etcd", "never"), (None, "kube", "-"), (-5, "etcd", "expired"), (42, "etcd", "42s"),
+     (3599, "etcd", "59m59s"), (86399, "etcd", "23h59m"), (90000, "etcd", "1d1h")],
+)  # fmt: skip
+def test_remaining_lease_time(left: int | None, store: str, text: str) -> None:
+    now = 1_800_000_000.0
+    assert remaining(None if left is None else now + left, now, store) == text
+
+
+def test_the_table_has_aligned_columns_details_and_the_summary_last() -> None:
+    own, peer2, peer3 = vxlan_lease(1, expiration=1000.0 + 7200), vxlan_lease(2), vxlan_lease(3)
+    actual = DatapathState.of(vxlan_entries(peer2) | (vxlan_entries(peer3) - {
+        Neigh(DEV, ip_address("10.244.3.0"), "0a:58:0a:f4:03:00")}))  # fmt: skip
+    report = compare(rows(own, peer2, peer3), own, VXLAN_HOST, actual, "etcd")
+    assert render_table(report, now=1000.0) == (
+        "+---------------+------------+---------+-------------------+---------+-----+-------------+\n"
+        "| SUBNET        | PUBLIC IP  | BACKEND | VTEP MAC          | EXPIRES | OWN | DATAPATH    |\n"
+        "+---------------+------------+---------+-------------------+---------+-----+-------------+\n"
+        "| 10.244.1.0/24 | 192.0.2.11 | vxlan   | 0a:58:0a:f4:01:00 | 2h00m   | yes | own         |\n"
+        "| 10.244.2.0/24 | 192.0.2.12 | vxlan   | 0a:58:0a:f4:02:00 | never   |     | programmed  |\n"
+        "| 10.244.3.0/24 | 192.0.2.13 | vxlan   | 0a:58:0a:f4:03:00 | never   |     | missing 1/3 |\n"
+        "+---------------+------------+---------+-------------------+---------+-----+-------------+\n"
+        "\n"
+        "Missing on this host:\n"
+        "  10.244.3.0/24: neigh 10.244.3.0 lladdr 0a:58:0a:f4:03:00 dev flannel.1\n"
+        "\n"
+        "3 leases, 1 peer programmed, 1 missing, 0 stale\n"
+    )
+
+
+def test_kube_tables_name_the_nodes() -> None:
+    own, peer = vxlan_lease(1), vxlan_lease(2)
+    listing = [LeaseRow(own, "node-a"), LeaseRow(peer, "node-b")]
+    report = compare(listing, own, VXLAN_HOST, DatapathState.of(vxlan_entries(peer)), "kube")
+    lines = render_table(report, 0).splitlines()
+    assert lines[1].split("|")[1:3] == [" NODE   ", " SUBNET        "]
+    assert lines[4].startswith("| node-b | 10.244.2.0/24 |") and " -       |" in lines[4]
+
+
+def test_json_output_for_scripts() -> None:
+    own, peer = vxlan_lease(1, expiration=0.0), vxlan_lease(2)
+    stale = Route(ip_network("10.244.9.0/24"), ip_address("10.244.9.0"), DEV, onlink=True)
+    actual = DatapathState.of(vxlan_entries(peer) | {stale})
+    report = compare(rows(own, peer), own, VXLAN_HOST, actual, "etcd")
+    data = json.loads(render_json(report))
+    assert data == report_dict(report)
+    assert data["leases"][0] == {
+        "node": None,
+        "subnet": "10.244.1.0/24",
+        "ipv6_subnet": None,
+        "public_ip": "192.0.2.11",
+        "public_ipv6": None,
+        "backend": "vxlan",
+        "vtep_mac": "0a:58:0a:f4:01:00",
+        "vtep_mac_v6": None,
+        "expires": "1970-01-01T00:00:00Z",
+        "own": True,
+        "datapath": "own",
+        "missing": [],
+        "note": None,
+    }
+    assert data["leases"][1]["datapath"] == "programmed"
+    assert data["stale"] == ["route 10.244.9.0/24 via 10.244.9.0 dev flannel.1 onlink"]
+    assert data["summary"] == {"leases": 2, "programmed": 1, "missing": 0, "stale": 1, "skipped": 0}
+    assert data["ok"] is False
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_settings_default_to_the_agents_environment_and_flags_win() -> None:
+    env = {"FLANNELD_ETCD_ENDPOINTS": "http://192.0.2.5:2379", "FLANNELD_KUBE_SUBNET_MGR": "true",
+           "FLANNELD_SUBNET_FILE": "/tmp/x.env"}  # fmt: skip
+    opts = agent_options(parse(), env)
+    assert (opts.etcd_endpoints, opts.kube_subnet_mgr, opts.subnet_file) == (
+        "http://192.0.2.5:2379",
+        True,
+        "/tmp/x.env",
+    )
+    opts = agent_options(parse("--etcd-endpoints=http://192.0.2.6:2379", "--etcd-prefix=/x"), env)
+    assert (opts.etcd_endpoints, opts.etcd_prefix) == ("http://192.0.2.6:2379", "/x")
+    assert agent_options(parse(), {}).subnet_file == "/run/flannel/subnet.env"
+    with pytest.raises(StatusError, match="FLANNELD_KUBE_SUBNET_MGR"):
+        agent_options(parse(), {"FLANNELD_KUBE_SUBNET_MGR": "maybe"})
