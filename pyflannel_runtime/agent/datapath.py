@@ -6,14 +6,17 @@ import asyncio
 import logging
 
 from pyflannel_runtime.backend.base import Network
-from pyflannel_runtime.subnet.manager import SubnetManager
+from pyflannel_runtime.model.lease import LeaseEvent
+from pyflannel_runtime.subnet.manager import LeaseWatchBatch, SubnetManager
 from pyflannel_runtime.subnet.watcher import LeaseWatcher
 
 log = logging.getLogger("pyflannel.datapath")
 
 
 class DatapathLoop:
-    """One writer to the kernel at a time: watch events and periodic reconciles share a lock."""
+    """The watch never waits for the kernel: batches queue up (unbounded) while the backend
+    works, and whatever has queued meanwhile is applied in one go. One writer to the kernel at
+    a time: watch events and periodic reconciles share a lock."""
 
     def __init__(self, sm: SubnetManager, network: Network, reconcile_interval: float) -> None:
         self._sm = sm
@@ -22,28 +25,54 @@ class DatapathLoop:
         self._watcher = LeaseWatcher(network.lease)
         self._lock = asyncio.Lock()
         self._synced = asyncio.Event()
+        self._queue: asyncio.Queue[LeaseWatchBatch | None] = asyncio.Queue()
 
     async def run(self) -> None:
+        receiver = asyncio.create_task(self._receive(), name="lease-watch")
         reconciler = asyncio.create_task(self._reconcile_forever(), name="reconcile")
         try:
-            await self._follow_leases()
+            while batches := await self._next_batches():
+                await self._apply(batches)
+            await receiver  # the watch ended: raise its error, if any
         finally:
+            receiver.cancel()
             reconciler.cancel()
 
-    async def _follow_leases(self) -> None:
-        async for batch in self._sm.watch_leases():
-            events = self._watcher.apply(batch)
-            async with self._lock:
-                if batch.snapshot is not None:
-                    # A full view: reconcile also removes what no lease explains any more,
-                    # including peers that left while the agent was down (flannel #2554).
-                    writes = await self._network.reconcile(self._watcher.leases)
-                    log.info(
-                        "Synced %d peers (%d kernel changes)", len(self._watcher.leases), writes
-                    )
-                    self._synced.set()
-                elif events:
-                    await self._network.handle_events(events)
+    async def _receive(self) -> None:
+        try:
+            async for batch in self._sm.watch_leases():
+                self._queue.put_nowait(batch)
+        finally:
+            self._queue.put_nowait(None)
+
+    async def _next_batches(self) -> list[LeaseWatchBatch]:
+        """What queued since the last call; empty once the watch has ended."""
+        batches: list[LeaseWatchBatch] = []
+        item = await self._queue.get()
+        while item is not None:
+            batches.append(item)
+            if self._queue.empty():
+                return batches
+            item = self._queue.get_nowait()
+        if batches:
+            self._queue.put_nowait(None)  # the end came after these: report it next time
+        return batches
+
+    async def _apply(self, batches: list[LeaseWatchBatch]) -> None:
+        events: list[LeaseEvent] = []
+        full_view = False
+        for batch in batches:
+            events += self._watcher.apply(batch)
+            full_view |= batch.snapshot is not None
+        async with self._lock:
+            if full_view:
+                # A full view: reconcile also removes what no lease explains any more,
+                # including peers that left while the agent was down (flannel #2554).
+                writes = await self._network.reconcile(self._watcher.leases)
+                log.info("Synced %d peers (%d kernel changes)", len(self._watcher.leases), writes)
+                self._synced.set()
+            elif events:
+                await self._network.handle_events(events)
 
     async def _reconcile_forever(self) -> None:
         if self._interval <= 0:

@@ -203,22 +203,28 @@ class Agent:
         log.info("Wrote subnet file to %s", opts.subnet_file)
         log.info("Running backend.")
 
-        datapath = DatapathLoop(sm, network, opts.reconcile_interval)
-        self._tasks.append(asyncio.create_task(datapath.run(), name="datapath"))
+        datapath = asyncio.create_task(
+            DatapathLoop(sm, network, opts.reconcile_interval).run(), name="datapath"
+        )
         sdnotify.notify("READY=1")
 
         complete = asyncio.create_task(sm.complete_lease(lease), name="complete-lease")
         stop = asyncio.create_task(self._stop.wait(), name="stop")
-        self._tasks += [complete, stop]
-        done, _ = await asyncio.wait([complete, stop], return_when=asyncio.FIRST_COMPLETED)
-        if complete in done and complete.exception() is not None:
-            error = complete.exception()
-            if not isinstance(error, LeaseRevoked):
-                log.error("Lease handling failed: %s", error)
+        self._tasks += [datapath, complete, stop]
+        watched = {datapath, complete, stop}
+        while not stop.done():
+            done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            if datapath in done:
+                log.error("Lease watch ended: %s", datapath.exception() or "no more events")
                 return EXIT_FAILURE
-        elif complete in done:
-            # kube mode: the condition is set; run until a signal.
-            await self._stop.wait()
+            if complete in done:
+                error = complete.exception()
+                if isinstance(error, LeaseRevoked):
+                    break  # flanneld exits 0 and its supervisor restarts it to re-acquire
+                if error is not None:
+                    log.error("Lease handling failed: %s", error)
+                    return EXIT_FAILURE
+                watched.discard(complete)  # kube mode: the condition is set; run on
         await network.close()
         log.info("Exiting cleanly...")
         return EXIT_OK

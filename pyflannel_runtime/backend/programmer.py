@@ -20,7 +20,7 @@ from pyflannel_runtime.model.lease import EventType, Lease, LeaseEvent
 from pyflannel_runtime.netlink.batch import BatchSender, OpFailure
 from pyflannel_runtime.netlink.diff import desired_state, plan, removal_ops
 from pyflannel_runtime.netlink.dump import Ownership, owned_state
-from pyflannel_runtime.netlink.entries import Action, DatapathState, Entry, Op
+from pyflannel_runtime.netlink.entries import Action, Entry, Fdb, Neigh, Op, Route
 from pyflannel_runtime.netlink.netns import iproute
 
 log = logging.getLogger("pyflannel.backend")
@@ -35,7 +35,6 @@ class PeerProgrammer(abc.ABC):
         self._sender: BatchSender | None = None
         self._peers: dict[str, Lease] = {}
         self._entries: dict[str, tuple[Entry, ...]] = {}
-        self._believed = DatapathState()
         self._lock = asyncio.Lock()
 
     # --- what a backend supplies -----------------------------------------------------------
@@ -86,71 +85,87 @@ class PeerProgrammer(abc.ABC):
     # --- Network API -----------------------------------------------------------------------
 
     async def handle_events(self, events: Sequence[LeaseEvent]) -> None:
+        """Write only what these events change: a handful of messages per peer, whatever the
+        cluster size."""
         async with self._lock:
-            added: list[Lease] = []
+            await self.prepare([e.lease for e in events if e.type is EventType.ADDED])
+            written: list[Entry] = []
+            stale: list[Entry] = []
             for event in events:
                 key = event.lease.key()
+                self._peers.pop(key, None)
+                old = self._entries.pop(key, ())
+                new: tuple[Entry, ...] = ()
                 if event.type is EventType.ADDED:
                     self._peers[key] = event.lease
-                    added.append(event.lease)
-                else:
-                    self._peers.pop(key, None)
-                    self._entries.pop(key, None)
-            await self.prepare(added)
-            resent: set[Entry] = set()
-            for lease in added:
-                resent.update(self._compute(lease))
-            # Added peers are always written (replace semantics, as flannel does); the rest of
-            # the cache is compared with what was programmed, so removals and superseded
-            # entries of changed peers are deleted.
-            view = DatapathState.of(self._believed.entries() - resent)
-            await self._apply(view)
+                    new = self._compute(event.lease)
+                # Added peers are always written (replace semantics, as flannel does).
+                written.extend(new)
+                stale.extend(e for e in old if e not in new)
+            rewritten = {e.key for e in written}
+            ops = [
+                Op(Action.REPLACE, e)
+                for kind in (Neigh, Fdb, Route)
+                for e in written
+                if isinstance(e, kind)
+            ]
+            ops += removal_ops(e for e in stale if e.key not in rewritten)
+            await self._send_with_rollback(ops)
 
     async def reconcile(self, peers: Sequence[Lease]) -> int:
         async with self._lock:
             return await self._reconcile(peers)
 
     async def _reconcile(self, peers: Sequence[Lease]) -> int:
-        self._peers = {lease.key(): lease for lease in peers}
-        self._entries = {}
-        await self.prepare(list(self._peers.values()))
-        for lease in self._peers.values():
-            self._compute(lease)
+        fresh = {lease.key(): lease for lease in peers}
+        await self.prepare(list(fresh.values()))
+        reusable = self.entries_are_stable()
+        entries: dict[str, tuple[Entry, ...]] = {}
+        for key, lease in fresh.items():
+            cached = self._entries.get(key)
+            if reusable and cached is not None and self._peers.get(key) == lease:
+                entries[key] = cached
+            else:
+                entries[key] = self.peer_entries_or_none(lease)
+        self._peers, self._entries = fresh, entries
         ownership = self.ownership()
         actual = await self.kernel(lambda ipr: owned_state(ipr, ownership))
-        return await self._apply(actual)
+        desired = desired_state(e for group in self._entries.values() for e in group)
+        return await self._send_with_rollback(plan(desired, actual))
+
+    def forget_entries(self) -> None:
+        """Drop the computed entries, e.g. when a device they point at was recreated."""
+        self._entries = {}
+
+    def entries_are_stable(self) -> bool:
+        """True when a lease's entries depend on the lease alone, not on kernel lookups made
+        in `prepare`, so unchanged leases can keep their computed entries."""
+        return True
 
     # --- internals -------------------------------------------------------------------------
 
-    def _compute(self, lease: Lease) -> tuple[Entry, ...]:
-        key = lease.key()
+    def peer_entries_or_none(self, lease: Lease) -> tuple[Entry, ...]:
         try:
-            entries = self.peer_entries(lease)
+            return self.peer_entries(lease)
         except PeerSkipped as why:
             log.info("%s", why)
-            entries = ()
-        self._entries[key] = entries
+            return ()
+
+    def _compute(self, lease: Lease) -> tuple[Entry, ...]:
+        entries = self._entries[lease.key()] = self.peer_entries_or_none(lease)
         return entries
 
-    async def _apply(self, actual: DatapathState) -> int:
-        desired = desired_state(e for entries in self._entries.values() for e in entries)
-        ops = plan(desired, actual)
+    async def _send_with_rollback(self, ops: list[Op]) -> int:
         failures = await self._send(ops)
         for failure in failures:
             log.error("Netlink write failed: %s", failure)
-        believed = set(desired.entries())
         failed = {f.op.entry for f in failures if f.op.action is Action.REPLACE}
-        believed.update(f.op.entry for f in failures if f.op.action is Action.DELETE)
-        rollback = self._rollback_failed_peers(failed, desired)
-        if rollback:
-            believed.difference_update(op.entry for op in rollback)
-            believed.difference_update(failed)
-            for failure in await self._send(rollback):
-                log.warning("Rollback: %s", failure)
-        self._believed = DatapathState.of(believed)
+        rollback = self._rollback_failed_peers(failed)
+        for failure in await self._send(rollback):
+            log.warning("Rollback: %s", failure)
         return len(ops) + len(rollback)
 
-    def _rollback_failed_peers(self, failed: set[Entry], desired: DatapathState) -> list[Op]:
+    def _rollback_failed_peers(self, failed: set[Entry]) -> list[Op]:
         """A peer is programmed whole or not at all (flannel removes the neighbour when the FDB
         fails, both when the route fails); the next reconcile retries it."""
         if not failed:
@@ -163,8 +178,7 @@ class PeerProgrammer(abc.ABC):
                 undo.extend(e for e in entries if e not in failed)
             else:
                 keep.update(entries)
-        wanted = desired.entries()
-        return removal_ops(_unique(e for e in undo if e not in keep and e in wanted))
+        return removal_ops(_unique(e for e in undo if e not in keep))
 
 
 def _unique(entries: Iterable[Entry]) -> list[Entry]:

@@ -188,6 +188,10 @@ class VxlanNetwork(PeerProgrammer):
             networks=tuple(f.network for f in self._families.values() if f.network is not None),
         )
 
+    def entries_are_stable(self) -> bool:
+        # DirectRouting picks each peer's entries from a route lookup that can change.
+        return not self._opts.direct_routing
+
     async def prepare(self, leases: Sequence[Lease]) -> None:
         if not self._opts.direct_routing:
             return
@@ -242,6 +246,7 @@ class VxlanNetwork(PeerProgrammer):
             try:
                 async with self._lock:
                     await self._recreate_missing()
+                    self.forget_entries()  # they name the old device's ifindex
                     writes = await self._reconcile(list(self._peers.values()))
                 log.info(
                     "VXLAN devices restored; replayed %d peers (%d writes)",

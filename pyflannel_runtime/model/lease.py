@@ -27,7 +27,7 @@ def _raw_json(value: Any) -> str | None:
     return gojson.compact(value)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LeaseAttrs:
     public_ip: IPv4Address = _ZERO_IP
     public_ipv6: IPv6Address | None = None
@@ -83,7 +83,7 @@ def _as_str(value: Any) -> str:
     return value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Lease:
     subnet: IPv4Network | None
     ipv6_subnet: IPv6Network | None
@@ -102,7 +102,7 @@ class EventType(enum.IntEnum):
     REMOVED = 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LeaseEvent:
     type: EventType
     lease: Lease

@@ -14,7 +14,7 @@ IPAddress = IPv4Address | IPv6Address
 IPNetwork = IPv4Network | IPv6Network
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Route:
     """A unicast route in the main table (protocol boot, scope universe)."""
 
@@ -30,7 +30,7 @@ class Route:
         return (self.dst, self.priority)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Neigh:
     """A permanent neighbour (ARP/NDP) entry."""
 
@@ -43,7 +43,7 @@ class Neigh:
         return (self.ifindex, self.ip)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Fdb:
     """A permanent `self` FDB entry on a vxlan device: VTEP MAC -> remote underlay IP."""
 
@@ -64,7 +64,7 @@ class Action(enum.Enum):
     DELETE = "delete"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Op:
     action: Action
     entry: Entry

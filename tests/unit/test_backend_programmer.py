@@ -101,3 +101,48 @@ def test_reconcile_removes_what_no_lease_explains() -> None:
         assert await net.reconcile([peer(2)]) == 0 and net.sent == []
 
     asyncio.run(scenario())
+
+
+def test_an_event_writes_only_its_own_peer_entries() -> None:
+    async def scenario() -> None:
+        net = ModelNetwork()
+        await net.handle_events([LeaseEvent(EventType.ADDED, peer(n)) for n in range(2, 60)])
+        net.sent.clear()
+        await net.handle_events([LeaseEvent(EventType.ADDED, peer(7, mac_suffix=200))])
+        assert {op.entry for op in net.sent if op.action is Action.REPLACE} == entries_of(
+            peer(7, 200)
+        )
+        # The old MAC's FDB entry is the only thing the change makes stale.
+        assert [op.entry for op in net.sent if op.action is Action.DELETE] == [
+            e for e in entries_of(peer(7)) if isinstance(e, Fdb)
+        ]
+        net.sent.clear()
+        await net.handle_events([LeaseEvent(EventType.REMOVED, peer(9))])
+        assert [op.action for op in net.sent] == [Action.DELETE] * 3
+        assert {op.entry for op in net.sent} == entries_of(peer(9))
+
+    asyncio.run(scenario())
+
+
+def test_reconcile_recomputes_only_changed_leases() -> None:
+    calls: list[Lease] = []
+
+    class Counting(ModelNetwork):
+        def peer_entries(self, lease: Lease) -> tuple[Entry, ...]:
+            calls.append(lease)
+            return super().peer_entries(lease)
+
+    async def scenario() -> None:
+        net = Counting()
+        leases = [peer(n) for n in range(2, 30)]
+        await net.reconcile(leases)
+        calls.clear()
+        leases[3] = peer(5, mac_suffix=77)
+        assert await net.reconcile(leases) > 0
+        assert calls == [peer(5, 77)]
+        net.forget_entries()
+        calls.clear()
+        assert await net.reconcile(leases) == 0
+        assert len(calls) == len(leases)
+
+    asyncio.run(scenario())

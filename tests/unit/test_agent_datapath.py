@@ -1,0 +1,73 @@
+"""The datapath loop: queued lease batches are applied together, and the watch's end or error
+reaches the agent."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from ipaddress import IPv4Address, IPv4Network
+
+import pytest
+
+from pyflannel_runtime.agent.datapath import DatapathLoop
+from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
+from pyflannel_runtime.subnet.manager import LeaseWatchBatch
+
+
+def lease(n: int) -> Lease:
+    return Lease(IPv4Network(f"10.244.{n}.0/24"), None, LeaseAttrs(IPv4Address(f"192.0.2.{n}")))
+
+
+class RecordingNetwork:
+    def __init__(self) -> None:
+        self.lease = lease(1)
+        self.mtu = 1450
+        self.calls: list[tuple[str, int]] = []
+
+    async def handle_events(self, events: Sequence[LeaseEvent]) -> None:
+        self.calls.append(("events", len(events)))
+        await asyncio.sleep(0.05)  # while the kernel is busy, more batches queue up
+
+    async def reconcile(self, peers: Sequence[Lease]) -> int:
+        self.calls.append(("reconcile", len(peers)))
+        return 0
+
+    async def close(self) -> None:
+        pass
+
+
+class ScriptedManager:
+    def __init__(self, batches: list[LeaseWatchBatch], error: Exception | None = None) -> None:
+        self.batches = batches
+        self.error = error
+
+    async def watch_leases(self) -> AsyncIterator[LeaseWatchBatch]:
+        for batch in self.batches:
+            yield batch
+            await asyncio.sleep(0)
+        if self.error is not None:
+            raise self.error
+
+
+def added(*ns: int) -> LeaseWatchBatch:
+    return LeaseWatchBatch(events=tuple(LeaseEvent(EventType.ADDED, lease(n)) for n in ns))
+
+
+def test_snapshot_reconciles_then_queued_events_are_applied_together() -> None:
+    network = RecordingNetwork()
+    batches = [LeaseWatchBatch(snapshot=(lease(1), lease(2)))] + [added(n) for n in range(3, 13)]
+    loop = DatapathLoop(ScriptedManager(batches), network, reconcile_interval=0)  # type: ignore[arg-type]
+    asyncio.run(loop.run())
+    assert network.calls[0] == ("reconcile", 1)  # the own lease is not a peer
+    applied = [n for kind, n in network.calls[1:] if kind == "events"]
+    assert sum(applied) == 10
+    assert len(applied) < 10, "batches that queued while the kernel was busy go together"
+
+
+def test_a_watch_error_ends_the_loop_with_that_error() -> None:
+    network = RecordingNetwork()
+    manager = ScriptedManager([added(2), added(3)], error=RuntimeError("watch broke"))
+    loop = DatapathLoop(manager, network, reconcile_interval=0)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="watch broke"):
+        asyncio.run(loop.run())
+    assert sum(n for _, n in network.calls) == 2
