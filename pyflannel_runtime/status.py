@@ -19,11 +19,11 @@ import logging
 import os
 import sys
 import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from ipaddress import ip_address
-from typing import Any, cast
+from typing import Any
 
 from pyflannel_runtime.agent.flags import FlagError, Options, parse_flags
 from pyflannel_runtime.backend.peers import (
@@ -44,7 +44,6 @@ from pyflannel_runtime.netlink.entries import (
     Neigh,
     Route,
 )
-from pyflannel_runtime.subnet.manager import LeaseWatchBatch
 from pyflannel_runtime.subnet.watcher import LeaseWatcher
 
 HELP = "show the leases and whether this host's datapath holds every peer"
@@ -391,27 +390,14 @@ def render_json(report: StatusReport) -> str:
 
 
 async def etcd_leases(opts: Options, timeout: float) -> tuple[NetworkConfig, list[LeaseRow]]:
+    from pyflannel_runtime.agent.stores import etcd_settings
     from pyflannel_runtime.model.netconf import ConfigError
-    from pyflannel_runtime.subnet.etcd import (
-        ETCD_ERRORS,
-        EtcdError,
-        EtcdSettings,
-        EtcdSubnetManager,
-    )
+    from pyflannel_runtime.subnet.etcd import ETCD_ERRORS, EtcdError, EtcdSubnetManager
     from pyflannel_runtime.subnet.etcd import (
         describe as etcd_describe,
     )
 
-    settings = EtcdSettings(
-        endpoints=tuple(opts.etcd_endpoint_list),
-        prefix=opts.etcd_prefix,
-        certfile=opts.etcd_certfile,
-        keyfile=opts.etcd_keyfile,
-        cafile=opts.etcd_cafile,
-        username=opts.etcd_username,
-        password=opts.etcd_password,
-        request_timeout=timeout,
-    )
+    settings = etcd_settings(opts, request_timeout=timeout)
     where = f"etcd {opts.etcd_endpoints} (prefix {opts.etcd_prefix})"
     failures: tuple[type[BaseException], ...] = (*ETCD_ERRORS, EtcdError, ConfigError)
     try:
@@ -421,20 +407,14 @@ async def etcd_leases(opts: Options, timeout: float) -> tuple[NetworkConfig, lis
     try:
         async with asyncio.timeout(timeout):
             config = await sm.get_network_config()
-            # The watch's first batch is a listing of every lease (own one included).
-            watch = cast(AsyncGenerator[LeaseWatchBatch, None], sm.watch_leases())
-            try:
-                batch = await anext(watch)
-            finally:
-                await watch.aclose()
+            listed = await sm.list_leases()
     except TimeoutError:
         raise StatusError(f"cannot read leases from {where}: no answer in {timeout:g}s") from None
     except failures as err:
         raise StatusError(f"cannot read leases from {where}: {etcd_describe(err)}") from None
     finally:
         await sm.close()
-    leases = sorted(batch.snapshot or (), key=_lease_order)
-    return config, [LeaseRow(lease) for lease in leases]
+    return config, [LeaseRow(lease) for lease in sorted(listed, key=_lease_order)]
 
 
 def kube_leases(opts: Options, timeout: float) -> tuple[NetworkConfig, list[LeaseRow], list[str]]:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Any
 
 from pyflannel_runtime.agent.flags import Options
 from pyflannel_runtime.model.subnet_env import PreviousSubnets, read_previous_subnets
 from pyflannel_runtime.subnet.manager import SubnetManager
+
+if TYPE_CHECKING:
+    from pyflannel_runtime.subnet.etcd import EtcdSettings
 
 log = logging.getLogger("pyflannel.agent")
 
@@ -35,19 +39,24 @@ async def build_subnet_manager(opts: Options) -> SubnetManager:
             set_node_network_unavailable=opts.set_node_network_unavailable,
         )
 
-    from pyflannel_runtime.subnet.etcd import EtcdSettings, EtcdSubnetManager
+    from pyflannel_runtime.subnet.etcd import EtcdSubnetManager
 
-    return EtcdSubnetManager(
-        EtcdSettings(
-            endpoints=tuple(opts.etcd_endpoint_list),
-            prefix=opts.etcd_prefix,
-            certfile=opts.etcd_certfile,
-            keyfile=opts.etcd_keyfile,
-            cafile=opts.etcd_cafile,
-            username=opts.etcd_username,
-            password=opts.etcd_password,
-            subnet_lease_ttl=opts.subnet_lease_ttl,
-            renew_margin_minutes=opts.subnet_lease_renew_margin,
-            previous=previous_subnets(opts.subnet_file),
-        )
+    return EtcdSubnetManager(etcd_settings(opts, previous=previous_subnets(opts.subnet_file)))
+
+
+def etcd_settings(opts: Options, **extra: Any) -> EtcdSettings:
+    """The etcd connection and lease settings flanneld's flags describe."""
+    from pyflannel_runtime.subnet.etcd import EtcdSettings
+
+    return EtcdSettings(
+        endpoints=tuple(opts.etcd_endpoint_list),
+        prefix=opts.etcd_prefix,
+        certfile=opts.etcd_certfile,
+        keyfile=opts.etcd_keyfile,
+        cafile=opts.etcd_cafile,
+        username=opts.etcd_username,
+        password=opts.etcd_password,
+        subnet_lease_ttl=opts.subnet_lease_ttl,
+        renew_margin_minutes=opts.subnet_lease_renew_margin,
+        **extra,
     )

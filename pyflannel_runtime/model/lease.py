@@ -90,6 +90,8 @@ class Lease:
     attrs: LeaseAttrs
     enable_ipv4: bool = True
     enable_ipv6: bool = False
+    # Unix time; None: no expiry (an etcd reservation); math.inf: held by an etcd lease whose
+    # TTL was not looked up (peers from the watch, where only the datapath needs them).
     expiration: float | None = None
     asof: int = 0
 

@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import math
 import posixpath
 import random
 import time
@@ -56,6 +57,8 @@ _T = TypeVar("_T")
 DEFAULT_ENDPOINTS = ("http://127.0.0.1:4001", "http://127.0.0.1:2379")
 DEFAULT_PREFIX = "/coreos.com/network"
 SUBNET_TTL = 86400
+# The TTL of a leased key whose expiry was not looked up: its expiration becomes infinite.
+UNKNOWN_TTL = math.inf
 RACE_RETRIES = 10
 RENEW_RETRY_SECONDS = 60.0
 _BACKOFF_FIRST = 0.1
@@ -258,7 +261,7 @@ def _join(*parts: str) -> str:
 # --- etcd values → leases -------------------------------------------------------------------
 
 
-def _lease_from_kv(key: bytes, value: bytes, ttl: int | None, revision: int) -> Lease:
+def _lease_from_kv(key: bytes, value: bytes, ttl: float | None, revision: int) -> Lease:
     """Raises LeaseError when the key is not a subnet key or the value not LeaseAttrs JSON."""
     subnet, ipv6_subnet = parse_subnet_key(key.decode(errors="replace"))
     attrs = LeaseAttrs.from_json(value)
@@ -345,11 +348,18 @@ class EtcdSubnetManager:
         info = await self._call(lambda c: c.get_lease_info(lease_id, keys=False))
         return int(info.TTL)
 
-    async def _list_leases(self) -> tuple[list[Lease], int]:
-        """All parseable leases and the revision they were read at."""
+    async def _ttl(self, lease_id: int, with_expiry: bool) -> float | None:
+        if with_expiry or lease_id == 0:
+            return await self._time_to_live(lease_id)
+        return UNKNOWN_TTL
+
+    async def _list_leases(self, *, with_expiry: bool = True) -> tuple[list[Lease], int]:
+        """All parseable leases and the revision they were read at. Without ``with_expiry``,
+        leased keys get an unknown (infinite) expiry: the datapath never needs it, and one
+        TTL request per key is most of the cost of listing thousands of peers."""
         listing = await self._call(lambda c: c.get_prefix(self._subnets_dir))
         kvs = list(listing)
-        ttls = await asyncio.gather(*(self._time_to_live(kv.lease) for kv in kvs))
+        ttls = await asyncio.gather(*(self._ttl(kv.lease, with_expiry) for kv in kvs))
         leases = []
         for kv, ttl in zip(kvs, ttls, strict=True):
             try:
@@ -480,8 +490,13 @@ class EtcdSubnetManager:
         ):
             yield batch
 
+    async def list_leases(self) -> list[Lease]:
+        """Every lease under the prefix, with its expiry (for operators: `pyflannel status`)."""
+        leases, _ = await self._list_leases()
+        return leases
+
     async def _snapshot(self) -> tuple[LeaseWatchBatch, int]:
-        leases, revision = await self._list_leases()
+        leases, revision = await self._list_leases(with_expiry=False)
         return LeaseWatchBatch(snapshot=tuple(leases)), revision
 
     async def _lease_event(self, event: Any) -> LeaseEvent:
@@ -489,8 +504,7 @@ class EtcdSubnetManager:
         kv = event.kv
         if event.kind == aetcd.EventKind.DELETE:
             return LeaseEvent(EventType.REMOVED, _removed_lease(kv.key, kv.mod_revision))
-        _lease_from_kv(kv.key, kv.value, None, kv.mod_revision)  # parse before asking etcd
-        ttl = await self._time_to_live(kv.lease)
+        ttl = await self._ttl(kv.lease, with_expiry=False)
         return LeaseEvent(EventType.ADDED, _lease_from_kv(kv.key, kv.value, ttl, kv.mod_revision))
 
     async def _follow(

@@ -7,6 +7,7 @@ changes server-wide state (TLS, auth, compaction, restarts).
 from __future__ import annotations
 
 import asyncio
+import math
 import logging
 import random
 import time
@@ -382,8 +383,14 @@ def test_watch_reports_peers_added_updated_and_removed(configured: tuple[EtcdSer
                 assert added.type is EventType.ADDED
                 assert added.lease.subnet == IPv4Network("10.244.9.0/24")
                 assert added.lease.attrs == attrs("192.0.2.9")
-                assert added.lease.expiration is not None
-                assert time.time() + 590 < added.lease.expiration <= time.time() + 601
+                # The watch does not look up TTLs (the datapath never needs them) ...
+                assert added.lease.expiration == math.inf
+                # ... while the listing operators see does.
+                listed = {lease.subnet: lease for lease in await manager.list_leases()}
+                expiry = listed[IPv4Network("10.244.9.0/24")].expiration
+                assert expiry is not None
+                assert time.time() + 590 < expiry <= time.time() + 601
+                assert listed[IPv4Network("10.244.7.0/24")].expiration is None
 
                 new_attrs = attrs("192.0.2.9", mac="aa:bb:cc:00:00:10")
                 await client.put(b_key, new_attrs.to_json().encode(), lease=etcd_lease)
