@@ -7,8 +7,8 @@ changes server-wide state (TLS, auth, compaction, restarts).
 from __future__ import annotations
 
 import asyncio
-import math
 import logging
+import math
 import random
 import time
 from collections.abc import AsyncIterator, Coroutine, Sequence
