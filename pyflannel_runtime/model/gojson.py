@@ -20,9 +20,16 @@ class JSONObject(list[tuple[str, Any]]):
     """A decoded JSON object as its (key, value) pairs, in document order, duplicates kept."""
 
 
+# Built once: json.loads makes a new decoder (or encoder) on every call that passes options,
+# which is most of the cost of decoding thousands of small lease values.
+_DECODER = json.JSONDecoder(object_pairs_hook=JSONObject)
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def loads_pairs(data: str | bytes) -> Any:
     try:
-        return json.loads(data, object_pairs_hook=JSONObject)
+        text = data.decode() if isinstance(data, bytes) else data
+        return _DECODER.decode(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise GoJSONError(str(err)) from None
 
@@ -88,7 +95,7 @@ def go_kind(value: Any) -> str:
 
 def compact(value: Any) -> str:
     """Go's json.Marshal layout for plain values: compact, non-ASCII kept, HTML-safe escapes."""
-    text = json.dumps(to_plain(value), separators=(",", ":"), ensure_ascii=False)
+    text = _ENCODER.encode(to_plain(value))
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 

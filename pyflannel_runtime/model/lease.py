@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 import re
+import socket
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import Any
@@ -58,7 +59,7 @@ class LeaseAttrs:
         public_ipv6 = None
         try:
             if folded.get("PublicIP") is not None:
-                public_ip = IPv4Address(_as_str(folded["PublicIP"]))
+                public_ip = parse_ipv4(_as_str(folded["PublicIP"]))
             if folded.get("PublicIPv6") is not None:
                 public_ipv6 = IPv6Address(_as_str(folded["PublicIPv6"]))
         except ValueError as err:
@@ -75,6 +76,15 @@ class LeaseAttrs:
             backend_data=_raw_json(folded.get("BackendData")),
             backend_v6_data=_raw_json(folded.get("BackendV6Data")),
         )
+
+
+def parse_ipv4(text: str) -> IPv4Address:
+    """A dotted quad, through the C parser first: thousands of leases are read at start-up.
+    inet_pton is as strict as ipaddress (no leading zeros, exactly four octets)."""
+    try:
+        return IPv4Address(int.from_bytes(socket.inet_pton(socket.AF_INET, text), "big"))
+    except OSError:
+        return IPv4Address(text)  # raises ValueError with ipaddress's reason
 
 
 def _as_str(value: Any) -> str:
@@ -133,7 +143,7 @@ def parse_subnet_key(key: str) -> tuple[IPv4Network, IPv6Network | None]:
         # Go parses the lengths as uint with 5 (v4) and 7 (v6) bits.
         if int(len4) >= 1 << 5:
             raise ValueError(len4)
-        subnet = IPv4Network(f"{IPv4Address(ip4)}/{len4}", strict=False)
+        subnet = IPv4Network((parse_ipv4(ip4), int(len4)), strict=False)
         ipv6_subnet = None
         if ip6 is not None:
             if int(len6) >= 1 << 7:
