@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from pyflannel_runtime.agent.memory import release_free_memory
 from pyflannel_runtime.backend.base import Network
 from pyflannel_runtime.model.lease import LeaseEvent
 from pyflannel_runtime.subnet.manager import LeaseWatchBatch, SubnetManager
@@ -71,6 +72,7 @@ class DatapathLoop:
                 writes = await self._network.reconcile(self._watcher.leases)
                 log.info("Synced %d peers (%d kernel changes)", len(self._watcher.leases), writes)
                 self._synced.set()
+                release_free_memory()
             elif events:
                 await self._network.handle_events(events)
 

@@ -18,6 +18,7 @@ from pyflannel_runtime.agent.datapath import DatapathLoop
 from pyflannel_runtime.agent.errors import StartupError
 from pyflannel_runtime.agent.flags import FlagError, Options, parse_flags, usage, validate
 from pyflannel_runtime.agent.health import HealthServer
+from pyflannel_runtime.agent.memory import limit_malloc_arenas
 from pyflannel_runtime.agent.stores import build_subnet_manager, previous_subnets
 from pyflannel_runtime.agent.traffic import install_traffic_rules
 from pyflannel_runtime.backend.base import BackendError, get_backend
@@ -251,6 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FlagError as err:
         log.error("%s", err)
         return EXIT_FAILURE
+    limit_malloc_arenas()
     return asyncio.run(Agent(opts).run())
 
 
