@@ -19,13 +19,12 @@ import sys
 import time
 from pathlib import Path
 
-from agentlab import PREFIX, AgentLab
+_ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(_ROOT), str(_ROOT / "tests" / "integration")]  # runnable as a script
 
-STATE = Path(
-    os.environ.get(
-        "PYFLANNEL_LAB_STATE", Path(__file__).resolve().parents[2] / ".lab" / "state.json"
-    )
-)
+from agentlab import AgentLab  # noqa: E402
+
+STATE = Path(os.environ.get("PYFLANNEL_LAB_STATE", _ROOT / ".lab" / "state.json"))
 BACKENDS = ("vxlan", "host-gw", "udp")
 
 
@@ -50,26 +49,25 @@ def _write_state(lab: AgentLab, pods: dict[str, dict[str, str]]) -> None:
     STATE.write_text(json.dumps(state, indent=2) + "\n")
 
 
-def _leases(lab: AgentLab) -> list[tuple[str, dict[str, object]]]:
-    out = lab.etcdctl("get", "--prefix", f"{PREFIX}/subnets/")
-    lines = out.splitlines()
-    return [
-        (k.rsplit("/", 1)[1], json.loads(v)) for k, v in zip(lines[::2], lines[1::2], strict=True)
-    ]
+def _status(lab: AgentLab) -> str:
+    """`pyflannel status` as an operator on the first host would run it."""
+    host = lab.net.hosts[0]
+    done = lab.net.run(
+        host.ns,
+        str(Path(sys.executable).parent / "pyflannel"),
+        "status",
+        *lab.store_args(),
+        f"--subnet-file={lab.subnet_file(host)}",
+        check=False,
+    )
+    return done.stdout + done.stderr
 
 
 def _print_summary(lab: AgentLab, pods: dict[str, dict[str, str]]) -> bool:
-    print(
-        f"\npyflannel lab {lab.net.token}: backend {lab.backend['Type']}, etcd {lab.etcd.endpoint if lab.etcd else '?'}"
-    )
-    print("\nLeases in etcd:")
-    print(f"  {'SUBNET':<18} {'PUBLIC IP':<15} {'BACKEND':<8} VTEP MAC")
-    for key, attrs in _leases(lab):
-        data = attrs.get("BackendData") or {}
-        mac = data.get("VtepMAC", "-") if isinstance(data, dict) else "-"
-        print(
-            f"  {key.replace('-', '/'):<18} {attrs['PublicIP']!s:<15} {attrs.get('BackendType') or 'udp':<8} {mac}"
-        )
+    store = lab.etcd.endpoint if lab.etcd else "the Node API test double"
+    print(f"\npyflannel lab {lab.net.token}: backend {lab.backend['Type']}, leases in {store}")
+    print(f"\n$ pyflannel status   (on {lab.net.hosts[0].ns})")
+    print(_status(lab))
     print("\nPods (wired by the flannel CNI plugin):")
     for host_ns, pod in pods.items():
         print(f"  {pod['netns']:<24} {pod['ip']:<15} on {host_ns}")
