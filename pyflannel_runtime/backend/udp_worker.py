@@ -107,7 +107,21 @@ def _serve_commands(ctl: socket.socket, table: RouteTable) -> NoReturn:
         _apply(ctl.recv(COMMAND_SIZE * 2), table)
 
 
-class Sender:
+class _Forwarder:
+    """One direction between flannel0 and the UDP socket, in its own process."""
+
+    def __init__(
+        self, tun: int, sock: socket.socket, table: RouteTable, counters: Counters, offload: bool
+    ) -> None:
+        self.tun = tun
+        self.sock = sock
+        self.table = table
+        self.counters = counters
+        self.offload = offload
+        self.engine = best_offload()
+
+
+class Sender(_Forwarder):
     """flannel0 -> UDP: one packet (or one TSO super-packet) per read."""
 
     def __init__(
@@ -119,14 +133,9 @@ class Sender:
         tun_addr: IPv4Address,
         offload: bool,
     ) -> None:
-        self.tun = tun
-        self.sock = sock
-        self.table = table
-        self.counters = counters
+        super().__init__(tun, sock, table, counters, offload)
         self.tun_addr = tun_addr
-        self.offload = offload
         self.gso = offload
-        self.engine = best_offload()
 
     def run(self) -> NoReturn:
         buf = bytearray(_BUFFER)
@@ -202,23 +211,8 @@ class Sender:
             os.writev(self.tun, [PLAIN_VNET_HDR, reply] if self.offload else [reply])
 
 
-class Receiver:
+class Receiver(_Forwarder):
     """UDP -> flannel0: datagrams from peers only; runs of one TCP stream are re-joined."""
-
-    def __init__(
-        self,
-        tun: int,
-        sock: socket.socket,
-        table: RouteTable,
-        counters: Counters,
-        offload: bool,
-    ) -> None:
-        self.tun = tun
-        self.sock = sock
-        self.table = table
-        self.counters = counters
-        self.offload = offload
-        self.engine = best_offload()
 
     def run(self) -> NoReturn:
         if self.offload:  # the agent turned UDP_GRO on for this socket

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 from agentlab import AgentLab
+from netlab import LabHost
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 
@@ -35,6 +37,23 @@ def lab(request: pytest.FixtureRequest) -> Iterator[AgentLab]:
     with AgentLab(BACKENDS[request.param]) as running:
         running.start_all()
         yield running
+
+
+@contextlib.contextmanager
+def ping_stream(
+    lab: AgentLab, src: LabHost, dst: LabHost, count: int
+) -> Iterator[subprocess.Popen[str]]:
+    """A 10 ms ping stream from src's pod to dst's pod, killed if the test leaves it running."""
+    argv = ["ping", "-n", "-q", "-i", "0.01", "-c", str(count), str(dst.pod_ip)]
+    stream = subprocess.Popen(
+        ["ip", "netns", "exec", src.pod_ns, *argv], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        yield stream
+    finally:
+        if stream.poll() is None:
+            stream.kill()
+            stream.wait()
 
 
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05) -> bool:  # type: ignore[no-untyped-def]
@@ -92,25 +111,7 @@ def test_sigterm_keeps_datapath_and_restart_keeps_subnet(lab: AgentLab) -> None:
 def test_restart_loses_no_pings(lab: AgentLab, sig: int) -> None:
     kernel_datapath(lab)
     a, b = lab.net.hosts[0], lab.net.hosts[1]
-    stream = subprocess.Popen(
-        [
-            "ip",
-            "netns",
-            "exec",
-            a.pod_ns,
-            "ping",
-            "-n",
-            "-q",
-            "-i",
-            "0.01",
-            "-c",
-            "300",
-            str(b.pod_ip),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with ping_stream(lab, a, b, count=300) as stream:
         time.sleep(0.5)
         lab.stop_agent(a, sig)
         lab.stop_agent(b, sig)
@@ -119,9 +120,6 @@ def test_restart_loses_no_pings(lab: AgentLab, sig: int) -> None:
         lab.wait_ready(a)
         lab.wait_ready(b)
         out, _ = stream.communicate(timeout=30)
-    finally:
-        if stream.poll() is None:
-            stream.kill()
     assert " 0% packet loss" in out, out
 
 
@@ -175,25 +173,7 @@ def test_deleted_vxlan_device_heals_with_all_peers(lab: AgentLab) -> None:
 
 def test_golden_iptables_rules_hold_while_traffic_flows(lab: AgentLab) -> None:
     host, peer = lab.net.hosts[0], lab.net.hosts[1]
-    stream = subprocess.Popen(
-        [
-            "ip",
-            "netns",
-            "exec",
-            host.pod_ns,
-            "ping",
-            "-n",
-            "-q",
-            "-i",
-            "0.01",
-            "-c",
-            "200",
-            str(peer.pod_ip),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with ping_stream(lab, host, peer, count=200) as stream:
         time.sleep(1)  # the listings are taken while the stream runs through the rules
         nat_jump = [
             line
@@ -206,9 +186,6 @@ def test_golden_iptables_rules_hold_while_traffic_flows(lab: AgentLab) -> None:
         forward = lab.net.run(host.ns, "iptables", "-t", "filter", "-S", "FORWARD").stdout
         fwd = lab.net.run(host.ns, "iptables", "-t", "filter", "-S", "FLANNEL-FWD").stdout
         out, _ = stream.communicate(timeout=30)
-    finally:
-        if stream.poll() is None:
-            stream.kill()
     s = f"10.244.{host.n}.0/24"
     assert nat_jump == ['-A POSTROUTING -m comment --comment "flanneld masq" -j FLANNEL-POSTRTG']
     assert nat == (
