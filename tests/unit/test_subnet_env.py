@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from ipaddress import IPv4Network, IPv6Network
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_network
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from pyflannel_runtime.model.subnet_env import (
     SubnetEnv,
     SubnetEnvError,
+    masked_cidr,
     parse_cni_subnet_env,
     read_previous_subnets,
 )
@@ -71,10 +72,10 @@ def test_lenient_reader_skips_invalid_elements() -> None:
 
 def test_strict_reader_parses_what_flanneld_writes() -> None:
     env = parse_cni_subnet_env(DUAL_STACK_EXAMPLE, "/run/flannel/subnet.env")
-    assert env.networks == [IPv4Network("10.42.0.0/16")]
-    assert env.subnet == IPv4Network("10.42.0.0/24")
-    assert env.ipv6_networks == [IPv6Network("2001:cafe:42::/56")]
-    assert env.ipv6_subnet == IPv6Network("2001:cafe:42::/64")
+    assert env.networks == ["10.42.0.0/16"]
+    assert env.subnet == "10.42.0.0/24"
+    assert env.ipv6_networks == ["2001:cafe:42::/56"]
+    assert env.ipv6_subnet == "2001:cafe:42::/64"
     assert (env.mtu, env.ipmasq) == (1450, True)
 
 
@@ -124,4 +125,31 @@ def test_render_then_both_readers_round_trip(
     prev = read_previous_subnets(text)
     assert (prev.network, prev.subnet) == (network, subnet)
     cni = parse_cni_subnet_env(text, "/f")
-    assert (cni.networks, cni.subnet, cni.mtu, cni.ipmasq) == ([network], subnet, mtu, masq)
+    assert (cni.networks, cni.subnet, cni.mtu, cni.ipmasq) == (
+        [str(network)],
+        str(subnet),
+        mtu,
+        masq,
+    )
+
+
+@given(
+    address=st.ip_addresses(),
+    prefix=st.integers(0, 128),
+)
+def test_masked_cidr_agrees_with_ipaddress(address: IPv4Address | IPv6Address, prefix: int) -> None:
+    prefix = min(prefix, address.max_prefixlen)
+    version, text = masked_cidr(f"{address}/{prefix}")
+    expected = ip_network(f"{address}/{prefix}", strict=False)
+    # glibc prints the embedded IPv4 form (::ffff:1.2.3.4), as Go does; ipaddress does not.
+    assume(not (isinstance(address, IPv6Address) and address.ipv4_mapped is not None))
+    assert (version, text) == (expected.version, str(expected))
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["10.0.0.0", "10.0.0.0/33", "10.0.0.01/8", "fe80::/129", "x/8", "10.0.0.0/+8", "10.0.0.0/"],
+)
+def test_masked_cidr_rejects_what_go_rejects(bad: str) -> None:
+    with pytest.raises(SubnetEnvError, match="invalid CIDR address"):
+        masked_cidr(bad)
