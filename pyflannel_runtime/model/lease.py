@@ -18,6 +18,17 @@ class LeaseError(ValueError):
 
 
 _ZERO_IP = IPv4Address("0.0.0.0")
+# flannel's own encoding of LeaseAttrs, byte for byte. Backend data must be a flat object of
+# integers and printable-ASCII strings holding nothing Go escapes (", backslash, <, >, &):
+# then it is valid, compact JSON exactly as Go writes it (VNI/VtepMAC, PublicKey/Port).
+_FLAT_MEMBER = r'"[A-Za-z0-9]+":(?:-?(?:0|[1-9][0-9]*)|"[ !#-%\'-;=?-\[\]-~]*")'
+_FLAT_OBJECT = rf"\{{(?:{_FLAT_MEMBER}(?:,{_FLAT_MEMBER})*)?\}}"
+_CANONICAL_ATTRS = re.compile(
+    r'\{"PublicIP":"([0-9.]+)","PublicIPv6":(?:null|"([0-9a-fA-F:.]+)")'
+    r'(?:,"BackendType":"([a-z0-9-]+)")?'
+    rf'(?:,"BackendData":({_FLAT_OBJECT}))?'
+    rf'(?:,"BackendV6Data":({_FLAT_OBJECT}))?\}}'
+)
 _ATTR_FIELDS = ("PublicIP", "PublicIPv6", "BackendType", "BackendData", "BackendV6Data")
 
 
@@ -51,6 +62,22 @@ class LeaseAttrs:
 
     @classmethod
     def from_json(cls, data: str | bytes) -> LeaseAttrs:
+        text = data.decode(errors="replace") if isinstance(data, bytes) else data
+        canonical = _CANONICAL_ATTRS.fullmatch(text)
+        if canonical is not None:
+            # Exactly the layout to_json (and flanneld) writes: no decoding needed, and the
+            # backend data is already compact. Thousands of these are read at start-up.
+            ip, ipv6, backend_type, data4, data6 = canonical.groups()
+            try:
+                return cls(
+                    parse_ipv4(ip),
+                    None if ipv6 is None else IPv6Address(ipv6),
+                    backend_type or "",
+                    data4,
+                    data6,
+                )
+            except ValueError as err:
+                raise LeaseError(f"invalid public IP in lease: {err}") from None
         try:
             folded = gojson.fold_object(gojson.loads_pairs(data), _ATTR_FIELDS, "lease.LeaseAttrs")
         except gojson.GoJSONError as err:

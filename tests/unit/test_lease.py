@@ -124,3 +124,29 @@ def test_vxlan_backend_data_parse() -> None:
     for bad in (None, "null", '{"VNI":1}', '{"VNI":1,"VtepMAC":"zz"}', "{"):
         with pytest.raises(LeaseError):
             parse_vxlan_backend_data(bad)
+
+
+@given(
+    ip=st.ip_addresses(v=4),
+    ipv6=st.none() | st.ip_addresses(v=6),
+    backend_type=st.sampled_from(["", "vxlan", "host-gw"]),
+    data=st.none()
+    | st.dictionaries(
+        st.text("abcXYZ019", min_size=1, max_size=5),
+        st.integers(-(2**40), 2**40) | st.text(max_size=8),
+        max_size=3,
+    ),
+)
+def test_fast_and_general_decoding_agree(
+    ip: IPv4Address, ipv6: IPv6Address | None, backend_type: str, data: dict[str, object] | None
+) -> None:
+    import json
+
+    from pyflannel_runtime.model import gojson
+
+    attrs = LeaseAttrs(ip, ipv6, backend_type, None if data is None else gojson.compact(data))
+    text = attrs.to_json()
+    # What the general (Go-rules) decoder makes of the text, with the fast path bypassed by
+    # a leading space that JSON ignores.
+    assert LeaseAttrs.from_json(text) == LeaseAttrs.from_json(" " + text) == attrs
+    assert json.loads(LeaseAttrs.from_json(text).to_json()) == json.loads(text)
