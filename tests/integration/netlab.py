@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import secrets
 import subprocess
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address
 from types import TracebackType
 from typing import Any
 
+from pyflannel_runtime.backend.base import Network, get_backend
 from pyflannel_runtime.iface import ExternalInterface
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config
@@ -269,3 +270,24 @@ def lease_acquirer(host: LabHost, ipv6: bool = False) -> Callable[[LeaseAttrs], 
 
 def added(leases: Iterable[Lease]) -> list[LeaseEvent]:
     return [LeaseEvent(EventType.ADDED, lease) for lease in leases]
+
+
+async def register_backend(lab: NetLab, n: int, backend: Mapping[str, Any]) -> Network:
+    """Host n's network for net-conf's Backend, with the host's lab subnet as its lease."""
+    host = lab.hosts[n - 1]
+    return await get_backend(str(backend["Type"]), netns=host.ns).register_network(
+        lab_config(dict(backend), ipv6=lab.ipv6),
+        external_interface(lab, host),
+        lease_acquirer(host, ipv6=lab.ipv6),
+    )
+
+
+async def mesh(networks: list[Network]) -> None:
+    """Tell every host about every other one."""
+    for own in networks:
+        await own.handle_events(added(n.lease for n in networks if n is not own))
+
+
+async def close_all(networks: list[Network]) -> None:
+    for network in networks:
+        await network.close()

@@ -6,9 +6,9 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
-from netlab import NetLab, added, external_interface, lab_config, lease_acquirer
+from netlab import NetLab, added, close_all, lease_acquirer, mesh, register_backend
 
-from pyflannel_runtime.backend.base import Network, get_backend
+from pyflannel_runtime.backend.base import Network
 from pyflannel_runtime.model.lease import EventType, LeaseAttrs, LeaseEvent
 
 pytestmark = pytest.mark.root
@@ -29,22 +29,7 @@ def lab6() -> Iterator[NetLab]:
 
 
 async def register(lab: NetLab, n: int) -> Network:
-    host = lab.hosts[n - 1]
-    return await get_backend("host-gw", netns=host.ns).register_network(
-        lab_config(HOSTGW, ipv6=lab.ipv6),
-        external_interface(lab, host),
-        lease_acquirer(host, ipv6=lab.ipv6),
-    )
-
-
-async def mesh(networks: list[Network]) -> None:
-    for own in networks:
-        await own.handle_events(added(n.lease for n in networks if n is not own))
-
-
-async def close_all(networks: list[Network]) -> None:
-    for network in networks:
-        await network.close()
+    return await register_backend(lab, n, HOSTGW)
 
 
 def test_pods_reach_each_other_with_exact_mtu(lab: NetLab) -> None:

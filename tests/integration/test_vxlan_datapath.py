@@ -8,7 +8,16 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from netlab import NetLab, added, external_interface, lab_config, lease_acquirer
+from netlab import (
+    NetLab,
+    added,
+    close_all,
+    external_interface,
+    lab_config,
+    lease_acquirer,
+    mesh,
+    register_backend,
+)
 
 from pyflannel_runtime.backend.base import Network, get_backend
 from pyflannel_runtime.backend.vxlan import VxlanNetwork
@@ -32,23 +41,7 @@ def lab6() -> Iterator[NetLab]:
 
 
 async def register(lab: NetLab, n: int, backend: dict[str, object] = VXLAN) -> Network:
-    host = lab.hosts[n - 1]
-    return await get_backend("vxlan", netns=host.ns).register_network(
-        lab_config(dict(backend), ipv6=lab.ipv6),
-        external_interface(lab, host),
-        lease_acquirer(host, ipv6=lab.ipv6),
-    )
-
-
-async def mesh(networks: list[Network]) -> None:
-    """Tell every host about every other one."""
-    for own in networks:
-        await own.handle_events(added(n.lease for n in networks if n is not own))
-
-
-async def close_all(networks: list[Network]) -> None:
-    for network in networks:
-        await network.close()
+    return await register_backend(lab, n, backend)
 
 
 def go_flannel_host(lab: NetLab, n: int, mac: str) -> None:
