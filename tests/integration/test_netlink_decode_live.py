@@ -7,7 +7,7 @@ import secrets
 import socket
 import subprocess
 from collections.abc import Callable, Iterator
-from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
+from ipaddress import IPv4Network, IPv6Network, ip_address, ip_network
 from typing import Any
 
 import pytest
@@ -17,8 +17,6 @@ from pyflannel_runtime.netlink.batch import open_route_socket
 from pyflannel_runtime.netlink.decoder import (
     RTM_NEWNEIGH,
     RTM_NEWROUTE,
-    NeighRecord,
-    RouteRecord,
     decode_neigh,
     decode_route,
     neigh_dump_request,
@@ -34,6 +32,7 @@ from pyflannel_runtime.netlink.dump import (
 from pyflannel_runtime.netlink.encoder import AF_BRIDGE
 from pyflannel_runtime.netlink.entries import DatapathState, Entry, Fdb, Neigh, Route
 from pyflannel_runtime.netlink.netns import iproute
+from tests.netlink_reference import neigh_record, route_record
 
 pytestmark = pytest.mark.root
 
@@ -163,44 +162,6 @@ def host() -> Iterator[Host]:
         lab.destroy()
 
 
-def pyroute2_route(msg: Any) -> RouteRecord:
-    """pyroute2's decoding of a route message, in the decoder's terms."""
-
-    def addr(name: str) -> IPv4Address | IPv6Address | None:
-        value = msg.get_attr(name)
-        return ip_address(value) if value is not None else None
-
-    table = msg.get_attr("RTA_TABLE")
-    return RouteRecord(
-        family=msg["family"],
-        dst_len=msg["dst_len"],
-        table=msg["table"] if table is None else table,
-        protocol=msg["proto"],
-        scope=msg["scope"],
-        kind=msg["type"],
-        flags=msg["flags"],
-        dst=addr("RTA_DST"),
-        gateway=addr("RTA_GATEWAY"),
-        oif=msg.get_attr("RTA_OIF"),
-        priority=msg.get_attr("RTA_PRIORITY"),
-        multipath=msg.get_attr("RTA_MULTIPATH") is not None,
-    )
-
-
-def pyroute2_neigh(msg: Any) -> NeighRecord:
-    dst = msg.get_attr("NDA_DST")
-    lladdr = msg.get_attr("NDA_LLADDR")
-    return NeighRecord(
-        family=msg["family"],
-        ifindex=msg["ifindex"],
-        state=msg["state"],
-        flags=msg["flags"],
-        kind=msg["ndm_type"],
-        dst=ip_address(dst) if dst is not None else None,
-        lladdr=lladdr.lower() if lladdr is not None else None,
-    )
-
-
 def raw_dump(sock: socket.socket, request: bytes) -> list[bytes]:
     """The datagrams of one dump reply, as the kernel sent them."""
     seq = int.from_bytes(request[8:12], "little")
@@ -215,15 +176,15 @@ def raw_dump(sock: socket.socket, request: bytes) -> list[bytes]:
 Decode = Callable[[bytes, int, int], Any]
 REQUESTS: list[tuple[str, int, Callable[[int, Host], bytes], Decode, Callable[[Any], Any]]] = [
     ("routes v4", RTM_NEWROUTE, lambda s, h: route_dump_request(2, s, 254, 1), decode_route,
-     pyroute2_route),
+     route_record),
     ("routes v6", RTM_NEWROUTE, lambda s, h: route_dump_request(10, s, 254, 1), decode_route,
-     pyroute2_route),
+     route_record),
     ("neigh v4", RTM_NEWNEIGH, lambda s, h: neigh_dump_request(2, s, h.v4_dev), decode_neigh,
-     pyroute2_neigh),
+     neigh_record),
     ("neigh v6", RTM_NEWNEIGH, lambda s, h: neigh_dump_request(10, s, h.v6_dev), decode_neigh,
-     pyroute2_neigh),
+     neigh_record),
     ("fdb", RTM_NEWNEIGH, lambda s, h: neigh_dump_request(AF_BRIDGE, s, h.v4_dev), decode_neigh,
-     pyroute2_neigh),
+     neigh_record),
 ]  # fmt: skip
 
 

@@ -27,6 +27,7 @@ from pyflannel_runtime.netlink.decoder import (
 )
 from pyflannel_runtime.netlink.dump import Ownership, RouteFacts, owns_route, route_facts
 from pyflannel_runtime.netlink.entries import Route
+from tests.netlink_reference import neigh_record, route_record
 
 NLM_F_MULTI = 0x2
 NLMSG_ERROR, NLMSG_DONE = 2, 3
@@ -54,42 +55,13 @@ def pyroute2_route(data: bytes) -> RouteRecord:
     """What pyroute2 makes of the same message, in the decoder's terms."""
     msg = rtmsg(data)
     msg.decode()
-
-    def addr(name: str) -> IPv4Address | IPv6Address | None:
-        value = msg.get_attr(name)
-        return ip_address(value) if value is not None else None
-
-    table = msg.get_attr("RTA_TABLE")
-    return RouteRecord(
-        family=msg["family"],
-        dst_len=msg["dst_len"],
-        table=msg["table"] if table is None else table,
-        protocol=msg["proto"],
-        scope=msg["scope"],
-        kind=msg["type"],
-        flags=msg["flags"],
-        dst=addr("RTA_DST"),
-        gateway=addr("RTA_GATEWAY"),
-        oif=msg.get_attr("RTA_OIF"),
-        priority=msg.get_attr("RTA_PRIORITY"),
-        multipath=msg.get_attr("RTA_MULTIPATH") is not None,
-    )
+    return route_record(msg)
 
 
 def pyroute2_neigh(data: bytes) -> NeighRecord:
     msg = ndmsg(data)
     msg.decode()
-    dst = msg.get_attr("NDA_DST")
-    lladdr = msg.get_attr("NDA_LLADDR")
-    return NeighRecord(
-        family=msg["family"],
-        ifindex=msg["ifindex"],
-        state=msg["state"],
-        flags=msg["flags"],
-        kind=msg["ndm_type"],
-        dst=ip_address(dst) if dst is not None else None,
-        lladdr=lladdr.lower() if lladdr is not None else None,
-    )
+    return neigh_record(msg)
 
 
 def decode_one(data: bytes, decode: Any) -> Any:
