@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -33,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration")]
 
 
-from netlab import LabHost, NetLab  # noqa: E402
+from netlab import LabHost, NetLab, close_udp_network  # noqa: E402
 
 from pyflannel_runtime.backend.udp import UdpBackend, UdpNetwork  # noqa: E402
 from pyflannel_runtime.iface import ExternalInterface  # noqa: E402
@@ -146,13 +145,7 @@ def run_ours(
         return iperf(lab, h1, h2, seconds)
     finally:
         for network in networks:
-            pids = network.worker_pids
-            try:
-                asyncio.run(network.close())
-            finally:
-                for pid in pids:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
+            close_udp_network(network)
         wait_gone(lab, h1.ns)
         wait_gone(lab, h2.ns)
 

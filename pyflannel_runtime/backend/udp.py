@@ -339,9 +339,17 @@ class UdpNetwork:
         return revived
 
     def _shutdown(self) -> None:
-        while self._datapath.workers:
-            _stop(self._datapath.workers.pop())
-        self._datapath.close()
+        try:
+            while self._datapath.workers:
+                worker = self._datapath.workers.pop()
+                try:
+                    _stop(worker)
+                finally:
+                    if worker.process.poll() is None:  # _stop itself failed
+                        worker.process.kill()
+                        worker.process.wait()
+        finally:
+            self._datapath.close()
 
 
 class UdpBackend:

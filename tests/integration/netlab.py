@@ -11,7 +11,11 @@ manager, or call create()/destroy() yourself. Usable from tests and from bench/.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import secrets
+import signal
 import subprocess
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -20,6 +24,7 @@ from types import TracebackType
 from typing import Any
 
 from pyflannel_runtime.backend.base import Network, get_backend
+from pyflannel_runtime.backend.udp import UdpNetwork
 from pyflannel_runtime.iface import ExternalInterface
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config
@@ -291,3 +296,14 @@ async def mesh(networks: list[Network]) -> None:
 async def close_all(networks: list[Network]) -> None:
     for network in networks:
         await network.close()
+
+
+def close_udp_network(network: UdpNetwork) -> None:
+    """Close a udp network; its worker processes are killed by PID even if close() fails."""
+    pids = network.worker_pids
+    try:
+        asyncio.run(network.close())
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import os
 import re
@@ -17,7 +16,7 @@ from ipaddress import IPv4Address
 from pathlib import Path
 
 import pytest
-from netlab import LabHost, NetLab
+from netlab import LabHost, NetLab, close_udp_network
 
 from pyflannel_runtime.backend.udp import UdpBackend, UdpNetwork
 from pyflannel_runtime.backend.udp_packet import checksum, ip_header_checksum
@@ -78,13 +77,7 @@ def networks() -> Iterator[list[UdpNetwork]]:
     started: list[UdpNetwork] = []
     yield started
     for network in started:
-        pids = network.worker_pids
-        try:
-            asyncio.run(network.close())
-        finally:
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+        close_udp_network(network)
 
 
 @pytest.fixture
