@@ -110,27 +110,10 @@ def lookup_ext_iface(
             f"failed to determine MTU for {addr if addr is not None else '<nil>'} interface"
         )
 
-    ext_addr: IPv4Address | None = None
-    if public_ip:
-        parsed = parse_go_ip(public_ip)
-        if not isinstance(parsed, IPv4Address):
-            raise InterfaceError(f"invalid public IP address: {public_ip}")
-        log.info("Using %s as external address", parsed)
-        ext_addr = parsed
-    if ext_addr is None and stack is not IpStack.V6:
-        log.info("Defaulting external address to interface address (%s)", addr)
-        ext_addr = addr
-
-    ext_v6_addr: IPv6Address | None = None
-    if public_ipv6:
-        parsed = parse_go_ip(public_ipv6)
-        if not isinstance(parsed, IPv6Address):
-            raise InterfaceError(f"invalid public IPv6 address: {public_ipv6}")
-        log.info("Using %s as external address", parsed)
-        ext_v6_addr = parsed
-    if ext_v6_addr is None and stack is not IpStack.V4:
-        log.info("Defaulting external v6 address to interface address (%s)", v6_addr)
-        ext_v6_addr = v6_addr
+    ext_addr = _external_address(public_ip, IPv4Address, "IP", "", addr, stack is not IpStack.V6)
+    ext_v6_addr = _external_address(
+        public_ipv6, IPv6Address, "IPv6", "v6 ", v6_addr, stack is not IpStack.V4
+    )
 
     return ExternalInterface(
         name=link.name,
@@ -141,6 +124,22 @@ def lookup_ext_iface(
         ext_addr=ext_addr,
         ext_v6_addr=ext_v6_addr,
     )
+
+
+def _external_address(
+    public: str, kind: type[_Ip], label: str, shown: str, iface_addr: _Ip | None, in_stack: bool
+) -> _Ip | None:
+    """--public-ip(v6) if given, else (for an enabled family) the interface's own address."""
+    if public:
+        parsed = parse_go_ip(public)
+        if not isinstance(parsed, kind):
+            raise InterfaceError(f"invalid public {label} address: {public}")
+        log.info("Using %s as external address", parsed)
+        return parsed
+    if in_stack:
+        log.info("Defaulting external %saddress to interface address (%s)", shown, iface_addr)
+        return iface_addr
+    return None
 
 
 def _resolve(
