@@ -30,7 +30,7 @@ from pyflannel_runtime.model.netconf import (
     ip_stack,
     require_supported_backend,
 )
-from pyflannel_runtime.model.subnet_env import SubnetEnv
+from pyflannel_runtime.model.subnet_env import PreviousSubnets, SubnetEnv
 from pyflannel_runtime.netdev import InterfaceError, select_external_interface
 from pyflannel_runtime.subnet.manager import LeaseRevoked, SubnetManager
 
@@ -131,16 +131,18 @@ class Agent:
 
     async def _run(self) -> int:
         opts = self.opts
+        # Read once, before this run rewrites it: etcd re-acquisition and old-rule cleanup.
+        previous = previous_subnets(opts.subnet_file)
         try:
-            sm = await build_subnet_manager(opts)
+            sm = await build_subnet_manager(opts, previous)
         except Exception as err:
             raise StartupError(f"Failed to create SubnetManager: {err}") from err
         try:
-            return await self._run_with(sm)
+            return await self._run_with(sm, previous)
         finally:
             await sm.close()
 
-    async def _run_with(self, sm: SubnetManager) -> int:
+    async def _run_with(self, sm: SubnetManager, previous: PreviousSubnets) -> int:
         opts = self.opts
         if opts.healthz_port > 0:
             self._health = HealthServer(opts.healthz_ip, opts.healthz_port)
@@ -195,7 +197,6 @@ class Agent:
             raise StartupError(f"Error registering network: {err}") from err
         lease = network.lease
 
-        previous = previous_subnets(opts.subnet_file)
         self._tasks += await install_traffic_rules(opts, config, lease, previous)
 
         write_subnet_file(opts.subnet_file, config, lease, network.mtu, opts.ip_masq)

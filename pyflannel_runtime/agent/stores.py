@@ -27,7 +27,7 @@ def previous_subnets(path: str) -> PreviousSubnets:
     return PreviousSubnets()
 
 
-async def build_subnet_manager(opts: Options) -> SubnetManager:
+async def build_subnet_manager(opts: Options, previous: PreviousSubnets) -> SubnetManager:
     if opts.kube_subnet_mgr:
         from pyflannel_runtime.subnet.kube import KubeSubnetManager
 
@@ -41,7 +41,7 @@ async def build_subnet_manager(opts: Options) -> SubnetManager:
 
     from pyflannel_runtime.subnet.etcd import EtcdSubnetManager
 
-    return EtcdSubnetManager(etcd_settings(opts, previous=previous_subnets(opts.subnet_file)))
+    return EtcdSubnetManager(etcd_settings(opts, previous=previous))
 
 
 def etcd_settings(opts: Options, **extra: Any) -> EtcdSettings:
