@@ -17,24 +17,19 @@ Deliberate differences from flannel:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import logging
 import math
 import posixpath
 import random
+import ssl
 import time
 import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from ipaddress import IPv4Network, IPv6Network
-from typing import Any, TypeVar
-
-import aetcd
-import aetcd.watcher
-import grpc
-from aetcd import rpc
+from typing import TypeVar
 
 from pyflannel_runtime.model.lease import (
     EventType,
@@ -48,6 +43,16 @@ from pyflannel_runtime.model.lease import (
 from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config, parse_config
 from pyflannel_runtime.model.subnet_env import PreviousSubnets
 from pyflannel_runtime.subnet.allocation import choose_new_subnets, find_own_lease, lease_fits
+from pyflannel_runtime.subnet.etcd_client import (
+    Endpoint,
+    EtcdClient,
+    EtcdClientError,
+    EtcdCompacted,
+    EtcdUnavailable,
+    WatchEvent,
+    prefix_range_end,
+    tls_context,
+)
 from pyflannel_runtime.subnet.manager import LeaseRevoked, LeaseWatchBatch
 
 log = logging.getLogger(__name__)
@@ -66,12 +71,7 @@ _BACKOFF_MAX = 5.0
 _NO_IPV4 = IPv4Network("0.0.0.0/0")
 
 # Errors that mean "etcd did not do it": retried or reported, never a crash.
-ETCD_ERRORS: tuple[type[BaseException], ...] = (
-    aetcd.ClientError,
-    grpc.RpcError,
-    grpc.aio.BaseError,
-    TimeoutError,
-)
+ETCD_ERRORS: tuple[type[BaseException], ...] = (EtcdClientError, TimeoutError)
 
 
 class EtcdError(Exception):
@@ -105,8 +105,8 @@ class EtcdSettings:
 # --- connection ---------------------------------------------------------------------------------
 
 
-def parse_endpoint(endpoint: str) -> tuple[str, int]:
-    """``http(s)://host:port`` or ``host:port`` → a gRPC host (IPv6 in brackets) and port."""
+def parse_endpoint(endpoint: str, tls: ssl.SSLContext | None) -> Endpoint:
+    """``http(s)://host:port`` or ``host:port`` (IPv6 in brackets) → an Endpoint."""
     url = urllib.parse.urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
     try:
         host, port = url.hostname, url.port or 2379
@@ -114,99 +114,19 @@ def parse_endpoint(endpoint: str) -> tuple[str, int]:
         host = None
     if not host:
         raise EtcdError(f"invalid etcd endpoint: {endpoint}")
-    return (f"[{host}]" if ":" in host else host), port
+    return Endpoint(host, port, tls)
 
 
-def channel_credentials(settings: EtcdSettings) -> grpc.ChannelCredentials | None:
+def client_tls(settings: EtcdSettings) -> ssl.SSLContext | None:
+    """TLS with client certificates when both files are given; plain HTTP otherwise, with
+    flannel's warning."""
     if not settings.certfile or not settings.keyfile:
         log.warning("no certificate provided: connecting to etcd with http. This is insecure")
         return None
     try:
-        with open(settings.certfile, "rb") as cert, open(settings.keyfile, "rb") as key:
-            chain, private_key = cert.read(), key.read()
-        roots = None
-        if settings.cafile:
-            with open(settings.cafile, "rb") as ca:
-                roots = ca.read()
+        return tls_context(settings.certfile, settings.keyfile, settings.cafile)
     except OSError as err:
         raise EtcdError(f"failed to read etcd TLS files: {err}") from None
-    return grpc.ssl_channel_credentials(
-        root_certificates=roots, private_key=private_key, certificate_chain=chain
-    )
-
-
-_CHANNEL_OPTIONS = (
-    # Notice a dead server under an idle watch stream (etcd allows pings every 5 s).
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
-)
-
-
-class _Client(aetcd.Client):  # type: ignore[misc]
-    """aetcd's client plus TLS and token refresh, which aetcd 1.0.0 lacks.
-
-    ``connect`` replaces aetcd's (which only builds insecure channels) and fills in the same
-    attributes; it relies on aetcd 1.0.0's internals, which pyproject pins.
-    """
-
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        settings: EtcdSettings,
-        credentials: grpc.ChannelCredentials | None,
-    ) -> None:
-        username = settings.username or None
-        super().__init__(
-            host=host,
-            port=port,
-            username=username,
-            password=settings.password if username else None,
-            timeout=settings.request_timeout,
-        )
-        self._credentials = credentials
-        self._connect_lock = asyncio.Lock()
-
-    async def connect(self) -> None:
-        if self._connected.is_set():
-            return
-        async with self._connect_lock:
-            if self._connected.is_set():
-                return
-            target = f"{self._host}:{self._port}"
-            if self._credentials is None:
-                channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
-            else:
-                channel = grpc.aio.secure_channel(target, self._credentials, _CHANNEL_OPTIONS)
-            try:
-                metadata = await self._authenticate(channel)
-            except BaseException:
-                await channel.close()
-                raise
-            self.channel = channel
-            self.metadata = metadata
-            self.kvstub = rpc.KVStub(channel)
-            self.clusterstub = rpc.ClusterStub(channel)
-            self.leasestub = rpc.LeaseStub(channel)
-            self.maintenancestub = rpc.MaintenanceStub(channel)
-            self._watcher = aetcd.watcher.Watcher(
-                rpc.WatchStub(channel), timeout=self._timeout, metadata=metadata
-            )
-            self._connected.set()
-
-    async def _authenticate(self, channel: grpc.aio.Channel) -> tuple[tuple[str, str], ...] | None:
-        if self._username is None:
-            return None
-        request = rpc.AuthenticateRequest(name=self._username, password=self._password)
-        response = await rpc.AuthStub(channel).Authenticate(request, timeout=self._timeout)
-        return (("token", response.token),)
-
-    async def reauthenticate(self) -> None:
-        """Fetch a new token: etcd drops simple tokens after 5 idle minutes."""
-        await self.connect()
-        metadata = await self._authenticate(self.channel)
-        self.metadata = metadata
-        self._watcher._metadata = metadata
 
 
 class _Connection:
@@ -216,28 +136,32 @@ class _Connection:
         if not settings.endpoints:
             raise EtcdError("no etcd endpoints given")
         self._settings = settings
-        self._targets = [parse_endpoint(e) for e in settings.endpoints]
-        self._credentials = channel_credentials(settings)
+        tls = client_tls(settings)
+        self._endpoints = [parse_endpoint(e, tls) for e in settings.endpoints]
         self._index = 0
-        self._client: _Client | None = None
+        self._client: EtcdClient | None = None
 
     @property
     def endpoint_count(self) -> int:
-        return len(self._targets)
+        return len(self._endpoints)
 
-    def client(self) -> _Client:
+    def client(self) -> EtcdClient:
         if self._client is None:
-            host, port = self._targets[self._index]
-            self._client = _Client(host, port, self._settings, self._credentials)
+            username = self._settings.username
+            self._client = EtcdClient(
+                self._endpoints[self._index],
+                username=username,
+                password=self._settings.password if username else "",
+                timeout=self._settings.request_timeout,
+            )
         return self._client
 
-    async def fail_over(self, failed: _Client) -> None:
+    async def fail_over(self, failed: EtcdClient) -> None:
         if failed is not self._client:
             return  # another request already moved on
-        self._index = (self._index + 1) % len(self._targets)
+        self._index = (self._index + 1) % len(self._endpoints)
         self._client = None
-        host, port = self._targets[self._index]
-        log.warning("etcd endpoint unreachable, switching to %s:%d", host, port)
+        log.warning("etcd endpoint unreachable, switching to %s", self._endpoints[self._index])
         await failed.close()
 
     async def close(self) -> None:
@@ -247,8 +171,6 @@ class _Connection:
 
 
 def describe(err: BaseException) -> str:
-    if isinstance(err, grpc.aio.AioRpcError):
-        return f"{err.code().name}: {err.details()}"
     return str(err) or type(err).__name__
 
 
@@ -308,21 +230,15 @@ class EtcdSubnetManager:
 
     # -- requests --
 
-    async def _call(self, op: Callable[[_Client], Awaitable[_T]]) -> _T:
-        """Run ``op`` on the current client, refreshing an expired token and moving to the
-        next endpoint when this one is unreachable (each endpoint is tried once)."""
+    async def _call(self, op: Callable[[EtcdClient], Awaitable[_T]]) -> _T:
+        """Run ``op`` on the current client, moving to the next endpoint when this one is
+        unreachable (each endpoint is tried once)."""
         tries_left = self._conn.endpoint_count
-        reauthenticated = False
         while True:
             client = self._conn.client()
             try:
                 return await op(client)
-            except aetcd.exceptions.UnauthenticatedError:
-                if reauthenticated or not self._settings.username:
-                    raise
-                reauthenticated = True
-                await client.reauthenticate()
-            except aetcd.ConnectionFailedError:
+            except EtcdUnavailable:
                 tries_left -= 1
                 if tries_left <= 0:
                     raise
@@ -345,8 +261,7 @@ class EtcdSubnetManager:
         """Seconds left on an etcd lease; None for a key without one (a reservation)."""
         if lease_id == 0:
             return None
-        info = await self._call(lambda c: c.get_lease_info(lease_id, keys=False))
-        return int(info.TTL)
+        return await self._call(lambda c: c.time_to_live(lease_id))
 
     async def _ttl(self, lease_id: int, with_expiry: bool) -> float | None:
         if with_expiry or lease_id == 0:
@@ -357,8 +272,8 @@ class EtcdSubnetManager:
         """All parseable leases and the revision they were read at. Without ``with_expiry``,
         leased keys get an unknown (infinite) expiry: the datapath never needs it, and one
         TTL request per key is most of the cost of listing thousands of peers."""
-        listing = await self._call(lambda c: c.get_prefix(self._subnets_dir))
-        kvs = list(listing)
+        prefix = self._subnets_dir
+        kvs, revision = await self._call(lambda c: c.range(prefix, prefix_range_end(prefix)))
         ttls = await asyncio.gather(*(self._ttl(kv.lease, with_expiry) for kv in kvs))
         leases = []
         for kv, ttl in zip(kvs, ttls, strict=True):
@@ -366,7 +281,7 @@ class EtcdSubnetManager:
                 leases.append(_lease_from_kv(kv.key, kv.value, ttl, kv.mod_revision))
             except LeaseError as err:
                 log.warning("Ignoring bad subnet node %s: %s", kv.key.decode(errors="replace"), err)
-        return leases, int(listing.header.revision)
+        return leases, revision
 
     # -- SubnetManager --
 
@@ -430,12 +345,13 @@ class EtcdSubnetManager:
             expiration=expiration,
         )
 
-    async def _grant(self) -> Any:
-        return await self._call(lambda c: c.lease(self._settings.subnet_lease_ttl))
+    async def _grant(self) -> tuple[int, int]:
+        """A new etcd lease for a subnet key: its ID and granted TTL."""
+        return await self._call(lambda c: c.grant(self._settings.subnet_lease_ttl))
 
     async def _revoke_quietly(self, lease_id: int) -> None:
         try:
-            await self._call(lambda c: c.revoke_lease(lease_id))
+            await self._call(lambda c: c.revoke(lease_id))
         except ETCD_ERRORS as err:
             log.warning("Failed to revoke etcd lease %x: %s", lease_id, describe(err))
 
@@ -445,22 +361,16 @@ class EtcdSubnetManager:
         """Create the key only if it does not exist, attached to a new etcd lease."""
         key = self._subnet_key(subnet, ipv6_subnet)
         value = attrs.to_json().encode()
-        granted = await self._grant()
+        lease_id, ttl = await self._grant()
         try:
-            created, _ = await self._call(
-                lambda c: c.transaction(
-                    compare=[c.transactions.version(key) == 0],
-                    success=[c.transactions.put(key, value, lease=granted.id)],
-                    failure=[],
-                )
-            )
+            created = await self._call(lambda c: c.create(key, value, lease_id))
         except BaseException:
-            await self._revoke_quietly(granted.id)
+            await self._revoke_quietly(lease_id)
             raise
         if not created:
-            await self._revoke_quietly(granted.id)
+            await self._revoke_quietly(lease_id)
             raise _SubnetTaken(make_subnet_key(subnet, ipv6_subnet))
-        return time.time() + float(granted.ttl)
+        return time.time() + ttl
 
     async def _put_lease(self, lease: Lease) -> Lease:
         """flannel's updateSubnet: a plain put, with a new etcd lease unless it is a
@@ -470,13 +380,13 @@ class EtcdSubnetManager:
         if lease.expiration is None:
             await self._call(lambda c: c.put(key, value))
             return lease
-        granted = await self._grant()
+        lease_id, ttl = await self._grant()
         try:
-            await self._call(lambda c: c.put(key, value, lease=granted.id))
+            await self._call(lambda c: c.put(key, value, lease_id))
         except BaseException:
-            await self._revoke_quietly(granted.id)
+            await self._revoke_quietly(lease_id)
             raise
-        return dataclasses.replace(lease, expiration=time.time() + granted.ttl)
+        return dataclasses.replace(lease, expiration=time.time() + ttl)
 
     async def renew_lease(self, lease: Lease) -> Lease:
         return await self._put_lease(lease)
@@ -486,7 +396,7 @@ class EtcdSubnetManager:
         yield batch
         prefix = self._subnets_dir
         async for batch in self._follow(
-            prefix, aetcd.utils.prefix_range_end(prefix), revision + 1, self._snapshot
+            prefix, prefix_range_end(prefix), revision + 1, self._snapshot
         ):
             yield batch
 
@@ -499,10 +409,10 @@ class EtcdSubnetManager:
         leases, revision = await self._list_leases(with_expiry=False)
         return LeaseWatchBatch(snapshot=tuple(leases)), revision
 
-    async def _lease_event(self, event: Any) -> LeaseEvent:
+    async def _lease_event(self, event: WatchEvent) -> LeaseEvent:
         """Raises LeaseError for a key or value that does not parse."""
         kv = event.kv
-        if event.kind == aetcd.EventKind.DELETE:
+        if event.deleted:
             return LeaseEvent(EventType.REMOVED, _removed_lease(kv.key, kv.mod_revision))
         ttl = await self._ttl(kv.lease, with_expiry=False)
         return LeaseEvent(EventType.ADDED, _lease_from_kv(kv.key, kv.value, ttl, kv.mod_revision))
@@ -521,10 +431,12 @@ class EtcdSubnetManager:
         while not self._closed:
             try:
                 watch = await self._call(
-                    functools.partial(_open_watch, key=key, range_end=range_end, since=since)
+                    functools.partial(
+                        EtcdClient.watch, key=key, range_end=range_end, start_revision=since
+                    )
                 )
                 try:
-                    async for event in watch:
+                    async for event in watch.events():
                         backoff = _BACKOFF_FIRST
                         try:
                             lease_event = await self._lease_event(event)
@@ -538,11 +450,11 @@ class EtcdSubnetManager:
                             yield LeaseWatchBatch(events=(lease_event,))
                         since = event.kv.mod_revision + 1
                 finally:
-                    await _cancel_quietly(watch)
+                    watch.close()
                 if self._closed:
                     return
                 log.warning("etcd watch on %s ended, reconnecting", name)
-            except aetcd.RevisionCompactedError as err:
+            except EtcdCompacted as err:
                 log.warning("etcd watch on %s: %s; re-listing", name, err)
                 batch, revision = await self._retrying(resync)
                 yield batch
@@ -558,9 +470,8 @@ class EtcdSubnetManager:
 
     async def _own_lease_state(self, lease: Lease) -> tuple[LeaseWatchBatch, int]:
         key = self._subnet_key(lease.subnet, lease.ipv6_subnet)
-        found = await self._call(lambda c: c.get_range(key, key + b"\0"))
-        revision = int(found.header.revision)
-        if not found.kvs:
+        found, revision = await self._call(lambda c: c.range(key))
+        if not found:
             return LeaseWatchBatch(events=(LeaseEvent(EventType.REMOVED, lease),)), revision
         kv = found[0]
         ttl = await self._time_to_live(kv.lease)
@@ -638,14 +549,3 @@ def _when(expiration: float | None) -> str:
     if expiration is None:
         return "never (reservation)"
     return time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(expiration))
-
-
-async def _open_watch(client: _Client, key: bytes, range_end: bytes | None, since: int) -> Any:
-    return await client.watch(key, range_end=range_end, start_revision=since)
-
-
-async def _cancel_quietly(watch: Any) -> None:
-    # Cancelling a watch whose client was closed (fail-over, shutdown) raises inside aetcd;
-    # there is nothing left to cancel then.
-    with contextlib.suppress(Exception):
-        await watch.cancel()
