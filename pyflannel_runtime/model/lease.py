@@ -106,12 +106,16 @@ class LeaseAttrs:
 
 
 def parse_ipv4(text: str) -> IPv4Address:
+    return IPv4Address(_ipv4_int(text))
+
+
+def _ipv4_int(text: str) -> int:
     """A dotted quad, through the C parser first: thousands of leases are read at start-up.
     inet_pton is as strict as ipaddress (no leading zeros, exactly four octets)."""
     try:
-        return IPv4Address(int.from_bytes(socket.inet_pton(socket.AF_INET, text), "big"))
+        return int.from_bytes(socket.inet_pton(socket.AF_INET, text), "big")
     except OSError:
-        return IPv4Address(text)  # raises ValueError with ipaddress's reason
+        return int(IPv4Address(text))  # raises ValueError with ipaddress's reason
 
 
 def _as_str(value: Any) -> str:
@@ -170,7 +174,10 @@ def parse_subnet_key(key: str) -> tuple[IPv4Network, IPv6Network | None]:
         # Go parses the lengths as uint with 5 (v4) and 7 (v6) bits.
         if int(len4) >= 1 << 5:
             raise ValueError(len4)
-        subnet = IPv4Network((parse_ipv4(ip4), int(len4)), strict=False)
+        prefixlen = int(len4)
+        address = _ipv4_int(ip4)
+        # Masked here: an int that is already a network address costs IPv4Network the least.
+        subnet = IPv4Network((address & (0xFFFFFFFF << (32 - prefixlen)) & 0xFFFFFFFF, prefixlen))
         ipv6_subnet = None
         if ip6 is not None:
             if int(len6) >= 1 << 7:

@@ -205,20 +205,23 @@ class Watch:
 
     def __init__(self, connection: _Connection) -> None:
         self._connection = connection
+        # One reader for the creation message and the events: a chunk may carry both.
+        self._results = self._messages()
 
     async def first_message(self) -> None:
         """The creation acknowledgement, or the error that refused the watch."""
-        async for _ in self._messages(stop_after_first=True):
-            return
-        raise EtcdUnavailable("etcd ended the watch stream before creating the watch")
+        try:
+            await anext(self._results)
+        except StopAsyncIteration:
+            raise EtcdUnavailable("etcd ended the watch stream before creating it") from None
 
     async def events(self) -> AsyncIterator[WatchEvent]:
         """Events until the stream ends; raises EtcdCompacted when the start revision is gone."""
-        async for result in self._messages(stop_after_first=False):
+        async for result in self._results:
             for event in result.get("events", ()):
                 yield WatchEvent(deleted=event.get("type") == "DELETE", kv=_key_value(event["kv"]))
 
-    async def _messages(self, *, stop_after_first: bool) -> AsyncIterator[dict[str, Any]]:
+    async def _messages(self) -> AsyncIterator[dict[str, Any]]:
         pending = b""
         try:
             async for chunk in self._connection.chunks():
@@ -227,8 +230,6 @@ class Watch:
                 for line in lines:
                     if line.strip():
                         yield self._result(_decode(line))
-                        if stop_after_first:
-                            return
         except _TRANSPORT_ERRORS as err:
             raise EtcdUnavailable(f"watch stream broke: {err or type(err).__name__}") from None
 
@@ -318,7 +319,8 @@ class EtcdClient:
     async def time_to_live(self, lease: int) -> int:
         """Seconds left on an etcd lease; -1 when it has expired or never existed."""
         reply = await self.call("/v3/lease/timetolive", {"ID": str(lease)})
-        return int(reply.get("TTL", -1))
+        # Omitted at zero: a lease in its last second (an expired one says -1).
+        return int(reply.get("TTL", 0))
 
     # -- watch --
 
