@@ -10,6 +10,10 @@ Deliberate differences from flannel:
 * Leases are listed and watched under ``<prefix>/subnets/`` (flannel omits the final slash).
 * An IPv6-only lease has ``subnet=None`` and ``enable_ipv4=False`` (not 0.0.0.0/0 and True).
 * With several endpoints, a request that finds its endpoint unreachable moves to the next one.
+* etcd is spoken to through its JSON gateway (etcd_client.py), not gRPC; the keys, values
+  and leases are the same.
+* Listing leases asks for TTLs only where they are shown (`pyflannel status`), once per etcd
+  lease; flannel asks once per key, so thousands of requests at start-up.
 * Renewal starts no earlier than half-way through the TTL (only matters with pyflannel's
   shorter ``--subnet-lease-ttl``, where the default 60 min margin would exceed it).
 """
