@@ -364,6 +364,35 @@ def test_losing_the_own_key_raises_lease_revoked(
 # --- watching --------------------------------------------------------------------------------
 
 
+def test_the_watch_starts_from_the_allocations_listing_and_misses_nothing(
+    configured: tuple[EtcdServer, str],
+) -> None:
+    server, prefix = configured
+    server.etcdctl("put", f"{prefix}/subnets/10.244.7.0-24", attrs("192.0.2.7").to_json())
+    later = IPv4Network("10.244.8.0/24")
+
+    async def body() -> None:
+        manager = EtcdSubnetManager(settings(server, prefix))
+        watch = manager.watch_leases()
+        try:
+            own = await manager.acquire_lease(attrs("192.0.2.1"))
+            server.etcdctl("put", f"{prefix}/subnets/10.244.8.0-24", attrs("192.0.2.8").to_json())
+            first = await next_batch(watch)
+            # The listing made before the own lease was created...
+            assert first.snapshot is not None
+            assert [lease.subnet for lease in first.snapshot] == [IPv4Network("10.244.7.0/24")]
+            # ...and every change since, in order.
+            seen: list[IPv4Network | None] = []
+            while later not in seen:
+                seen += [event.lease.subnet for event in (await next_batch(watch)).events]
+            assert seen == [own.subnet, later]
+        finally:
+            await watch.aclose()
+            await manager.close()
+
+    run(body())
+
+
 def test_watch_reports_peers_added_updated_and_removed(configured: tuple[EtcdServer, str]) -> None:
     server, prefix = configured
     reserved = subnet_key(prefix, "10.244.7.0/24")
