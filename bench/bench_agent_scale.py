@@ -12,10 +12,11 @@ RTNLGRP_NEIGH, which carries FDB changes too) timestamps every kernel change.
 Figures:
   * full programming: subnet.env written -> the last of the 15 000 entries in the kernel (the
     agent plans from the listing its subnet allocation made just before, then dumps the
-    kernel, diffs and writes; "agent start ->" includes that listing and the start-up), and the write phase alone (first -> last peer entry), each
-    over `ip -batch` + `bridge -batch` writing the same entries in a fresh namespace right
-    before; the median of these ratios over 5 cold starts (the agent stopped and flannel.1
-    deleted in between), as this VM's vCPU speed swings up to 2x from second to second;
+    kernel, diffs and writes; "agent start ->" also counts that listing and the start-up),
+    and the write phase alone (first -> last peer entry), each over `ip -batch` +
+    `bridge -batch` writing the same entries in a fresh namespace right before; the median
+    of these ratios over 5 cold starts (the agent stopped and flannel.1 deleted in between),
+    as this VM's vCPU speed swings up to 2x from second to second;
   * event-to-kernel latency: etcd put (or delete) of a lease -> its route appearing (or going)
     in the kernel, for 100 puts then 100 deletes, paced 20 ms apart;
   * agent RSS (VmRSS) with 5 000 peers programmed;
