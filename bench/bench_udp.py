@@ -3,22 +3,56 @@
 Topology (tests/integration/netlab.py): 2 netns hosts on a bridge underlay (MTU 1500), one pod
 each behind cni0, pod MTU 1472. Forwarders on both hosts, flannel's framing on UDP 8285:
 
-  * reference: socat TUN:<subnet>/16 <-> UDP:<peer>:8285 per host; one read/sendto and one
+  * socat: socat TUN:<subnet>/16 <-> UDP:<peer>:8285 per host; one read/sendto and one
     recvfrom/write per packet, the design of flannel's C proxy (proxy_amd64.c);
-  * ours: pyflannel's udp backend (workers per queue and direction; TSO + UDP GSO/GRO when
-    numpy is importable, plain per-packet forwarding otherwise).
+  * ours: pyflannel's udp backend (a send and a receive worker process per queue; TSO + UDP
+    GSO/GRO when numpy is importable, plain per-packet forwarding otherwise).
 
 Both get txqueuelen 10000 on flannel0, so the comparison is of the forwarders, not of TUN
-queue drops. iperf3, one TCP stream, alternating runs. Prints each run and finishes with
-`udp_throughput_ratio: <ours / socat>` (mean of the runs). Needs root.
+queue drops. Wire compatibility with socat is tested in tests/integration/test_udp_backend.py.
 
-    python bench/bench_udp.py [--seconds 5] [--rounds 2] [--queues N] [--offload|--no-offload]
+Why head to head: on this 2-vCPU VM the speed of a vCPU itself swings by up to 2x from one
+second to the next (host contention), so runs of the two setups one after the other compare
+moments, not forwarders (means of such runs read 1.83 to 2.22 for the same code). Each setup
+is a lab of its own, both run the whole time, and each round runs one TCP stream (pod 1 ->
+pod 2) in both at once, so both flows see the same vCPUs at the same speeds. Both setups'
+processes (forwarders, both iperf3 ends; packet processing runs in softirq on their CPUs)
+get the same CPU set, both vCPUs, and each setup sits in a cpu cgroup of its own with equal
+cpu.shares: when both want a CPU each gets half, however many processes it runs (socat 2,
+pyflannel 4 workers). A setup's rate is what it forwards with half the VM.
+
+Why both vCPUs and not one, as in bench_throughput.py: the forwarders hand every packet over
+through a TUN queue and a UDP socket, so what they reach depends on running beside the
+iperf3 ends and beside each other. All of both setups on one CPU read 1.37 (8 rounds), and
+socat's stream stalls (RTO after its 208 KiB receive buffer overflows while it waits for
+the CPU) when only the forwarders share one CPU; solo runs of the same code read about 1.9.
+Checked with this method: two socat setups read 1.02, 1.03, 1.03 (12, 16, 40 rounds; the
+first-built lab may be favoured by up to 3 %, within noise, so the reference, socat, is
+built first); a socat with pod MTU 1000 (`socat-mtu1000`, same per-packet cost, 0.68x the
+bytes) reads 0.65-0.67 against socat head to head and 0.66-0.70 from 12 solo rounds (`--solo`), so sharing neither
+favours a setup nor flattens a real difference.
+
+A rate is counted from iperf3's 0.1 s intervals after a 0.3 s warm-up and before the last
+0.2 s (the clients start a few ms apart); rounds alternate which client starts first.
+Retransmits are iperf3's for the whole round (socat's: UdpRcvbufErrors on host 2, its
+socket has the default 208 KiB; pyflannel's has 4 MiB). It prints every round, the
+per-setup median Gbit/s (with half the VM, so about half a solo run) and retransmits, the
+median of the per-round ratios with IQR and range, the ratio of the mean rates, and
+finishes with `udp_throughput_ratio: <median of the per-round ratios ours / socat>`. Rounds
+still vary by +-15 % (the two vCPUs differ at any moment, and socat's rate is loss-driven);
+with the default 40 rounds (about 2 minutes) four runs read 2.02, 2.08, 2.16 and 2.15.
+`--setups A B` measures A / B for the checks above.
+Needs root:
+
+    python bench/bench_udp.py [--seconds 3] [--rounds 40] [--queues N] [--offload|--no-offload]
+                              [--setups ours socat] [--solo]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -26,6 +60,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,8 +75,28 @@ from pyflannel_runtime.iface import ExternalInterface  # noqa: E402
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs  # noqa: E402
 from pyflannel_runtime.model.netconf import check_network_config, parse_config  # noqa: E402
 
+PREFIX = "pudpb"
 POD_MTU = 1472
+HANDICAP_POD_MTU = 1000  # same per-packet cost, 0.68x the bytes per packet
 NET_CONF = '{"Network": "10.244.0.0/16", "Backend": {"Type": "udp"}}'
+CPUS = {0, 1}  # the VM's two vCPUs, for both setups alike
+INTERVAL = 0.1  # iperf3 -i: fine enough to cut the warm-up and the tail precisely
+WARMUP = 0.3
+TAIL = 0.2
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")  # cgroup v1 cpu controller on this VM
+SETUPS = ("ours", "socat", "socat-mtu1000")
+
+
+@dataclass
+class Setup:
+    """One lab with its forwarders running and an iperf3 server in pod 2, all in `cgroup`."""
+
+    name: str
+    lab: NetLab
+    cgroup: Path
+
+
+# --- forwarders ----------------------------------------------------------------------------------
 
 
 def lease_of(host: LabHost) -> Lease:
@@ -71,6 +127,7 @@ async def start_ours(
 
 
 def start_socat(lab: NetLab, host: LabHost, peer: LabHost) -> subprocess.Popen[bytes]:
+    """`ip netns exec` execs socat, so the PID is socat's."""
     proc = subprocess.Popen(
         [
             "ip",
@@ -92,88 +149,221 @@ def start_socat(lab: NetLab, host: LabHost, peer: LabHost) -> subprocess.Popen[b
     return proc
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
+def stop(proc: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
 
 
-def wait_gone(lab: NetLab, ns: str) -> None:
-    deadline = time.monotonic() + 10
-    while "flannel0" in lab.ip(ns, "link", "show") and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def iperf(lab: NetLab, client: LabHost, server: LabHost, seconds: int) -> tuple[float, int]:
-    """(Gbit/s received, retransmits) of one TCP stream client pod -> server pod."""
-    srv = subprocess.Popen(
-        ["ip", "netns", "exec", server.pod_ns, "iperf3", "-s", "-1"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        time.sleep(0.3)
-        out = lab.run(
-            client.pod_ns, "iperf3", "-c", str(server.pod_ip), "-t", str(seconds), "-J"
-        ).stdout
-    finally:
-        stop(srv)
-    end = json.loads(out)["end"]
-    return end["sum_received"]["bits_per_second"] / 1e9, end["sum_sent"].get("retransmits", 0)
-
-
-def run_socat(lab: NetLab, seconds: int) -> tuple[float, int]:
-    h1, h2 = lab.hosts
-    procs = [start_socat(lab, h1, h2), start_socat(lab, h2, h1)]
-    try:
-        return iperf(lab, h1, h2, seconds)
-    finally:
-        for proc in procs:
-            stop(proc)
-        wait_gone(lab, h1.ns)
-        wait_gone(lab, h2.ns)
+def run_socat(stack: contextlib.ExitStack, lab: NetLab, host: LabHost, peer: LabHost) -> list[int]:
+    proc = start_socat(lab, host, peer)
+    stack.callback(stop, proc)
+    return [proc.pid]
 
 
 def run_ours(
-    lab: NetLab, seconds: int, queues: int | None, offload: bool | None
-) -> tuple[float, int]:
-    h1, h2 = lab.hosts
-    networks: list[UdpNetwork] = []
+    stack: contextlib.ExitStack,
+    lab: NetLab,
+    host: LabHost,
+    peer: LabHost,
+    queues: int | None,
+    offload: bool | None,
+) -> list[int]:
+    network = asyncio.run(start_ours(lab, host, peer, queues, offload))
+    stack.callback(close_udp_network, network)
+    return network.worker_pids
+
+
+# --- CPU placement -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def cpu_cgroup(name: str) -> Iterator[Path]:
+    """A cpu cgroup with the default shares; whatever is left in it goes back to the root."""
+    path = CPU_CGROUP / name
+    path.mkdir()
     try:
-        networks.append(asyncio.run(start_ours(lab, h1, h2, queues, offload)))
-        networks.append(asyncio.run(start_ours(lab, h2, h1, queues, offload)))
-        return iperf(lab, h1, h2, seconds)
+        yield path
     finally:
-        for network in networks:
-            close_udp_network(network)
-        wait_gone(lab, h1.ns)
-        wait_gone(lab, h2.ns)
+        for pid in (path / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):  # it may have exited meanwhile
+                (CPU_CGROUP / "cgroup.procs").write_text(pid)
+        path.rmdir()
+
+
+def join(cgroup: Path, pid: int) -> None:
+    """Moves every thread of the process (cgroup v1 `cgroup.procs`)."""
+    (cgroup / "cgroup.procs").write_text(str(pid))
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread (sched_setaffinity on a PID covers only that thread)."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(task), cpus)
+
+
+# --- iperf3 --------------------------------------------------------------------------------------
+
+
+def start_server(stack: contextlib.ExitStack, lab: NetLab) -> int:
+    """A persistent iperf3 server in pod 2 (`ip netns exec` execs it: the PID is iperf3's)."""
+    pod_ns = lab.hosts[1].pod_ns
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", pod_ns, "iperf3", "-s"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    stack.callback(stop, server)
+    deadline = time.monotonic() + 5
+    while not lab.run(pod_ns, "ss", "-Htln", "sport = :5201").stdout.strip():
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"iperf3 server in {pod_ns} not listening")
+        time.sleep(0.05)
+    return server.pid
+
+
+def start_client(setup: Setup, seconds: int) -> subprocess.Popen[str]:
+    """The client joins its setup's cgroup and CPUs before exec, so none of its work escapes."""
+
+    def enter() -> None:
+        join(setup.cgroup, os.getpid())
+        os.sched_setaffinity(0, CPUS)
+
+    server = setup.lab.hosts[1]
+    argv = ["iperf3", "-c", str(server.pod_ip), "-t", str(seconds), "-i", str(INTERVAL), "-J"]
+    return subprocess.Popen(
+        ["ip", "netns", "exec", setup.lab.hosts[0].pod_ns, *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=enter,
+    )
+
+
+def result(client: subprocess.Popen[str], seconds: int) -> tuple[float, int]:
+    """(Gbit/s sent between the warm-up and the tail, retransmits of the whole run)."""
+    out, err = client.communicate()
+    if client.returncode != 0:
+        raise RuntimeError(f"iperf3 client exited {client.returncode}: {out[-500:]} {err}")
+    report = json.loads(out)
+    eps = 1e-6  # interval bounds are floats: 0.30000001 must count as 0.3
+    kept = [
+        i["sum"]
+        for i in report["intervals"]
+        if i["sum"]["start"] >= WARMUP - eps and i["sum"]["end"] <= seconds - TAIL + eps
+    ]
+    bits: float = sum(i["bytes"] for i in kept) * 8
+    seconds_kept: float = sum(i["seconds"] for i in kept)
+    return bits / seconds_kept / 1e9, report["end"]["sum_sent"].get("retransmits", 0)
+
+
+# --- rounds --------------------------------------------------------------------------------------
+
+
+def head_to_head(setups: list[Setup], seconds: int) -> dict[str, tuple[float, int]]:
+    """One round: both flows at once, so both see the same vCPU speeds."""
+    clients = {s.name: start_client(s, seconds) for s in setups}
+    return {name: result(client, seconds) for name, client in clients.items()}
+
+
+def solo(setups: list[Setup], seconds: int) -> dict[str, tuple[float, int]]:
+    """One round the old way, each setup alone: for the sensitivity check only."""
+    return {s.name: result(start_client(s, seconds), seconds) for s in setups}
+
+
+def spread(ratios: list[float]) -> str:
+    q1, _, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    return f"IQR {q1:.3f}-{q3:.3f}, range {min(ratios):.3f}-{max(ratios):.3f}"
+
+
+def start_setup(
+    stack: contextlib.ExitStack, name: str, queues: int | None, offload: bool | None
+) -> Setup:
+    mtu = HANDICAP_POD_MTU if name == "socat-mtu1000" else POD_MTU
+    lab = stack.enter_context(NetLab(prefix=PREFIX, hosts=2, pod_mtu=mtu))
+    h1, h2 = lab.hosts
+    cgroup = stack.enter_context(cpu_cgroup(lab.token))
+    forwarders = [
+        pid
+        for host, peer in ((h1, h2), (h2, h1))
+        for pid in (
+            run_ours(stack, lab, host, peer, queues, offload)
+            if name == "ours"
+            else run_socat(stack, lab, host, peer)
+        )
+    ]
+    server = start_server(stack, lab)
+    for pid in (*forwarders, server):
+        join(cgroup, pid)
+        pin(pid, CPUS)
+    return Setup(name, lab, cgroup)
+
+
+def unique_names(names: list[str]) -> list[str]:
+    """`socat socat` needs two keys for its results."""
+    return [f"{n} #{i + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)]
+
+
+def measure(
+    names: list[str],
+    seconds: int,
+    rounds: int,
+    queues: int | None,
+    offload: bool | None,
+    alone: bool,
+) -> float:
+    if seconds <= WARMUP + TAIL:
+        raise ValueError(f"--seconds must leave time after {WARMUP} s warm-up and {TAIL} s tail")
+    with contextlib.ExitStack() as stack:
+        # B (the reference) is built first: the first-built lab may be favoured a little.
+        built = {i: start_setup(stack, names[i], queues, offload) for i in (1, 0)}
+        setups = [built[0], built[1]]
+        for setup, key in zip(setups, unique_names(names), strict=True):
+            setup.name = key
+        first, second = (s.name for s in setups)
+        results: dict[str, list[tuple[float, int]]] = {s.name: [] for s in setups}
+        ratios: list[float] = []
+        for i in range(rounds):
+            # The first client gets a head start of a few ms: alternate it.
+            order = setups if i % 2 == 0 else setups[::-1]
+            got = solo(order, seconds) if alone else head_to_head(order, seconds)
+            for name, value in got.items():
+                results[name].append(value)
+            ratios.append(got[first][0] / got[second][0])
+            label = "solo" if alone else "head to head"
+            print(
+                f"round {i + 1} ({label}, {order[0].name} first): "
+                + ", ".join(f"{n} {g:.3f} Gbit/s {r} retr" for n, (g, r) in got.items())
+                + f", ratio {ratios[-1]:.3f}",
+                flush=True,
+            )
+    for name, values in results.items():
+        print(
+            f"{name}: median {statistics.median(v[0] for v in values):.3f} Gbit/s"
+            f" ({'alone' if alone else 'sharing the CPUs with the other'}), retransmits median "
+            f"{statistics.median(v[1] for v in values):.0f}, total {sum(v[1] for v in values)}"
+        )
+    ratio = statistics.median(ratios)
+    print(f"{first} / {second}: {ratio:.3f} (median of {rounds} rounds; {spread(ratios)})")
+    means = [statistics.mean(v[0] for v in results[n]) for n in (first, second)]
+    print(f"ratio of the means: {means[0] / means[1]:.3f}")
+    return ratio
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seconds", type=int, default=3, help="length of each round")
+    parser.add_argument("--rounds", type=int, default=40, help="best even")
     parser.add_argument("--queues", type=int, default=None)
     parser.add_argument("--offload", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument(
+        "--setups", nargs=2, choices=SETUPS, default=["ours", "socat"], help="ratio is A / B"
+    )
+    parser.add_argument("--solo", action="store_true", help="one after the other (noisy)")
     args = parser.parse_args()
-    ours: list[float] = []
-    reference: list[float] = []
-    with NetLab(prefix="pudpb", hosts=2, pod_mtu=POD_MTU) as lab:
-        for round_no in range(1, args.rounds + 1):
-            gbps, retrans = run_socat(lab, args.seconds)
-            reference.append(gbps)
-            print(
-                f"round {round_no} socat (C, per packet): {gbps:.2f} Gbit/s, {retrans} retransmits"
-            )
-            gbps, retrans = run_ours(lab, args.seconds, args.queues, args.offload)
-            ours.append(gbps)
-            print(
-                f"round {round_no} pyflannel udp:        {gbps:.2f} Gbit/s, {retrans} retransmits"
-            )
-    print(f"socat mean: {statistics.mean(reference):.2f} Gbit/s")
-    print(f"pyflannel udp mean: {statistics.mean(ours):.2f} Gbit/s")
-    print(f"udp_throughput_ratio: {statistics.mean(ours) / statistics.mean(reference):.2f}")
+    ratio = measure(args.setups, args.seconds, args.rounds, args.queues, args.offload, args.solo)
+    if args.setups == ["ours", "socat"] and not args.solo:
+        print(f"udp_throughput_ratio: {ratio:.2f}")
 
 
 if __name__ == "__main__":
