@@ -68,10 +68,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration")]
 
 
-from netlab import LabHost, NetLab, close_udp_network  # noqa: E402
+from netlab import LabHost, NetLab, close_udp_network, external_interface, host_lease  # noqa: E402
 
 from pyflannel_runtime.backend.udp import UdpBackend, UdpNetwork  # noqa: E402
-from pyflannel_runtime.iface import ExternalInterface  # noqa: E402
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs  # noqa: E402
 from pyflannel_runtime.model.netconf import check_network_config, parse_config  # noqa: E402
 
@@ -99,30 +98,18 @@ class Setup:
 # --- forwarders ----------------------------------------------------------------------------------
 
 
-def lease_of(host: LabHost) -> Lease:
-    return Lease(subnet=host.subnet, ipv6_subnet=None, attrs=LeaseAttrs(public_ip=host.underlay_ip))
-
-
 async def start_ours(
     lab: NetLab, host: LabHost, peer: LabHost, queues: int | None, offload: bool | None
 ) -> UdpNetwork:
-    ext = ExternalInterface(
-        name="eth0",
-        index=lab.ifindex(host.ns, "eth0"),
-        mtu=1500,
-        iface_addr=host.underlay_ip,
-        iface_v6_addr=None,
-        ext_addr=host.underlay_ip,
-        ext_v6_addr=None,
-    )
+    ext = external_interface(lab, host)
 
     async def acquire(attrs: LeaseAttrs) -> Lease:
-        return lease_of(host)
+        return host_lease(host)
 
     backend = UdpBackend(host.ns, queues=queues, offload=offload)
     config = check_network_config(parse_config(NET_CONF))
     network = await backend.register_network(config, ext, acquire)
-    await network.reconcile([lease_of(peer)])
+    await network.reconcile([host_lease(peer)])
     return network
 
 

@@ -135,7 +135,7 @@ def client_tls(settings: EtcdSettings) -> ssl.SSLContext | None:
         raise EtcdError(f"failed to read etcd TLS files: {err}") from None
 
 
-class _Connection:
+class _Endpoints:
     """The client for the current endpoint; moves on to the next one when it is unreachable."""
 
     def __init__(self, settings: EtcdSettings) -> None:
@@ -228,7 +228,7 @@ class _SubnetTaken(Exception):
 class EtcdSubnetManager:
     def __init__(self, settings: EtcdSettings, rng: random.Random | None = None) -> None:
         self._settings = settings
-        self._conn = _Connection(settings)
+        self._conn = _Endpoints(settings)
         self._rng = rng or random.Random()
         self._config_key = _join(settings.prefix, "config").encode()
         self._subnets_dir = (_join(settings.prefix, "subnets") + "/").encode()
@@ -271,12 +271,10 @@ class EtcdSubnetManager:
             return None
         return await self._call(lambda c: c.time_to_live(lease_id))
 
-    async def _lease_ttls(self, kvs: list[KeyValue]) -> dict[int, int]:
+    async def _lease_ttls(self, kvs: list[KeyValue]) -> dict[int, int | None]:
         """Seconds left on each etcd lease behind ``kvs``, one request per lease."""
         ids = sorted({kv.lease for kv in kvs if kv.lease})
-        ttls = await asyncio.gather(
-            *(self._call(functools.partial(EtcdClient.time_to_live, lease=i)) for i in ids)
-        )
+        ttls = await asyncio.gather(*(self._time_to_live(i) for i in ids))
         return dict(zip(ids, ttls, strict=True))
 
     async def _list_leases(self, *, with_expiry: bool) -> tuple[list[Lease], int]:

@@ -273,6 +273,11 @@ def lease_acquirer(host: LabHost, ipv6: bool = False) -> Callable[[LeaseAttrs], 
     return acquire
 
 
+def host_lease(host: LabHost) -> Lease:
+    """The host's lab subnet as a bare lease: what a peer needs to know of it (udp)."""
+    return Lease(subnet=host.subnet, ipv6_subnet=None, attrs=LeaseAttrs(public_ip=host.underlay_ip))
+
+
 def added(leases: Iterable[Lease]) -> list[LeaseEvent]:
     return [LeaseEvent(EventType.ADDED, lease) for lease in leases]
 

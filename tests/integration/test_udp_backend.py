@@ -16,11 +16,10 @@ from ipaddress import IPv4Address
 from pathlib import Path
 
 import pytest
-from netlab import LabHost, NetLab, close_udp_network
+from netlab import LabHost, NetLab, close_udp_network, external_interface, host_lease
 
 from pyflannel_runtime.backend.udp import UdpBackend, UdpNetwork
 from pyflannel_runtime.backend.udp_packet import checksum, ip_header_checksum
-from pyflannel_runtime.iface import ExternalInterface
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs
 from pyflannel_runtime.model.netconf import check_network_config, parse_config
 from pyflannel_runtime.netlink.netns import run_in_netns
@@ -32,22 +31,6 @@ IP_RECVERR = 11
 NET_CONF = '{"Network": "10.244.0.0/16", "Backend": {"Type": "udp"}}'
 
 
-def lease_of(host: LabHost) -> Lease:
-    return Lease(subnet=host.subnet, ipv6_subnet=None, attrs=LeaseAttrs(public_ip=host.underlay_ip))
-
-
-def external_interface(lab: NetLab, host: LabHost) -> ExternalInterface:
-    return ExternalInterface(
-        name="eth0",
-        index=lab.ifindex(host.ns, "eth0"),
-        mtu=1500,
-        iface_addr=host.underlay_ip,
-        iface_v6_addr=None,
-        ext_addr=host.underlay_ip,
-        ext_v6_addr=None,
-    )
-
-
 async def start_network(
     lab: NetLab, host: LabHost, peers: list[LabHost], **options: bool | int
 ) -> UdpNetwork:
@@ -56,12 +39,12 @@ async def start_network(
 
     async def acquire(attrs: LeaseAttrs) -> Lease:
         seen.append(attrs)
-        return lease_of(host)
+        return host_lease(host)
 
     backend = UdpBackend(host.ns, **options)  # type: ignore[arg-type]
     network = await backend.register_network(config, external_interface(lab, host), acquire)
     assert seen == [LeaseAttrs(public_ip=host.underlay_ip)]
-    await network.reconcile([lease_of(p) for p in peers])
+    await network.reconcile([host_lease(p) for p in peers])
     return network
 
 
@@ -221,10 +204,10 @@ def test_removed_peer_is_unreachable_and_readded_peer_works(
     lab: NetLab, cluster: list[UdpNetwork]
 ) -> None:
     p1, p2, p3 = lab.hosts
-    assert asyncio.run(cluster[0].reconcile([lease_of(p3)])) == 1
-    assert asyncio.run(cluster[0].reconcile([lease_of(p3)])) == 0
+    assert asyncio.run(cluster[0].reconcile([host_lease(p3)])) == 1
+    assert asyncio.run(cluster[0].reconcile([host_lease(p3)])) == 0
     assert udp_probe_error(p1.pod_ns, p2.pod_ip) == errno.ENETUNREACH
-    assert asyncio.run(cluster[0].reconcile([lease_of(p2), lease_of(p3)])) == 1
+    assert asyncio.run(cluster[0].reconcile([host_lease(p2), host_lease(p3)])) == 1
     assert lab.ping(p1.pod_ns, p2.pod_ip, count=2)
 
 
@@ -232,7 +215,7 @@ def test_a_killed_worker_is_restarted_by_reconcile(lab: NetLab, cluster: list[Ud
     network = cluster[0]
     victim = network.worker_pids[0]
     os.kill(victim, signal.SIGKILL)
-    peers = [lease_of(h) for h in lab.hosts[1:]]
+    peers = [host_lease(h) for h in lab.hosts[1:]]
     # reconcile revives a worker once it can be reaped (its threads may still be exiting)
     wait_for(lambda: asyncio.run(network.reconcile(peers)) == 1)
     assert asyncio.run(network.reconcile(peers)) == 0
