@@ -13,12 +13,8 @@ from typing import Any, NamedTuple
 
 import jinja2
 
-from pyflannel_runtime.model.cluster import (
-    DEFAULT_SUBNET_FILE,
-    ClusterModel,
-    NodePlan,
-    plan,
-)
+from pyflannel_runtime import DEFAULT_SUBNET_FILE
+from pyflannel_runtime.model.cluster import ClusterModel, NodePlan, plan
 from pyflannel_runtime.model.subnet_env import SubnetEnv
 
 AGENT_ENV_FILE = "/etc/pyflannel/pyflanneld.env"
