@@ -22,13 +22,16 @@ What happens when something fails:
   rolled back. Should a restore fail too, FilesError names each file left new and the path of
   its kept original, which is then not removed.
 * After the last rename the directories are fsynced and the kept originals removed.
+
+Temp files and kept originals are hidden names ending in ``.tmp`` and ``.orig``, which neither
+the CNI runtime (``*.conf``, ``*.conflist``, ``*.json``) nor systemd (``*.service``) picks up,
+should the process die between the steps.
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
-import errno
 import grp
 import os
 import posixpath
@@ -41,6 +44,7 @@ from typing import Any
 from pyflannel_runtime.fsutil import fsync_directory, os_error_text, unlink_quietly, write_temp
 
 _DIRECTORY_MODE = 0o755
+_OBSTACLES = {stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symbolic link"}
 
 
 class FilesError(Exception):
@@ -187,8 +191,8 @@ def _target(root: str, path: str) -> str:
 
 def _compare(path: str, target: str, wanted: WantedFile) -> FileChange:
     _check_parents(target)
-    uid = None if wanted.owner is None else _uid(wanted.owner, target)
-    gid = None if wanted.group is None else _gid(wanted.group, target)
+    uid = None if wanted.owner is None else _account_id(wanted.owner, target, group=False)
+    gid = None if wanted.group is None else _account_id(wanted.group, target, group=True)
     change = FileChange(
         path=path,
         target=target,
@@ -200,23 +204,22 @@ def _compare(path: str, target: str, wanted: WantedFile) -> FileChange:
         sensitive=wanted.sensitive,
     )
     try:
-        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        kind = stat.S_IFMT(os.lstat(target).st_mode)
     except FileNotFoundError:
         return change
     except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise FilesError(f"{target}: a symbolic link is in the way of the file") from None
         raise FilesError(f"{target}: cannot read it: {os_error_text(err)}") from None
+    if kind != stat.S_IFREG:
+        raise FilesError(f"{target}: {_OBSTACLES.get(kind, 'a special file')} is in the way")
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "a special file"
-            raise FilesError(f"{target}: {kind} is in the way of the file")
-        before = _read_all(fd)
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            info = os.fstat(fd)
+            before = _read_all(fd)
+        finally:
+            os.close(fd)
     except OSError as err:
         raise FilesError(f"{target}: cannot read it: {os_error_text(err)}") from None
-    finally:
-        os.close(fd)
     mode = stat.S_IMODE(info.st_mode)
     differs = {
         Reason.CONTENT: before != wanted.data,
@@ -249,22 +252,14 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _uid(owner: str | int, target: str) -> int:
-    if isinstance(owner, int):
-        return owner
+def _account_id(name: str | int, target: str, *, group: bool) -> int:
+    """A uid (or gid) as given, or looked up by name."""
+    if isinstance(name, int):
+        return name
     try:
-        return pwd.getpwnam(owner).pw_uid
+        return grp.getgrnam(name).gr_gid if group else pwd.getpwnam(name).pw_uid
     except KeyError:
-        raise FilesError(f"{target}: no such user: {owner}") from None
-
-
-def _gid(group: str | int, target: str) -> int:
-    if isinstance(group, int):
-        return group
-    try:
-        return grp.getgrnam(group).gr_gid
-    except KeyError:
-        raise FilesError(f"{target}: no such group: {group}") from None
+        raise FilesError(f"{target}: no such {'group' if group else 'user'}: {name}") from None
 
 
 # --- apply: stage, then rename ------------------------------------------------------------------
@@ -302,10 +297,12 @@ def apply_files(plan: FilePlan) -> None:
         assert entry.temp is not None
         try:
             os.rename(entry.temp, entry.change.target)
-        except OSError as err:
+        except BaseException as err:
             left = _roll_back(replaced)
             _discard([e for e in staged if e not in replaced], created)
-            raise FilesError(_rename_failure(entry.change.target, err, left)) from None
+            if isinstance(err, OSError):
+                raise FilesError(_rename_failure(entry.change.target, err, left)) from None
+            raise
         replaced.append(entry)
     _finish(staged, created)
 

@@ -231,9 +231,9 @@ def test_a_file_where_a_directory_must_be(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("obstacle", "message"),
     [
-        (lambda p: p.mkdir(), "a directory is in the way of the file"),
-        (lambda p: p.symlink_to("/etc/hostname"), "a symbolic link is in the way of the file"),
-        (lambda p: os.mkfifo(p), "a special file is in the way of the file"),
+        (lambda p: p.mkdir(), "a directory is in the way"),
+        (lambda p: p.symlink_to("/etc/hostname"), "a symbolic link is in the way"),
+        (lambda p: os.mkfifo(p), "a special file is in the way"),
     ],
     ids=["directory", "symlink", "fifo"],
 )
@@ -264,6 +264,14 @@ def test_bad_requests(tmp_path: Path) -> None:
 # --- failing part-way: the tree is left exactly as it was ------------------------------------
 
 
+def fails_and_changes_nothing(root: Path, files: dict[str, WantedFile], problem: str) -> None:
+    before = listing(root)
+    with pytest.raises(FilesError) as err:
+        sync_files(files, root=str(root))
+    assert str(err.value) == f"{problem}; nothing was changed"
+    assert listing(root) == before
+
+
 @pytest.fixture
 def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
     mount_point = tmp_path / "tmpfs"
@@ -283,13 +291,9 @@ def test_a_full_disk_part_way_changes_nothing(tiny_tmpfs: Path) -> None:
     old_node(tiny_tmpfs)
     # Sorted last, so the other files are staged (and run/ created) before the disk is full.
     files = {**NODE, "var/lib/big": WantedFile(b"x" * 256 * 1024, 0o644)}
-    before = listing(tiny_tmpfs)
-    with pytest.raises(FilesError) as err:
-        sync_files(files, root=str(tiny_tmpfs))
-    assert str(err.value) == (
-        f"{tiny_tmpfs}/var/lib/big: no space left on device; nothing was changed"
+    fails_and_changes_nothing(
+        tiny_tmpfs, files, f"{tiny_tmpfs}/var/lib/big: no space left on device"
     )
-    assert listing(tiny_tmpfs) == before
 
 
 @pytest.fixture
@@ -308,13 +312,9 @@ def read_only_etc_systemd(tmp_path: Path) -> Iterator[Path]:
 def test_a_read_only_directory_part_way_changes_nothing(read_only_etc_systemd: Path) -> None:
     root = read_only_etc_systemd
     old_node(root)
-    before = listing(root)
-    with pytest.raises(FilesError) as err:
-        sync_files(NODE, root=str(root))
-    assert str(err.value) == (
-        f"{root}/etc/systemd/system/pyflanneld.service: read-only file system; nothing was changed"
+    fails_and_changes_nothing(
+        root, NODE, f"{root}/etc/systemd/system/pyflanneld.service: read-only file system"
     )
-    assert listing(root) == before
 
 
 def failing_renames(monkeypatch: pytest.MonkeyPatch, *failing: int) -> list[tuple[str, str]]:
