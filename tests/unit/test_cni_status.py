@@ -4,81 +4,43 @@ pool, and the delegate's own STATUS. (The kernel side runs in tests/integration/
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import pytest
+from cni_site import CniSite, install_fake_delegate
 
-from pyflannel_runtime.cni.plugin import run
 from pyflannel_runtime.cni.status_check import is_flannel_device, lease_mismatch
 from pyflannel_runtime.model.subnet_env import parse_cni_subnet_env
 
 SUBNET_ENV = "FLANNEL_NETWORK=10.6.0.0/16\nFLANNEL_SUBNET=10.6.4.1/29\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n"
-# answers VERSION with $FAKE_VERSIONS; STATUS records its stdin and fails when FAKE_FAIL is set
-FAKE_DELEGATE = """#!/bin/sh
-if [ "$CNI_COMMAND" = VERSION ]; then
-  printf '{"cniVersion":"1.1.0","supportedVersions":[%s]}' "$FAKE_VERSIONS"; exit 0
-fi
-cat > "$FAKE_LOG/$CNI_COMMAND.stdin"
-if [ -n "$FAKE_FAIL" ]; then echo '{"code": 50, "msg": "bridge is down"}'; exit 1; fi
-"""
 
 
-class Node:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.bin = root / "bin"
-        self.log = root / "log"
-        for directory in (self.bin, self.log):
-            directory.mkdir()
-        for name in ("bridge", "fakebr"):
-            (self.bin / name).write_text(FAKE_DELEGATE)
-            (self.bin / name).chmod(0o755)
-        self.subnet_env = root / "subnet.env"
-        self.subnet_env.write_text(SUBNET_ENV)
-        self.store = root / "ipam" / "stnet"
-
-    def status(
-        self, env: dict[str, str] | None = None, **extra: object
-    ) -> tuple[int, dict[str, object] | None]:
-        conf: dict[str, object] = {
-            "name": "stnet",
-            "type": "flannel",
-            "cniVersion": "1.1.0",
-            "subnetFile": str(self.subnet_env),
-            "dataDir": str(self.root / "state"),
-            "ipam": {"dataDir": str(self.root / "ipam")},
-        }
-        environ = {
-            "CNI_COMMAND": "STATUS",
-            "CNI_PATH": str(self.bin),
-            "PATH": "/usr/bin:/bin",
-            "FAKE_LOG": str(self.log),
-            "FAKE_VERSIONS": '"1.0.0"',
-        }
-        conf.update(extra)
-        stdout = io.BytesIO()
-        status = run(
-            environ | (env or {}), io.BytesIO(json.dumps(conf).encode()), stdout, io.BytesIO()
-        )
-        return status, json.loads(stdout.getvalue()) if stdout.getvalue() else None
+def run_status(
+    site: CniSite, env: dict[str, str] | None = None, **extra: object
+) -> tuple[int, dict[str, object] | None]:
+    code, stdout, _ = site.call("STATUS", {"FAKE_VERSIONS": '"1.0.0"'} | (env or {}), **extra)
+    return code, json.loads(stdout) if stdout else None
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Node:
-    return Node(tmp_path)
+def node(tmp_path: Path) -> CniSite:
+    site = CniSite(tmp_path, SUBNET_ENV)
+    (site.bin / "bridge").unlink()
+    for name in ("bridge", "fakebr"):
+        install_fake_delegate(site.bin, name)
+    return site
 
 
-def test_ready_node(node: Node) -> None:
-    assert node.status() == (0, None)
+def test_ready_node(node: CniSite) -> None:
+    assert run_status(node) == (0, None)
     assert not (node.log / "STATUS.stdin").exists()  # Debian's plugins stop at CNI 1.0.0
 
 
-def test_missing_subnet_env_is_not_available(node: Node) -> None:
+def test_missing_subnet_env_is_not_available(node: CniSite) -> None:
     node.subnet_env.unlink()
-    status, error = node.status()
-    assert status == 1 and error is not None
+    code, error = run_status(node)
+    assert code == 1 and error is not None
     assert error["code"] == 50
     assert error["msg"] == (
         "flannel is not ready on this node: failed to load flannel 'subnet.env' file: "
@@ -96,40 +58,40 @@ def test_missing_subnet_env_is_not_available(node: Node) -> None:
     ],
 )
 def test_unreadable_subnet_env_is_not_available(
-    node: Node, content: str | None, reason: str
+    node: CniSite, content: str | None, reason: str
 ) -> None:
     node.subnet_env.unlink()
     if content is None:
         node.subnet_env.mkdir()
     else:
         node.subnet_env.write_text(content)
-    status, error = node.status()
-    assert status == 1 and error is not None
+    code, error = run_status(node)
+    assert code == 1 and error is not None
     assert error["code"] == 50
     assert reason in str(error["msg"])
 
 
-def test_exhausted_pool_is_not_available(node: Node) -> None:
+def test_exhausted_pool_is_not_available(node: CniSite) -> None:
     node.store.mkdir(parents=True)
     for last in range(2, 7):  # 10.6.4.0/29: host-local hands out .2 to .6
         (node.store / f"10.6.4.{last}").write_bytes(f"c{last}\r\neth0".encode())
-    status, error = node.status()
-    assert status == 1 and error is not None
+    code, error = run_status(node)
+    assert code == 1 and error is not None
     assert error["code"] == 50
     assert str(error["msg"]).startswith("no free pod address in 10.6.4.0/29: 5 of 5 are allocated")
     (node.store / "10.6.4.6").unlink()
-    assert node.status() == (0, None)
+    assert run_status(node) == (0, None)
 
 
-def test_another_ipam_is_not_counted(node: Node) -> None:
+def test_another_ipam_is_not_counted(node: CniSite) -> None:
     node.store.mkdir(parents=True)
     for last in range(2, 7):
         (node.store / f"10.6.4.{last}").write_bytes(b"c\r\neth0")
-    assert node.status(ipam={"type": "dhcp", "dataDir": str(node.root / "ipam")}) == (0, None)
+    assert run_status(node, ipam={"type": "dhcp", "dataDir": str(node.root / "ipam")}) == (0, None)
 
 
-def test_status_goes_to_a_delegate_that_speaks_1_1_0(node: Node) -> None:
-    assert node.status({"FAKE_VERSIONS": '"1.0.0","1.1.0"'}, delegate={"type": "fakebr"}) == (
+def test_status_goes_to_a_delegate_that_speaks_1_1_0(node: CniSite) -> None:
+    assert run_status(node, {"FAKE_VERSIONS": '"1.0.0","1.1.0"'}, delegate={"type": "fakebr"}) == (
         0,
         None,
     )
@@ -137,14 +99,14 @@ def test_status_goes_to_a_delegate_that_speaks_1_1_0(node: Node) -> None:
     assert forwarded["cniVersion"] == "1.1.0"
     assert forwarded["type"] == "fakebr"
     assert forwarded["ipam"]["ranges"] == [[{"subnet": "10.6.4.0/29"}]]
-    status, error = node.status({"FAKE_VERSIONS": '"1.1.0"', "FAKE_FAIL": "1"})
-    assert status == 1
+    code, error = run_status(node, {"FAKE_VERSIONS": '"1.1.0"', "FAKE_FAIL": "1"})
+    assert code == 1
     assert error == {"code": 50, "msg": "bridge is down"}
 
 
-def test_a_missing_delegate_is_not_available(node: Node) -> None:
-    status, error = node.status(delegate={"type": "nosuchplugin"})
-    assert status == 1 and error is not None
+def test_a_missing_delegate_is_not_available(node: CniSite) -> None:
+    code, error = run_status(node, delegate={"type": "nosuchplugin"})
+    assert code == 1 and error is not None
     assert error["code"] == 50
     assert str(error["msg"]).startswith('delegate STATUS: failed to find plugin "nosuchplugin"')
 
