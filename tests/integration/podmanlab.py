@@ -230,4 +230,5 @@ def podman_lab_in_scratch(prefixlen: int = 24) -> Iterator[PodmanLab]:
             lab.close()
         finally:
             shutil.rmtree(root, ignore_errors=True)
-    assert root_namespace_state() == before
+    after = root_namespace_state()
+    assert after == before, {k: (before[k], after[k]) for k in before if before[k] != after[k]}
