@@ -25,7 +25,7 @@ from pyflannel_runtime.ipam.node import (
     release_leaks,
     report_dict,
 )
-from pyflannel_runtime.ipam.runtimes import RuntimeView, ask_runtimes
+from pyflannel_runtime.ipam.runtimes import live_containers
 
 HELP = "show this node's pod addresses, and release leaked ones"
 DESCRIPTION = (
@@ -93,15 +93,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gc.add_argument("--dry-run", action="store_true", help="only say what would be released")
 
 
-def _runtime(args: argparse.Namespace) -> RuntimeView:
-    if args.valid_containers is None:
-        return ask_runtimes(os.environ)
-    ids = " ".join(args.valid_containers).replace(",", " ").split()
-    return RuntimeView.given(frozenset(ids))
-
-
 def _node(args: argparse.Namespace) -> NodeIpam:
-    return inspect_node(load_target(args.conflist), _runtime(args))
+    given = args.valid_containers
+    ids = None if given is None else " ".join(given).replace(",", " ").split()
+    return inspect_node(load_target(args.conflist), live_containers(ids, os.environ))
 
 
 # --- rendering ----------------------------------------------------------------------------------

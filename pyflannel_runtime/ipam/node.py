@@ -22,7 +22,7 @@ from pyflannel_runtime.cni.gc import GcReport, GcTarget, collect_garbage, saved_
 from pyflannel_runtime.cni.gojson import marshal
 from pyflannel_runtime.cni.hostlocal_store import Allocation, address_pool, read_allocations
 from pyflannel_runtime.cni.netconf import NetConfError
-from pyflannel_runtime.ipam.runtimes import RuntimeView
+from pyflannel_runtime.ipam.runtimes import RuntimeView, live_containers
 
 DEFAULT_CONFLIST = "/etc/cni/net.d/10-flannel.conflist"
 DEFAULT_CNI_PATH = "/opt/cni/bin"
@@ -269,4 +269,39 @@ def report_dict(
             ],
             "errors": list(gc.errors),
         }
+    return result
+
+
+def exhaustion_warnings(usage: Sequence[FamilyUsage], free_percent: int) -> list[str]:
+    """A warning per family whose free addresses are below ``free_percent`` of the pool."""
+    return [
+        f"pod subnet {u.subnet} is nearly exhausted: {u.free} of {u.capacity} addresses free"
+        + (f", and {u.leaked} of the {u.used} in use look leaked" if u.leaked else "")
+        for u in usage
+        if u.free * 100 < u.capacity * free_percent
+    ]
+
+
+def manage_leaks(
+    conflist: str,
+    valid_containers: Collection[str] | None,
+    cni_path: str,
+    environ: Mapping[str, str],
+    check_mode: bool,
+    free_percent: int = 0,
+) -> dict[str, Any]:
+    """What the Ansible module does on a node: the report, and the leaks released (only said,
+    in check mode). ``changed`` is whether something was (or would be) released; with the
+    runtimes unable to say which containers are gone, check mode predicts nothing and a real
+    run raises IpamError. The report shows the node after the release."""
+    target = load_target(conflist)
+    node = inspect_node(target, live_containers(valid_containers, environ))
+    gc = None
+    if node.runtime.containers is not None or not check_mode:
+        gc, _ = release_leaks(node, cni_path, environ, dry_run=check_mode)
+        if not check_mode and gc.released:
+            node = inspect_node(target, node.runtime)
+    result = report_dict(node, gc, dry_run=check_mode)
+    result["changed"] = bool(gc is not None and gc.released)
+    result["warnings"] = exhaustion_warnings(node.usage, free_percent)
     return result

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 QUERIES = {
@@ -66,3 +66,8 @@ def ask_runtimes(environ: Mapping[str, str]) -> RuntimeView:
         problems.append("no container runtime to ask (neither podman nor crictl is on the PATH)")
     containers = frozenset(known) if sources and not problems else None
     return RuntimeView(tuple(sources), containers, tuple(problems))
+
+
+def live_containers(given: Collection[str] | None, environ: Mapping[str, str]) -> RuntimeView:
+    """The containers named by the caller, else the ones the runtimes know."""
+    return ask_runtimes(environ) if given is None else RuntimeView.given(frozenset(given))
