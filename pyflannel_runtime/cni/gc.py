@@ -280,8 +280,13 @@ def collect_garbage(
 ) -> GcReport:
     """Release what ``valid`` no longer covers; with ``dry_run``, only say what that is."""
     report = GcReport()
+    try:
+        saved = saved_container_ids(target.state_dir)
+    except OSError as err:  # which containers have a saved config decides everything else
+        report.errors.append(f"cannot list {target.state_dir}: {err.strerror or err}")
+        return report
     allocations = _allocations(target, report)
-    plan = plan_gc(valid, saved_container_ids(target.state_dir), allocations)
+    plan = plan_gc(valid, saved, allocations)
     if dry_run:
         report.released = list(plan)
         return report
@@ -290,7 +295,7 @@ def collect_garbage(
     if target.hostlocal_dir is None:
         return report
     # the second pass sees what the replays left: failures, a container's other interfaces
-    saved = saved_container_ids(target.state_dir)
+    saved = [c for c in saved if os.path.exists(os.path.join(target.state_dir, c))]
     leftovers = plan_gc(valid, saved, _allocations(target, report))
     _run_pass(report, leftovers, _HostLocal(target, environ).release, log)
     still = {a.address for a in _allocations(target, report)}

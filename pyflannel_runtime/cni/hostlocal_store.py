@@ -43,17 +43,13 @@ class Allocation(_Record):
         self._init(address=address, version=version, container_id=container_id, ifname=ifname)
 
 
-class AddressPool(_Record):
+class AddressPool:
     """The addresses host-local hands out from one flannel subnet: ``first`` to ``last``."""
 
     __slots__ = ("first", "last", "subnet", "version")
-    subnet: str
-    version: int
-    first: int
-    last: int
 
     def __init__(self, subnet: str, version: int, first: int, last: int) -> None:
-        self._init(subnet=subnet, version=version, first=first, last=last)
+        self.subnet, self.version, self.first, self.last = subnet, version, first, last
 
     @property
     def capacity(self) -> int:
