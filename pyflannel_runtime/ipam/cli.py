@@ -114,9 +114,10 @@ def render_table(node: NodeIpam) -> str:
         f"network {node.target.network} on this node (subnet.env {node.target.conf.subnet_file})"
     ]
     for usage in node.usage:
+        leaked = f", {usage.leaked} of them look leaked" if usage.leaked else ""
         lines.append(
             f"  IPv{usage.version} {usage.subnet}: {usage.used} of {usage.capacity} addresses in"
-            f" use, {usage.free} free, {usage.leaked} of them look leaked"
+            f" use, {usage.free} free{leaked}"
         )
     lines.append(
         f"  host-local store {node.target.hostlocal_dir}, flannel state {node.target.state_dir}"
@@ -146,11 +147,18 @@ def render_table(node: NodeIpam) -> str:
     for container_id in node.stale_state_files:
         lines.append(f"state file without an address, container gone: {container_id[:_SHORT_ID]}")
     if node.leaked:
-        lines.append(
-            f"{len(node.leaked)} allocation(s) look leaked; `pyflannel ipam gc` releases the"
-            f" {len(node.releasable)} whose container is gone"
-        )
+        lines.append(f"{len(node.leaked)} allocation(s) look leaked; {_what_gc_does(node)}")
     return "\n".join(lines) + "\n"
+
+
+def _what_gc_does(node: NodeIpam) -> str:
+    if node.runtime.containers is None:
+        return (
+            "nobody could say which containers are gone: name the live ones with --valid-containers"
+        )
+    if node.releasable:
+        return f"`pyflannel ipam gc` releases the {len(node.releasable)} whose container is gone"
+    return "their containers still exist, so `pyflannel ipam gc` leaves them"
 
 
 def _release_text(release: Release) -> str:
@@ -192,7 +200,8 @@ def gc_command(args: argparse.Namespace) -> int:
     except IpamError as err:
         print(f"pyflannel ipam gc: {err}", file=sys.stderr)
         return EXIT_ERROR
-    sys.stderr.write(log)
+    if not report.ok:
+        sys.stderr.write(log)  # what the plugins said, for the failures
     if args.output == "json":
         print(json.dumps(report_dict(node, report, args.dry_run), indent=2))
     else:
