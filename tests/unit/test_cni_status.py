@@ -1,5 +1,5 @@
 """CNI STATUS of the flannel plugin: subnet.env, the agent's lease on flannel's devices, the
-pool, and the delegate's own STATUS. (The kernel side runs in tests/integration/test_cni_status.py.)
+pool, and the delegate's own STATUS. (The kernel side runs in tests/integration/test_cni_status_kernel.py.)
 """
 
 from __future__ import annotations
