@@ -191,6 +191,16 @@ def _register_status(subparsers: Subparsers) -> None:
     status.add_arguments(parser)
 
 
+# --- ipam -------------------------------------------------------------------------------------
+
+
+def _register_ipam(subparsers: Subparsers) -> None:
+    from pyflannel_runtime.ipam import cli as ipam
+
+    parser = _add_command(subparsers, "ipam", ipam.command, ipam.HELP, ipam.DESCRIPTION)
+    ipam.add_arguments(parser)
+
+
 # --- entry point ------------------------------------------------------------------------------
 
 COMMANDS: list[Callable[[Subparsers], None]] = [
@@ -198,6 +208,7 @@ COMMANDS: list[Callable[[Subparsers], None]] = [
     _register_render,
     _register_cni,
     _register_status,
+    _register_ipam,
 ]
 
 

@@ -183,7 +183,15 @@ def dispatch(
     elif command in ("CHECK", "GC", "STATUS"):
         version = skel.config_version(data)
         skel.check_version_at_least(version, "0.4.0" if command == "CHECK" else "1.1.0", command)
-        skel.check_version_supported(version)  # flannel's CHECK, GC and STATUS do nothing more
+        skel.check_version_supported(version)  # flannel's CHECK does nothing more
+        if command == "GC":
+            from pyflannel_runtime.cni.gc import cmd_gc
+
+            cmd_gc(environ, data, stderr)
+        elif command == "STATUS":
+            from pyflannel_runtime.cni.status_check import cmd_status
+
+            cmd_status(environ, data, stderr)
     else:
         raise CniError(skel.ERR_INVALID_ENVIRONMENT_VARIABLES, f"unknown CNI_COMMAND: {command}")
 
