@@ -26,14 +26,11 @@ from ipaddress import ip_address
 from typing import Any
 
 from pyflannel_runtime.agent.flags import FlagError, Options, parse_flags
-from pyflannel_runtime.backend.peers import (
-    PeerSkipped,
-    VxlanDevices,
-    hostgw_peer_entries,
-    vxlan_peer_entries,
-)
+from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend.host import HostDatapath
+from pyflannel_runtime.backend.peers import PeerSkipped
 from pyflannel_runtime.model.lease import Lease
-from pyflannel_runtime.model.netconf import NetworkConfig, vxlan_options
+from pyflannel_runtime.model.netconf import NetworkConfig
 from pyflannel_runtime.model.subnet_env import read_previous_subnets
 from pyflannel_runtime.netlink.entries import (
     DatapathState,
@@ -44,7 +41,8 @@ from pyflannel_runtime.netlink.entries import (
     Neigh,
     Route,
 )
-from pyflannel_runtime.subnet.watcher import LeaseWatcher
+from pyflannel_runtime.subnet.manager import LeaseListing, ListedLease, UnreadableLease
+from pyflannel_runtime.subnet.watcher import LeaseScope, LeaseWatcher
 
 HELP = "show the leases and whether this host's datapath holds every peer"
 DESCRIPTION = (
@@ -67,39 +65,9 @@ class StatusError(Exception):
 # --- the comparison (pure) --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class LeaseRow:
-    lease: Lease
-    node: str = ""  # the node's name (Kubernetes); etcd leases have none
-
-
-@dataclass(frozen=True)
-class HostDatapath:
-    """What this host's backend programs a peer with, as far as its kernel tells.
-
-    A device the backend needs but the kernel lacks gets a negative index, which no kernel
-    entry has: every entry on it then shows as missing, which is what the host lacks.
-    """
-
-    backend_type: str
-    devices: VxlanDevices = field(default_factory=lambda: VxlanDevices(None, None))
-    direct_oifs: Mapping[IPAddress, int] = field(default_factory=dict)
-    ext_index: int = -1
-    ipv4: bool = True
-    ipv6: bool = False
-    ownership_devices: frozenset[int] = frozenset()
-    networks: tuple[IPNetwork, ...] = ()
-    names: Mapping[int, str] = field(default_factory=dict)  # ifindex -> device name
-    problems: tuple[str, ...] = ()
-
-
 def expected_entries(lease: Lease, host: HostDatapath) -> tuple[Entry, ...]:
     """The agent's entries for one peer; raises PeerSkipped when it programs none."""
-    if host.backend_type == "vxlan":
-        return vxlan_peer_entries(lease, host.devices, host.direct_oifs)
-    if host.backend_type == "host-gw":
-        return hostgw_peer_entries(lease, host.ext_index, host.ipv4, host.ipv6)
-    raise PeerSkipped(f"the {host.backend_type} backend's datapath is not checked")
+    return registry.get(host.backend_type).expected_entries(lease, host)
 
 
 class Datapath(enum.Enum):
@@ -107,22 +75,24 @@ class Datapath(enum.Enum):
     PROGRAMMED = "programmed"
     MISSING = "missing"
     SKIPPED = "skipped"
+    REJECTED = "rejected"  # outside the network: the agent never programs it
     UNCHECKED = "unchecked"
 
 
 @dataclass(frozen=True)
 class LeaseStatus:
-    row: LeaseRow
+    row: ListedLease
     datapath: Datapath
     expected: int = 0  # entries the agent programs for this peer
     missing: tuple[Entry, ...] = ()
-    note: str = ""  # why a peer is skipped
+    note: str = ""  # why a peer is skipped or rejected
 
 
 @dataclass(frozen=True)
 class StatusReport:
     store: str  # "etcd" or "kube"
     leases: tuple[LeaseStatus, ...]
+    unreadable: tuple[UnreadableLease, ...] = ()  # in the store, but not a lease
     stale: tuple[Entry, ...] = ()
     problems: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
@@ -132,12 +102,16 @@ class StatusReport:
         return sum(1 for status in self.leases if status.datapath is state)
 
     @property
+    def rejected(self) -> int:
+        return self.count(Datapath.REJECTED) + len(self.unreadable)
+
+    @property
     def ok(self) -> bool:
-        return not (self.count(Datapath.MISSING) or self.stale or self.problems)
+        return not (self.count(Datapath.MISSING) or self.stale or self.problems or self.rejected)
 
 
 def find_own_lease(
-    rows: Sequence[LeaseRow], public_ip: IPAddress | None, subnets: Sequence[IPNetwork]
+    rows: Sequence[ListedLease], public_ip: IPAddress | None, subnets: Sequence[IPNetwork]
 ) -> Lease | None:
     """The lease holding this host's public IP when it is given, else the one holding a subnet
     from its subnet.env."""
@@ -152,23 +126,31 @@ def find_own_lease(
 
 
 def compare(
-    rows: Sequence[LeaseRow],
+    rows: Sequence[ListedLease],
     own: Lease | None,
     host: HostDatapath | None,
     actual: DatapathState | None,
     store: str,
     problems: Sequence[str] = (),
     notes: Sequence[str] = (),
+    scope: LeaseScope | None = None,
+    unreadable: Sequence[UnreadableLease] = (),
 ) -> StatusReport:
     """Each lease's state on this host, and the owned entries no lease explains. Without a
-    host (or its dump) the datapath is not checked."""
-    watcher = LeaseWatcher(own) if own is not None else None
+    host (or its dump) the datapath is not checked. Leases outside `scope` are rejected, as
+    the agent rejects them."""
+    scope = scope or LeaseScope()
+    watcher = LeaseWatcher(own, scope) if own is not None else None
     present = actual.entries() if actual is not None else frozenset()
     explained: set[Entry] = set()
     statuses = []
     for row in rows:
         if watcher is not None and watcher.is_own(row.lease):
             statuses.append(LeaseStatus(row, Datapath.OWN))
+            continue
+        why = scope.rejection(row.lease, own)
+        if why is not None:
+            statuses.append(LeaseStatus(row, Datapath.REJECTED, note=why))
             continue
         if host is None or actual is None:
             statuses.append(LeaseStatus(row, Datapath.UNCHECKED))
@@ -186,6 +168,7 @@ def compare(
     return StatusReport(
         store=store,
         leases=tuple(statuses),
+        unreadable=tuple(unreadable),
         stale=tuple(stale),
         problems=tuple(problems) + (host.problems if host is not None else ()),
         notes=tuple(notes),
@@ -234,9 +217,12 @@ def public_ips_text(lease: Lease) -> str:
 
 
 def vtep_macs(lease: Lease) -> tuple[str, str]:
-    from pyflannel_runtime.subnet.kube_nodes import vtep_mac
-
-    return vtep_mac(lease.attrs.backend_data), vtep_mac(lease.attrs.backend_v6_data)
+    spec = registry.find(lease.attrs.backend_type)
+    if spec is None or spec.advertised_mac is None:
+        return "", ""
+    return spec.advertised_mac(lease.attrs.backend_data), spec.advertised_mac(
+        lease.attrs.backend_v6_data
+    )
 
 
 def remaining(expiration: float | None, now: float, store: str) -> str:
@@ -272,7 +258,8 @@ def summary(report: StatusReport) -> str:
         f"{report.count(Datapath.MISSING)} missing, {len(report.stale)} stale"
     )
     skipped = report.count(Datapath.SKIPPED)
-    return text + (f", {skipped} skipped" if skipped else "")
+    text += f", {skipped} skipped" if skipped else ""
+    return text + (f", {report.rejected} rejected" if report.rejected else "")
 
 
 def _box(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -317,7 +304,13 @@ def render_table(report: StatusReport, now: float) -> str:
         ("Stale on this host (no lease explains them):", [
             describe(entry, report.names) for entry in report.stale
         ]),
-        ("Skipped:", [f"{_label(s)}: {s.note}" for s in report.leases if s.note]),
+        ("Skipped:", [
+            f"{_label(s)}: {s.note}" for s in report.leases if s.datapath is Datapath.SKIPPED
+        ]),
+        ("Rejected (never programmed):", [
+            *(f"{_label(s)}: {s.note}" for s in report.leases if s.datapath is Datapath.REJECTED),
+            *(f"{u.name}: {u.reason}" for u in report.unreadable),
+        ]),
         ("Problems:", list(report.problems)),
         ("Notes:", list(report.notes)),
     ]  # fmt: skip
@@ -368,6 +361,7 @@ def report_dict(report: StatusReport) -> dict[str, Any]:
     return {
         "store": report.store,
         "leases": leases,
+        "unreadable": [{"name": u.name, "reason": u.reason} for u in report.unreadable],
         "stale": [describe(e, report.names) for e in report.stale],
         "problems": list(report.problems),
         "notes": list(report.notes),
@@ -377,6 +371,7 @@ def report_dict(report: StatusReport) -> dict[str, Any]:
             "missing": report.count(Datapath.MISSING),
             "stale": len(report.stale),
             "skipped": report.count(Datapath.SKIPPED),
+            "rejected": report.rejected,
         },
         "ok": report.ok,
     }
@@ -389,7 +384,7 @@ def render_json(report: StatusReport) -> str:
 # --- reading the leases -----------------------------------------------------------------------
 
 
-async def etcd_leases(opts: Options, timeout: float) -> tuple[NetworkConfig, list[LeaseRow]]:
+async def etcd_leases(opts: Options, timeout: float) -> tuple[NetworkConfig, LeaseListing]:
     from pyflannel_runtime.agent.stores import etcd_settings
     from pyflannel_runtime.model.netconf import ConfigError
     from pyflannel_runtime.subnet.etcd import ETCD_ERRORS, EtcdError, EtcdSubnetManager
@@ -407,66 +402,45 @@ async def etcd_leases(opts: Options, timeout: float) -> tuple[NetworkConfig, lis
     try:
         async with asyncio.timeout(timeout):
             config = await sm.get_network_config()
-            listed = await sm.list_leases()
+            listing = await sm.list_leases()
     except TimeoutError:
         raise StatusError(f"cannot read leases from {where}: no answer in {timeout:g}s") from None
     except failures as err:
         raise StatusError(f"cannot read leases from {where}: {etcd_describe(err)}") from None
     finally:
         await sm.close()
-    return config, [LeaseRow(lease) for lease in sorted(listed, key=_lease_order)]
+    return config, listing
 
 
-def kube_leases(opts: Options, timeout: float) -> tuple[NetworkConfig, list[LeaseRow], list[str]]:
-    """Leases of the flannel nodes, and a problem line for each node that has none."""
-    import kubernetes.client
+async def kube_leases(opts: Options, timeout: float) -> tuple[NetworkConfig, LeaseListing]:
+    """The flannel nodes' leases, through the Kubernetes lease store."""
     import urllib3
     from kubernetes.client.exceptions import ApiException
 
-    from pyflannel_runtime.subnet.annotations import AnnotationPrefixError, Annotations
-    from pyflannel_runtime.subnet.kube import (
-        KubeSubnetError,
-        api_error_text,
-        build_api_client,
-        read_net_config,
-    )
-    from pyflannel_runtime.subnet.kube_nodes import (
-        NodeLeaseError,
-        is_flannel_node,
-        node_name,
-        node_to_lease,
-    )
+    from pyflannel_runtime.subnet.annotations import AnnotationPrefixError
+    from pyflannel_runtime.subnet.kube import KubeSubnetError, KubeSubnetManager, api_error_text
 
     try:
-        config = read_net_config(opts.net_config_path)
-        keys = Annotations.for_prefix(opts.kube_annotation_prefix)
-        api: Any = build_api_client(opts.kube_api_url, opts.kubeconfig_file)
+        sm = await KubeSubnetManager.create(
+            kube_api_url=opts.kube_api_url,
+            kubeconfig_file=opts.kubeconfig_file,
+            net_config_path=opts.net_config_path,
+            annotation_prefix=opts.kube_annotation_prefix,
+            request_timeout=timeout,
+            own_node=False,
+        )
     except (KubeSubnetError, AnnotationPrefixError) as err:
         raise StatusError(str(err)) from None
     try:
-        response: Any = kubernetes.client.CoreV1Api(api).list_node(
-            _preload_content=False, _request_timeout=timeout
-        )
-        nodes = json.loads(response.data).get("items") or []
+        return await sm.get_network_config(), await sm.list_leases()
     except (ApiException, urllib3.exceptions.HTTPError, ValueError) as err:
         raise StatusError(f"cannot list nodes: {api_error_text(err)}") from None
     finally:
-        api.close()
-    rows, problems = [], []
-    for node in sorted(nodes, key=node_name):
-        if not is_flannel_node(node, keys):
-            continue
-        try:
-            lease = node_to_lease(node, keys, config.enable_ipv4, config.enable_ipv6)
-        except NodeLeaseError as err:
-            problems.append(f"node {node_name(node)} has no usable lease: {err}")
-            continue
-        rows.append(LeaseRow(lease, node_name(node)))
-    return config, rows, problems
+        await sm.close()
 
 
-def _lease_order(lease: Lease) -> tuple[int, int]:
-    subnet = lease.subnet or lease.ipv6_subnet
+def _lease_order(row: ListedLease) -> tuple[int, int]:
+    subnet = row.lease.subnet or row.lease.ipv6_subnet
     assert subnet is not None
     return subnet.version, int(subnet.network_address)
 
@@ -481,89 +455,13 @@ def inspect_host(
     reaches directly (read with pyroute2, never changed)."""
     from pyflannel_runtime.netlink.netns import iproute
 
+    inspect = registry.get(config.backend_type).inspect_host
+    assert inspect is not None, "only backends with per-peer entries are inspected"
     try:
         with iproute(netns) as ipr:
-            names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
-            if config.backend_type == "vxlan":
-                return _vxlan_host(ipr, config, names, leases)
-            return _hostgw_host(ipr, config, own, names)
+            return inspect(ipr, config, own, leases)
     except OSError as err:
         raise StatusError(f"cannot read the kernel's devices: {err}") from None
-
-
-def _networks(config: NetworkConfig) -> tuple[IPNetwork, ...]:
-    wanted = (
-        config.network if config.enable_ipv4 else None,
-        config.ipv6_network if config.enable_ipv6 else None,
-    )
-    return tuple(n for n in wanted if n is not None)
-
-
-def _vxlan_host(
-    ipr: Any, config: NetworkConfig, names: dict[int, str], leases: Sequence[Lease]
-) -> HostDatapath:
-    opts = vxlan_options(config)
-    by_name = {name: index for index, name in names.items()}
-    problems = []
-    indexes: dict[int, int | None] = {}
-    for version, enabled, name, absent in (
-        (4, config.enable_ipv4, f"flannel.{opts.vni}", -1),
-        (6, config.enable_ipv6, f"flannel-v6.{opts.vni}", -2),
-    ):
-        if not enabled:
-            indexes[version] = None
-            continue
-        index = by_name.get(name)
-        if index is None:
-            problems.append(f"device {name} does not exist")
-            names[absent] = name
-        indexes[version] = index if index is not None else absent
-    return HostDatapath(
-        backend_type="vxlan",
-        devices=VxlanDevices(indexes[4], indexes[6]),
-        direct_oifs=_direct_oifs(ipr, config, leases) if opts.direct_routing else {},
-        ipv4=config.enable_ipv4,
-        ipv6=config.enable_ipv6,
-        ownership_devices=frozenset(i for i in indexes.values() if i is not None and i > 0),
-        networks=_networks(config),
-        names=names,
-        problems=tuple(problems),
-    )
-
-
-def _direct_oifs(ipr: Any, config: NetworkConfig, leases: Sequence[Lease]) -> dict[IPAddress, int]:
-    """The route lookup the agent's DirectRouting makes for each peer's public IPs."""
-    from pyflannel_runtime.backend.vxlan import _direct_oif
-
-    ips: set[IPAddress | None] = set()
-    for lease in leases:
-        ips.add(lease.attrs.public_ip if config.enable_ipv4 else None)
-        ips.add(lease.attrs.public_ipv6 if config.enable_ipv6 else None)
-    found = {ip: _direct_oif(ipr, ip) for ip in ips if ip is not None}
-    return {ip: oif for ip, oif in found.items() if oif is not None}
-
-
-def _hostgw_host(
-    ipr: Any, config: NetworkConfig, own: Lease, names: dict[int, str]
-) -> HostDatapath:
-    public = own.attrs.public_ip if config.enable_ipv4 else own.attrs.public_ipv6
-    ext_index = -1
-    problems = []
-    found = ipr.get_addr(address=str(public)) if public is not None else []
-    if found:
-        ext_index = found[0]["index"]
-    else:
-        problems.append(f"no interface holds the public IP {public} of this host's lease")
-        names[-1] = f"<interface of {public}>"
-    return HostDatapath(
-        backend_type=config.backend_type,
-        ext_index=ext_index,
-        ipv4=config.enable_ipv4,
-        ipv6=config.enable_ipv6,
-        networks=_networks(config),
-        names=names,
-        problems=tuple(problems),
-    )
 
 
 def read_kernel(netns: str | None, host: HostDatapath) -> DatapathState:
@@ -643,16 +541,8 @@ def own_subnets(opts: Options) -> list[IPNetwork]:
     return [s for s in (previous.subnet, previous.ipv6_subnet) if s is not None]
 
 
-def collect(args: argparse.Namespace, environ: Mapping[str, str]) -> StatusReport:
-    opts = agent_options(args, environ)
-    store = "kube" if opts.kube_subnet_mgr else "etcd"
-    problems: list[str] = []
-    if opts.kube_subnet_mgr:
-        config, rows, problems = kube_leases(opts, args.timeout)
-    else:
-        config, rows = asyncio.run(etcd_leases(opts, args.timeout))
-    if args.leases_only:
-        return compare(rows, None, None, None, store, problems)
+def _own_lease(opts: Options, rows: Sequence[ListedLease]) -> tuple[Lease | None, str]:
+    """This host's lease, or None and what named it."""
     public_ip = None
     if opts.public_ip:
         try:
@@ -660,17 +550,33 @@ def collect(args: argparse.Namespace, environ: Mapping[str, str]) -> StatusRepor
         except ValueError:
             raise StatusError(f"invalid --public-ip {opts.public_ip!r}") from None
     subnets = own_subnets(opts) if public_ip is None else []
-    own = find_own_lease(rows, public_ip, subnets)
-    if own is None:
-        named = public_ip or ", ".join(map(str, subnets)) or "nothing"
-        problems.append(f"no lease belongs to this host ({named}); the datapath was not checked")
-        return compare(rows, None, None, None, store, problems)
-    if config.backend_type not in ("vxlan", "host-gw"):
-        note = f"the {config.backend_type} backend's datapath is not checked"
-        return compare(rows, own, None, None, store, problems, [note])
-    host = inspect_host(args.netns, config, own, [row.lease for row in rows])
-    actual = read_kernel(args.netns, host)
-    return compare(rows, own, host, actual, store, problems)
+    named = str(public_ip or ", ".join(map(str, subnets)) or "nothing")
+    return find_own_lease(rows, public_ip, subnets), named
+
+
+def collect(args: argparse.Namespace, environ: Mapping[str, str]) -> StatusReport:
+    opts = agent_options(args, environ)
+    store = "kube" if opts.kube_subnet_mgr else "etcd"
+    read = kube_leases if opts.kube_subnet_mgr else etcd_leases
+    config, listing = asyncio.run(read(opts, args.timeout))
+    rows = sorted(listing.leases, key=_lease_order) if store == "etcd" else list(listing.leases)
+    own, host, actual = None, None, None
+    problems: list[str] = []
+    notes: list[str] = []
+    if not args.leases_only:
+        own, named = _own_lease(opts, rows)
+        spec = registry.find(config.backend_type)
+        if own is None:
+            problems.append(
+                f"no lease belongs to this host ({named}); the datapath was not checked"
+            )
+        elif spec is None or spec.inspect_host is None:
+            notes.append(f"the {config.backend_type} backend's datapath is not checked")
+        else:
+            host = inspect_host(args.netns, config, own, [row.lease for row in rows])
+            actual = read_kernel(args.netns, host)
+    scope = LeaseScope.of(config, check_lengths=store == "etcd")
+    return compare(rows, own, host, actual, store, problems, notes, scope, listing.unreadable)
 
 
 def command(args: argparse.Namespace) -> int:

@@ -1,14 +1,17 @@
 """Planning the fewest writes that turn the owned kernel state into the desired one.
 
 Writes are replaces (kernel replace semantics: a route or neighbour with the same key is
-overwritten in place, so a changed peer never loses connectivity) and deletes. Order follows
-flannel per peer: neighbour, FDB, then route, so the kernel never resolves a gateway it has
-no neighbour for; removals use the same order.
+overwritten in place, so a changed peer never loses connectivity) and deletes. A route whose
+key no owned route holds is created instead (`Action.CREATE`): the kernel may hold a route
+there that is not flannel's (the host's connected route, an operator's static one), and a
+replace would take it over. Neighbours and FDB entries live on flannel's own devices, where
+everything is flannel's. Order follows flannel per peer: neighbour, FDB, then route, so the
+kernel never resolves a gateway it has no neighbour for; removals use the same order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 
 from pyflannel_runtime.netlink.entries import (
     Action,
@@ -46,6 +49,7 @@ def plan(desired: DatapathState, actual: DatapathState) -> list[Op]:
     """
     route_keys = {r.key for r in desired.routes}
     neigh_keys = {n.key for n in desired.neighs}
+    owned_route_keys = {r.key for r in actual.routes}
     upserts: list[Entry] = [
         *_ordered(desired.neighs - actual.neighs),
         *_ordered(desired.fdbs - actual.fdbs),
@@ -56,7 +60,16 @@ def plan(desired: DatapathState, actual: DatapathState) -> list[Op]:
         *_ordered(actual.fdbs - desired.fdbs),
         *_ordered(r for r in actual.routes if r.key not in route_keys),
     ]
-    return [Op(Action.REPLACE, e) for e in upserts] + [Op(Action.DELETE, e) for e in deletes]
+    return [Op(write_action(e, owned_route_keys), e) for e in upserts] + [
+        Op(Action.DELETE, e) for e in deletes
+    ]
+
+
+def write_action(entry: Entry, owned_route_keys: Container[object]) -> Action:
+    """Replace what is flannel's; create a route whose key nothing of flannel's holds."""
+    if isinstance(entry, Route) and entry.key not in owned_route_keys:
+        return Action.CREATE
+    return Action.REPLACE
 
 
 def removal_ops(entries: Iterable[Entry]) -> list[Op]:

@@ -23,12 +23,19 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch import watch as k8s_watch
 
+from pyflannel_runtime.backend.vxlan_data import advertised_vtep_mac
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs
 from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, parse_config
 from pyflannel_runtime.subnet import kube_nodes
 from pyflannel_runtime.subnet.annotations import DEFAULT_PREFIX, Annotations
 from pyflannel_runtime.subnet.kube_nodes import NodeLeaseError, NodeLeaseTracker, go_quote
-from pyflannel_runtime.subnet.manager import LeaseWatchBatch, Unimplemented
+from pyflannel_runtime.subnet.manager import (
+    LeaseListing,
+    LeaseWatchBatch,
+    ListedLease,
+    Unimplemented,
+    UnreadableLease,
+)
 from pyflannel_runtime.subnet.node_queue import NodeQueue, NodeSnapshot
 
 log = logging.getLogger(__name__)
@@ -93,9 +100,12 @@ def build_api_client(kube_api_url: str, kubeconfig_file: str) -> kubernetes.clie
 class _NodeApi:
     """The few Kubernetes calls flannel makes, returning decoded JSON. Blocking."""
 
-    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
+    def __init__(
+        self, api_client: kubernetes.client.ApiClient, timeout: float = REQUEST_TIMEOUT
+    ) -> None:
         self.api_client: Any = api_client
         self._core = kubernetes.client.CoreV1Api(api_client)
+        self._timeout = timeout
 
     @staticmethod
     def _decode(response: Any) -> Any:
@@ -105,20 +115,20 @@ class _NodeApi:
 
     def read_node(self, name: str) -> dict[str, Any]:
         response = self._core.read_node(
-            name, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            name, _preload_content=False, _request_timeout=self._timeout
         )
         node: dict[str, Any] = self._decode(response)
         return node
 
     def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
         response = self._core.read_namespaced_pod(
-            name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            name, namespace, _preload_content=False, _request_timeout=self._timeout
         )
         pod: dict[str, Any] = self._decode(response)
         return pod
 
     def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
-        response = self._core.list_node(_preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+        response = self._core.list_node(_preload_content=False, _request_timeout=self._timeout)
         listing = self._decode(response)
         return list(listing.get("items") or []), str(listing["metadata"]["resourceVersion"])
 
@@ -130,7 +140,7 @@ class _NodeApi:
             timeout_seconds=timeout_seconds,
             allow_watch_bookmarks=True,
             _preload_content=False,
-            _request_timeout=(REQUEST_TIMEOUT, timeout_seconds + REQUEST_TIMEOUT),
+            _request_timeout=(self._timeout, timeout_seconds + self._timeout),
         )
 
     def patch_node_status(self, name: str, body: Mapping[str, Any]) -> None:
@@ -140,7 +150,7 @@ class _NodeApi:
             dict(body),
             _content_type="application/strategic-merge-patch+json",
             _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT,
+            _request_timeout=self._timeout,
         )
         self._decode(response)
 
@@ -194,10 +204,11 @@ class KubeSubnetManager:
         retry_interval: float = 3.0,
         retry_timeout: float = 30.0,
         watch_timeout: int = 300,
+        request_timeout: float = REQUEST_TIMEOUT,
     ) -> None:
         self.node_name = node_name
         self.keys = keys
-        self._api = _NodeApi(api_client)
+        self._api = _NodeApi(api_client, request_timeout)
         self._config = config
         self._set_node_network_unavailable = set_node_network_unavailable
         self._retry_interval = retry_interval
@@ -219,12 +230,19 @@ class KubeSubnetManager:
         environ: Mapping[str, str] | None = None,
         retry_interval: float = 3.0,
         retry_timeout: float = 30.0,
+        request_timeout: float = REQUEST_TIMEOUT,
+        own_node: bool = True,
     ) -> KubeSubnetManager:
+        """`own_node=False`: a manager that only reads (`get_network_config`, `list_leases`),
+        for no node of its own, so no node name is looked up."""
         keys = Annotations.for_prefix(annotation_prefix)
         api_client: Any = build_api_client(kube_api_url, kubeconfig_file)
         try:
-            env = os.environ if environ is None else environ
-            node_name = await asyncio.to_thread(resolve_node_name, _NodeApi(api_client), env)
+            node_name = ""
+            if own_node:
+                env = os.environ if environ is None else environ
+                api = _NodeApi(api_client, request_timeout)
+                node_name = await asyncio.to_thread(resolve_node_name, api, env)
             config = read_net_config(net_config_path)
         except BaseException:
             api_client.close()
@@ -237,10 +255,32 @@ class KubeSubnetManager:
             set_node_network_unavailable=set_node_network_unavailable,
             retry_interval=retry_interval,
             retry_timeout=retry_timeout,
+            request_timeout=request_timeout,
         )
 
     async def get_network_config(self) -> NetworkConfig:
         return self._config
+
+    async def list_leases(self) -> LeaseListing:
+        """The flannel nodes' leases, by node name; a flannel node whose annotations cannot
+        be read is listed as unreadable."""
+        nodes, _ = await asyncio.to_thread(self._api.list_nodes)
+        config = self._config
+        leases: list[ListedLease] = []
+        unreadable: list[UnreadableLease] = []
+        for node in sorted(nodes, key=kube_nodes.node_name):
+            if not kube_nodes.is_flannel_node(node, self.keys):
+                continue
+            name = kube_nodes.node_name(node)
+            try:
+                lease = kube_nodes.node_to_lease(
+                    node, self.keys, config.enable_ipv4, config.enable_ipv6
+                )
+            except NodeLeaseError as err:
+                unreadable.append(UnreadableLease(name, str(err)))
+                continue
+            leases.append(ListedLease(lease, name))
+        return LeaseListing(tuple(leases), tuple(unreadable))
 
     async def _retry(self, call: Callable[[], Awaitable[T]], what: str) -> T:
         """flannel's PollUntilContextTimeout: try now, then every interval until the timeout."""
@@ -317,8 +357,8 @@ class KubeSubnetManager:
         # annotation whenever the prefix has a name part; the normalised keys always match.
         annotations = await self._own_annotations()
         return (
-            kube_nodes.vtep_mac(annotations.get(self.keys.backend_data)),
-            kube_nodes.vtep_mac(annotations.get(self.keys.backend_v6_data)),
+            advertised_vtep_mac(annotations.get(self.keys.backend_data)),
+            advertised_vtep_mac(annotations.get(self.keys.backend_v6_data)),
         )
 
     async def _own_annotations(self) -> Mapping[str, str]:

@@ -14,16 +14,11 @@ from typing import Any
 
 import pytest
 
-from pyflannel_runtime.model.lease import (
-    EventType,
-    Lease,
-    LeaseAttrs,
-    LeaseEvent,
-    vxlan_backend_data,
-)
+from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
+from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.subnet.kube import KubeSubnetError, KubeSubnetManager
 from pyflannel_runtime.subnet.manager import LeaseWatchBatch, Unimplemented
-from pyflannel_runtime.subnet.watcher import LeaseWatcher
+from pyflannel_runtime.subnet.watcher import LeaseScope, LeaseWatcher
 from tests.fakes.kube_api import STRATEGIC_MERGE, FakeKubeApi
 
 P = "flannel.alpha.coreos.com/"
@@ -373,7 +368,7 @@ class Peers:
     """Consumes watch_leases into a LeaseWatcher, as the backend will."""
 
     def __init__(self, sm: KubeSubnetManager, own: Lease) -> None:
-        self.watcher = LeaseWatcher(own)
+        self.watcher = LeaseWatcher(own, LeaseScope(IPv4Network("10.244.0.0/16")))
         self.batches: list[LeaseWatchBatch] = []
         self.events: list[LeaseEvent] = []
         self._incoming: asyncio.Queue[LeaseWatchBatch] = asyncio.Queue()
