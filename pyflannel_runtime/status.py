@@ -1,48 +1,42 @@
 """``pyflannel status``: the cluster's leases, and whether this host's kernel holds what its
 agent would program for each peer.
 
-The expected entries come from the backends' own ``peers`` functions and the actual ones from
-the datapath's dump, so this reports exactly what the agent's reconcile would repair.
-Read-only: nothing is written to etcd, the API server or the kernel.
+The command line and the renderings only: ``ops.verify`` reads the leases and the kernel and
+compares them, exactly as the agent's reconcile would see them. Read-only: nothing is written
+to etcd, the API server or the kernel.
 
 Exit status: 0 when every peer is programmed and nothing is stale, 1 when something is missing,
-stale or wrong, 2 when the leases or the kernel could not be read.
+stale, rejected or wrong, 2 when the leases or the kernel could not be read.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import enum
 import json
 import logging
 import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from ipaddress import ip_address
 from typing import Any
 
 from pyflannel_runtime.agent.flags import FlagError, Options, parse_flags
 from pyflannel_runtime.backend import registry
-from pyflannel_runtime.backend.host import HostDatapath
-from pyflannel_runtime.backend.peers import PeerSkipped
 from pyflannel_runtime.model.lease import Lease
-from pyflannel_runtime.model.netconf import NetworkConfig
-from pyflannel_runtime.model.subnet_env import read_previous_subnets
-from pyflannel_runtime.netlink.entries import (
-    DatapathState,
-    Entry,
-    Fdb,
-    IPAddress,
-    IPNetwork,
-    Neigh,
-    Route,
+from pyflannel_runtime.ops.verify import (
+    Datapath,
+    Host,
+    LeaseStatus,
+    LeaseStore,
+    OwnLeaseUnknown,
+    VerifyError,
+    VerifyReport,
+    describe,
+    verify,
 )
-from pyflannel_runtime.subnet.manager import LeaseListing, ListedLease, UnreadableLease
-from pyflannel_runtime.subnet.watcher import LeaseScope, LeaseWatcher
 
 HELP = "show the leases and whether this host's datapath holds every peer"
 DESCRIPTION = (
@@ -59,149 +53,10 @@ EXIT_ERROR = 2
 
 
 class StatusError(Exception):
-    """The leases or the kernel could not be read; ``str()`` says what and why."""
-
-
-# --- the comparison (pure) --------------------------------------------------------------------
-
-
-def expected_entries(lease: Lease, host: HostDatapath) -> tuple[Entry, ...]:
-    """The agent's entries for one peer; raises PeerSkipped when it programs none."""
-    return registry.get(host.backend_type).expected_entries(lease, host)
-
-
-class Datapath(enum.Enum):
-    OWN = "own"
-    PROGRAMMED = "programmed"
-    MISSING = "missing"
-    SKIPPED = "skipped"
-    REJECTED = "rejected"  # outside the network: the agent never programs it
-    UNCHECKED = "unchecked"
-
-
-@dataclass(frozen=True)
-class LeaseStatus:
-    row: ListedLease
-    datapath: Datapath
-    expected: int = 0  # entries the agent programs for this peer
-    missing: tuple[Entry, ...] = ()
-    note: str = ""  # why a peer is skipped or rejected
-
-
-@dataclass(frozen=True)
-class StatusReport:
-    store: str  # "etcd" or "kube"
-    leases: tuple[LeaseStatus, ...]
-    unreadable: tuple[UnreadableLease, ...] = ()  # in the store, but not a lease
-    stale: tuple[Entry, ...] = ()
-    problems: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-    names: Mapping[int, str] = field(default_factory=dict)
-
-    def count(self, state: Datapath) -> int:
-        return sum(1 for status in self.leases if status.datapath is state)
-
-    @property
-    def rejected(self) -> int:
-        return self.count(Datapath.REJECTED) + len(self.unreadable)
-
-    @property
-    def ok(self) -> bool:
-        return not (self.count(Datapath.MISSING) or self.stale or self.problems or self.rejected)
-
-
-def find_own_lease(
-    rows: Sequence[ListedLease], public_ip: IPAddress | None, subnets: Sequence[IPNetwork]
-) -> Lease | None:
-    """The lease holding this host's public IP when it is given, else the one holding a subnet
-    from its subnet.env."""
-    for row in rows:
-        lease = row.lease
-        if public_ip is not None:
-            if public_ip in (lease.attrs.public_ip, lease.attrs.public_ipv6):
-                return lease
-        elif any(s in (lease.subnet, lease.ipv6_subnet) for s in subnets):
-            return lease
-    return None
-
-
-def compare(
-    rows: Sequence[ListedLease],
-    own: Lease | None,
-    host: HostDatapath | None,
-    actual: DatapathState | None,
-    store: str,
-    problems: Sequence[str] = (),
-    notes: Sequence[str] = (),
-    scope: LeaseScope | None = None,
-    unreadable: Sequence[UnreadableLease] = (),
-) -> StatusReport:
-    """Each lease's state on this host, and the owned entries no lease explains. Without a
-    host (or its dump) the datapath is not checked. Leases outside `scope` are rejected, as
-    the agent rejects them."""
-    scope = scope or LeaseScope()
-    watcher = LeaseWatcher(own, scope) if own is not None else None
-    present = actual.entries() if actual is not None else frozenset()
-    explained: set[Entry] = set()
-    statuses = []
-    for row in rows:
-        if watcher is not None and watcher.is_own(row.lease):
-            statuses.append(LeaseStatus(row, Datapath.OWN))
-            continue
-        why = scope.rejection(row.lease, own)
-        if why is not None:
-            statuses.append(LeaseStatus(row, Datapath.REJECTED, note=why))
-            continue
-        if host is None or actual is None:
-            statuses.append(LeaseStatus(row, Datapath.UNCHECKED))
-            continue
-        try:
-            expected = expected_entries(row.lease, host)
-        except PeerSkipped as why:
-            statuses.append(LeaseStatus(row, Datapath.SKIPPED, note=str(why)))
-            continue
-        explained.update(expected)
-        missing = tuple(e for e in expected if e not in present)
-        state = Datapath.MISSING if missing else Datapath.PROGRAMMED
-        statuses.append(LeaseStatus(row, state, len(expected), missing))
-    stale = sorted(present - explained, key=_entry_order) if host is not None else []
-    return StatusReport(
-        store=store,
-        leases=tuple(statuses),
-        unreadable=tuple(unreadable),
-        stale=tuple(stale),
-        problems=tuple(problems) + (host.problems if host is not None else ()),
-        notes=tuple(notes),
-        names=dict(host.names) if host is not None else {},
-    )
-
-
-def _entry_order(entry: Entry) -> tuple[int, str]:
-    return ({Neigh: 0, Fdb: 1, Route: 2}[type(entry)], repr(entry))
+    """The command's settings are unusable; ``str()`` says what and why."""
 
 
 # --- rendering (pure) -------------------------------------------------------------------------
-
-
-def describe(entry: Entry, names: Mapping[int, str]) -> str:
-    """An entry in `ip` / `bridge` syntax."""
-
-    def dev(index: int) -> str:
-        return names.get(index, f"if{index}")
-
-    if isinstance(entry, Route):
-        words = [f"route {entry.dst}"]
-        if entry.gateway is not None:
-            words.append(f"via {entry.gateway}")
-        words.append(f"dev {dev(entry.oif)}")
-        if entry.onlink:
-            words.append("onlink")
-        if entry.priority:
-            words.append(f"metric {entry.priority}")
-        return " ".join(words)
-    if isinstance(entry, Neigh):
-        return f"neigh {entry.ip} lladdr {entry.lladdr} dev {dev(entry.ifindex)}"
-    return f"fdb {entry.lladdr} dev {dev(entry.ifindex)} dst {entry.dst}"
 
 
 def subnets_text(lease: Lease) -> str:
@@ -243,14 +98,14 @@ def remaining(expiration: float | None, now: float, store: str) -> str:
 
 def _datapath_cell(status: LeaseStatus) -> str:
     if status.datapath is Datapath.MISSING:
-        return f"missing {len(status.missing)}/{status.expected}"
+        return f"missing {len(status.missing)}/{len(status.expected)}"
     if status.datapath is Datapath.UNCHECKED:
         return "-"
     state: str = status.datapath.value
     return state
 
 
-def summary(report: StatusReport) -> str:
+def summary(report: VerifyReport) -> str:
     leases, programmed = len(report.leases), report.count(Datapath.PROGRAMMED)
     text = (
         f"{leases} lease{'s' * (leases != 1)}, "
@@ -272,7 +127,7 @@ def _box(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return [rule, line(header), rule, *(line(r) for r in rows), rule]
 
 
-def render_table(report: StatusReport, now: float) -> str:
+def render_table(report: VerifyReport, now: float) -> str:
     kube = report.store == "kube"
     header = ["NODE"] if kube else []
     header += ["SUBNET", "PUBLIC IP", "BACKEND", "VTEP MAC", "EXPIRES", "OWN", "DATAPATH"]
@@ -311,7 +166,7 @@ def render_table(report: StatusReport, now: float) -> str:
             *(f"{_label(s)}: {s.note}" for s in report.leases if s.datapath is Datapath.REJECTED),
             *(f"{u.name}: {u.reason}" for u in report.unreadable),
         ]),
-        ("Problems:", list(report.problems)),
+        ("Problems:", [*report.problems, *_mtu_problems(report), *report.subnet_env]),
         ("Notes:", list(report.notes)),
     ]  # fmt: skip
     for title, items in sections:
@@ -319,6 +174,12 @@ def render_table(report: StatusReport, now: float) -> str:
             lines += ["", title, *(f"  {item}" for item in items)]
     lines += ["", summary(report)]
     return "\n".join(lines) + "\n"
+
+
+def _mtu_problems(report: VerifyReport) -> list[str]:
+    return [
+        f"{m.device} has MTU {m.actual}, expected {m.expected}" for m in report.mtus if not m.ok
+    ]
 
 
 def _label(status: LeaseStatus) -> str:
@@ -331,7 +192,7 @@ def _iso(expiration: float | None) -> str | None:
     return datetime.fromtimestamp(expiration, UTC).isoformat().replace("+00:00", "Z")
 
 
-def report_dict(report: StatusReport) -> dict[str, Any]:
+def report_dict(report: VerifyReport) -> dict[str, Any]:
     """The report for scripts: every lease, every mismatch, and the counts."""
 
     def text(value: object) -> str | None:
@@ -363,6 +224,10 @@ def report_dict(report: StatusReport) -> dict[str, Any]:
         "leases": leases,
         "unreadable": [{"name": u.name, "reason": u.reason} for u in report.unreadable],
         "stale": [describe(e, report.names) for e in report.stale],
+        "mtu": [
+            {"device": m.device, "actual": m.actual, "expected": m.expected} for m in report.mtus
+        ],
+        "subnet_env": list(report.subnet_env),
         "problems": list(report.problems),
         "notes": list(report.notes),
         "summary": {
@@ -377,105 +242,8 @@ def report_dict(report: StatusReport) -> dict[str, Any]:
     }
 
 
-def render_json(report: StatusReport) -> str:
+def render_json(report: VerifyReport) -> str:
     return json.dumps(report_dict(report), indent=2) + "\n"
-
-
-# --- reading the leases -----------------------------------------------------------------------
-
-
-async def etcd_leases(opts: Options, timeout: float) -> tuple[NetworkConfig, LeaseListing]:
-    from pyflannel_runtime.agent.stores import etcd_settings
-    from pyflannel_runtime.model.netconf import ConfigError
-    from pyflannel_runtime.subnet.etcd import ETCD_ERRORS, EtcdError, EtcdSubnetManager
-    from pyflannel_runtime.subnet.etcd import (
-        describe as etcd_describe,
-    )
-
-    settings = etcd_settings(opts, request_timeout=timeout)
-    where = f"etcd {opts.etcd_endpoints} (prefix {opts.etcd_prefix})"
-    failures: tuple[type[BaseException], ...] = (*ETCD_ERRORS, EtcdError, ConfigError)
-    try:
-        sm = EtcdSubnetManager(settings)
-    except EtcdError as err:
-        raise StatusError(f"cannot read leases from {where}: {err}") from None
-    try:
-        async with asyncio.timeout(timeout):
-            config = await sm.get_network_config()
-            listing = await sm.list_leases()
-    except TimeoutError:
-        raise StatusError(f"cannot read leases from {where}: no answer in {timeout:g}s") from None
-    except failures as err:
-        raise StatusError(f"cannot read leases from {where}: {etcd_describe(err)}") from None
-    finally:
-        await sm.close()
-    return config, listing
-
-
-async def kube_leases(opts: Options, timeout: float) -> tuple[NetworkConfig, LeaseListing]:
-    """The flannel nodes' leases, through the Kubernetes lease store."""
-    import urllib3
-    from kubernetes.client.exceptions import ApiException
-
-    from pyflannel_runtime.subnet.annotations import AnnotationPrefixError
-    from pyflannel_runtime.subnet.kube import KubeSubnetError, KubeSubnetManager, api_error_text
-
-    try:
-        sm = await KubeSubnetManager.create(
-            kube_api_url=opts.kube_api_url,
-            kubeconfig_file=opts.kubeconfig_file,
-            net_config_path=opts.net_config_path,
-            annotation_prefix=opts.kube_annotation_prefix,
-            request_timeout=timeout,
-            own_node=False,
-        )
-    except (KubeSubnetError, AnnotationPrefixError) as err:
-        raise StatusError(str(err)) from None
-    try:
-        return await sm.get_network_config(), await sm.list_leases()
-    except (ApiException, urllib3.exceptions.HTTPError, ValueError) as err:
-        raise StatusError(f"cannot list nodes: {api_error_text(err)}") from None
-    finally:
-        await sm.close()
-
-
-def _lease_order(row: ListedLease) -> tuple[int, int]:
-    subnet = row.lease.subnet or row.lease.ipv6_subnet
-    assert subnet is not None
-    return subnet.version, int(subnet.network_address)
-
-
-# --- reading this host ------------------------------------------------------------------------
-
-
-def inspect_host(
-    netns: str | None, config: NetworkConfig, own: Lease, leases: Sequence[Lease]
-) -> HostDatapath:
-    """The devices the backend uses on this host and, with DirectRouting, which peers it
-    reaches directly (read with pyroute2, never changed)."""
-    from pyflannel_runtime.netlink.netns import iproute
-
-    inspect = registry.get(config.backend_type).inspect_host
-    assert inspect is not None, "only backends with per-peer entries are inspected"
-    try:
-        with iproute(netns) as ipr:
-            return inspect(ipr, config, own, leases)
-    except OSError as err:
-        raise StatusError(f"cannot read the kernel's devices: {err}") from None
-
-
-def read_kernel(netns: str | None, host: HostDatapath) -> DatapathState:
-    from pyflannel_runtime.netlink.dump import Ownership, open_dump_socket, read_owned_state
-
-    ownership = Ownership(host.ownership_devices, host.networks)
-    try:
-        sock = open_dump_socket(netns)
-        try:
-            return read_owned_state(sock, ownership)
-        finally:
-            sock.close()
-    except OSError as err:
-        raise StatusError(f"cannot dump the kernel's routes and neighbours: {err}") from None
 
 
 # --- the command ------------------------------------------------------------------------------
@@ -506,7 +274,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="read the leases from the Kubernetes API instead of etcd",
     )
-    parser.add_argument("--netns", metavar="NAME", help="check this network namespace's kernel")
+    parser.add_argument(
+        "--netns", metavar="NAME", help="check this network namespace (everything runs in it)"
+    )
     parser.add_argument(
         "--leases-only", action="store_true", help="list the leases; do not check the kernel"
     )
@@ -529,54 +299,35 @@ def agent_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Optio
     return replace(base, **{k: v for k, v in given.items() if v is not None})
 
 
-def own_subnets(opts: Options) -> list[IPNetwork]:
-    try:
-        with open(opts.subnet_file, encoding="utf-8") as handle:
-            previous = read_previous_subnets(handle.read())
-    except OSError as err:
-        raise StatusError(
-            f"cannot tell which lease is this host's: {opts.subnet_file}: "
-            f"{err.strerror or err}; pass --public-ip, --subnet-file or --leases-only"
-        ) from None
-    return [s for s in (previous.subnet, previous.ipv6_subnet) if s is not None]
+def lease_store(opts: Options, timeout: float) -> LeaseStore:
+    from pyflannel_runtime.agent.stores import etcd_settings, kube_settings
+
+    if opts.kube_subnet_mgr:
+        return kube_settings(opts, request_timeout=timeout)
+    return etcd_settings(opts, request_timeout=timeout)
 
 
-def _own_lease(opts: Options, rows: Sequence[ListedLease]) -> tuple[Lease | None, str]:
-    """This host's lease, or None and what named it."""
+def target_host(args: argparse.Namespace, opts: Options, environ: Mapping[str, str]) -> Host:
+    """The host to check. Its own lease: by --public-ip, else by subnet.env, which is then
+    checked too (with --public-ip only when a subnet file is named explicitly)."""
     public_ip = None
     if opts.public_ip:
         try:
             public_ip = ip_address(opts.public_ip)
         except ValueError:
             raise StatusError(f"invalid --public-ip {opts.public_ip!r}") from None
-    subnets = own_subnets(opts) if public_ip is None else []
-    named = str(public_ip or ", ".join(map(str, subnets)) or "nothing")
-    return find_own_lease(rows, public_ip, subnets), named
+    named = args.subnet_file is not None or "FLANNELD_SUBNET_FILE" in environ
+    subnet_file = opts.subnet_file if public_ip is None or named else None
+    return Host(netns=args.netns, public_ip=public_ip, subnet_file=subnet_file)
 
 
-def collect(args: argparse.Namespace, environ: Mapping[str, str]) -> StatusReport:
+def collect(args: argparse.Namespace, environ: Mapping[str, str]) -> VerifyReport:
     opts = agent_options(args, environ)
-    store = "kube" if opts.kube_subnet_mgr else "etcd"
-    read = kube_leases if opts.kube_subnet_mgr else etcd_leases
-    config, listing = asyncio.run(read(opts, args.timeout))
-    rows = sorted(listing.leases, key=_lease_order) if store == "etcd" else list(listing.leases)
-    own, host, actual = None, None, None
-    problems: list[str] = []
-    notes: list[str] = []
-    if not args.leases_only:
-        own, named = _own_lease(opts, rows)
-        spec = registry.find(config.backend_type)
-        if own is None:
-            problems.append(
-                f"no lease belongs to this host ({named}); the datapath was not checked"
-            )
-        elif spec is None or spec.inspect_host is None:
-            notes.append(f"the {config.backend_type} backend's datapath is not checked")
-        else:
-            host = inspect_host(args.netns, config, own, [row.lease for row in rows])
-            actual = read_kernel(args.netns, host)
-    scope = LeaseScope.of(config, check_lengths=store == "etcd")
-    return compare(rows, own, host, actual, store, problems, notes, scope, listing.unreadable)
+    host = target_host(args, opts, environ)
+    try:
+        return verify(lease_store(opts, args.timeout), host, leases_only=args.leases_only)
+    except OwnLeaseUnknown as err:
+        raise VerifyError(f"{err}; pass --public-ip, --subnet-file or --leases-only") from None
 
 
 def command(args: argparse.Namespace) -> int:
@@ -584,7 +335,7 @@ def command(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.ERROR, format="%(message)s")
     try:
         report = collect(args, os.environ)
-    except StatusError as err:
+    except (StatusError, VerifyError) as err:
         print(f"pyflannel status: {err}", file=sys.stderr)
         return EXIT_ERROR
     if args.output == "json":

@@ -98,7 +98,7 @@ class EtcdSettings:
     keyfile: str = ""
     cafile: str = ""
     username: str = ""
-    password: str = ""
+    password: str = field(default="", repr=False)
     subnet_lease_ttl: int = SUBNET_TTL  # pyflannel's --subnet-lease-ttl; flannel: fixed 24 h
     renew_margin_minutes: int = 60  # --subnet-lease-renew-margin
     # Tests only: a renewal margin in seconds, overriding the minutes.

@@ -14,6 +14,7 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -49,6 +50,20 @@ _iter_resp_lines: Callable[[Any], Iterator[str]] = k8s_watch.iter_resp_lines
 DEFAULT_NET_CONFIG_PATH = "/etc/kube-flannel/net-conf.json"
 LEASE_DURATION = 24 * 3600.0  # kube leases are never renewed; flannel still stamps 24 h
 REQUEST_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    """The API server, net-conf.json and annotations flanneld's --kube-* flags describe."""
+
+    api_url: str = ""
+    kubeconfig_file: str = ""
+    net_config_path: str = DEFAULT_NET_CONFIG_PATH
+    annotation_prefix: str = DEFAULT_PREFIX
+    set_node_network_unavailable: bool = True
+    request_timeout: float = REQUEST_TIMEOUT
+    retry_interval: float = 3.0  # patches of the own node are retried this often ...
+    retry_timeout: float = 30.0  # ... for this long
 
 
 class KubeSubnetError(RuntimeError):
@@ -198,22 +213,16 @@ class KubeSubnetManager:
         api_client: kubernetes.client.ApiClient,
         node_name: str,
         config: NetworkConfig,
-        keys: Annotations,
+        settings: KubeSettings,
         *,
-        set_node_network_unavailable: bool = True,
-        retry_interval: float = 3.0,
-        retry_timeout: float = 30.0,
         watch_timeout: int = 300,
-        request_timeout: float = REQUEST_TIMEOUT,
     ) -> None:
         self.node_name = node_name
-        self.keys = keys
-        self._api = _NodeApi(api_client, request_timeout)
+        self.keys = Annotations.for_prefix(settings.annotation_prefix)
+        self._api = _NodeApi(api_client, settings.request_timeout)
         self._config = config
-        self._set_node_network_unavailable = set_node_network_unavailable
-        self._retry_interval = retry_interval
-        self._retry_timeout = retry_timeout
-        self._tracker = NodeLeaseTracker(keys, config.enable_ipv4, config.enable_ipv6)
+        self._settings = settings
+        self._tracker = NodeLeaseTracker(self.keys, config.enable_ipv4, config.enable_ipv6)
         self._queue = NodeQueue()
         self._watch: _NodeWatch | None = None
         self._watch_timeout = watch_timeout
@@ -221,42 +230,27 @@ class KubeSubnetManager:
     @classmethod
     async def create(
         cls,
+        settings: KubeSettings,
         *,
-        kube_api_url: str = "",
-        kubeconfig_file: str = "",
-        net_config_path: str = DEFAULT_NET_CONFIG_PATH,
-        annotation_prefix: str = DEFAULT_PREFIX,
-        set_node_network_unavailable: bool = True,
         environ: Mapping[str, str] | None = None,
-        retry_interval: float = 3.0,
-        retry_timeout: float = 30.0,
-        request_timeout: float = REQUEST_TIMEOUT,
         own_node: bool = True,
     ) -> KubeSubnetManager:
-        """`own_node=False`: a manager that only reads (`get_network_config`, `list_leases`),
-        for no node of its own, so no node name is looked up."""
-        keys = Annotations.for_prefix(annotation_prefix)
-        api_client: Any = build_api_client(kube_api_url, kubeconfig_file)
+        """The manager for this node (NODE_NAME, or the pod's node). `own_node=False`: one that
+        only reads (`get_network_config`, `list_leases`), for no node, so no name is looked up.
+        Raises KubeSubnetError, or AnnotationPrefixError for a bad prefix."""
+        Annotations.for_prefix(settings.annotation_prefix)  # a bad one fails before the client
+        api_client: Any = build_api_client(settings.api_url, settings.kubeconfig_file)
         try:
             node_name = ""
             if own_node:
                 env = os.environ if environ is None else environ
-                api = _NodeApi(api_client, request_timeout)
+                api = _NodeApi(api_client, settings.request_timeout)
                 node_name = await asyncio.to_thread(resolve_node_name, api, env)
-            config = read_net_config(net_config_path)
+            config = read_net_config(settings.net_config_path)
         except BaseException:
             api_client.close()
             raise
-        return cls(
-            api_client,
-            node_name,
-            config,
-            keys,
-            set_node_network_unavailable=set_node_network_unavailable,
-            retry_interval=retry_interval,
-            retry_timeout=retry_timeout,
-            request_timeout=request_timeout,
-        )
+        return cls(api_client, node_name, config, settings)
 
     async def get_network_config(self) -> NetworkConfig:
         return self._config
@@ -284,7 +278,7 @@ class KubeSubnetManager:
 
     async def _retry(self, call: Callable[[], Awaitable[T]], what: str) -> T:
         """flannel's PollUntilContextTimeout: try now, then every interval until the timeout."""
-        deadline = time.monotonic() + self._retry_timeout
+        deadline = time.monotonic() + self._settings.retry_timeout
         while True:
             try:
                 return await call()
@@ -292,12 +286,12 @@ class KubeSubnetManager:
                 log.warning(
                     "Failed to %s node %s: %s", what, go_quote(self.node_name), api_error_text(err)
                 )
-                if time.monotonic() + self._retry_interval > deadline:
+                if time.monotonic() + self._settings.retry_interval > deadline:
                     raise KubeSubnetError(
                         f"timeout contacting kube-api, failed to patch node "
                         f"{go_quote(self.node_name)}. Error: {api_error_text(err)}"
                     ) from None
-            await asyncio.sleep(self._retry_interval)
+            await asyncio.sleep(self._settings.retry_interval)
 
     async def _read_own_node(self) -> dict[str, Any]:
         return await asyncio.to_thread(self._api.read_node, self.node_name)
@@ -336,7 +330,7 @@ class KubeSubnetManager:
         raise Unimplemented()
 
     async def complete_lease(self, lease: Lease) -> None:
-        if not self._set_node_network_unavailable:
+        if not self._settings.set_node_network_unavailable:
             return
         body = kube_nodes.network_available_patch(datetime.now(UTC))
         try:

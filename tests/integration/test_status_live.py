@@ -16,6 +16,7 @@ from agentlab import AgentLab
 from netlab import LabHost
 
 from pyflannel_runtime.cli import main
+from pyflannel_runtime.netlink.netns import run_in_netns
 from tests.fakes.kube_api import FakeKubeApi
 
 RUN_CLI = "import sys; from pyflannel_runtime.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -154,13 +155,15 @@ def test_kube_mode_names_nodes_and_reports_a_missing_device(
 ) -> None:
     conf = tmp_path / "net-conf.json"
     conf.write_text('{"Network": "10.244.0.0/16", "Backend": {"Type": "vxlan"}}')
-    with FakeKubeApi() as api:
+    # Everything status does for --netns happens in that namespace, the API requests too.
+    subprocess.run(["ip", "-n", bare_ns, "link", "set", "lo", "up"], check=True)
+    with run_in_netns(bare_ns, FakeKubeApi) as api:
         add_flannel_node(api, "node-a", 1)
         add_flannel_node(api, "node-b", 2)
         api.add_node("not-flannel", pod_cidr="10.244.7.0/24", annotations={})
         base = ["status", "--kube-subnet-mgr", f"--kube-api-url={api.url}",
                 f"--net-config-path={conf}", "--public-ip=192.0.2.11"]  # fmt: skip
-        assert main([*base, "--leases-only"]) == 0
+        assert main([*base, f"--netns={bare_ns}", "--leases-only"]) == 0
         listing = capsys.readouterr().out
         assert "| node-a | 10.244.1.0/24 |" in listing and "not-flannel" not in listing
         api.add_node("broken", pod_cidr="10.244.8.0/24", annotations={

@@ -8,19 +8,16 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Network, ip_address, ip_netw
 
 import pytest
 
+from pyflannel_runtime.backend.host import HostDatapath
 from pyflannel_runtime.backend.peers import VxlanDevices, hostgw_peer_entries, vxlan_peer_entries
 from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs
 from pyflannel_runtime.netlink.entries import DatapathState, Fdb, Neigh, Route
+from pyflannel_runtime.ops.verify import Datapath, compare, describe, find_own_lease
 from pyflannel_runtime.status import (
-    Datapath,
-    HostDatapath,
     StatusError,
     add_arguments,
     agent_options,
-    compare,
-    describe,
-    find_own_lease,
     remaining,
     render_json,
     render_table,
