@@ -24,7 +24,7 @@ from pyroute2 import IPRoute
 from pyflannel_runtime.backend.peers import PeerSkipped
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseEvent
 from pyflannel_runtime.netlink.batch import BatchSender, OpFailure
-from pyflannel_runtime.netlink.diff import desired_state, plan, removal_ops, write_action
+from pyflannel_runtime.netlink.diff import desired_state, plan, removal_ops
 from pyflannel_runtime.netlink.dump import Ownership, owned_state
 from pyflannel_runtime.netlink.entries import Action, Entry, Fdb, Neigh, Op, Route
 from pyflannel_runtime.netlink.netns import iproute
@@ -102,7 +102,8 @@ class PeerProgrammer(abc.ABC):
                 key = event.lease.key()
                 self._peers.pop(key, None)
                 old = self._entries.pop(key, ())
-                held.update(e.key for e in old if isinstance(e, Route))
+                if old:
+                    held.update(e.key for e in old if isinstance(e, Route))
                 new: tuple[Entry, ...] = ()
                 if event.type is EventType.ADDED:
                     self._peers[key] = event.lease
@@ -112,10 +113,15 @@ class PeerProgrammer(abc.ABC):
                 stale.extend(e for e in old if e not in new)
             rewritten = {e.key for e in written}
             ops = [
-                Op(write_action(e, held), e)
-                for kind in (Neigh, Fdb, Route)
+                Op(Action.REPLACE, e)
+                for kind in (Neigh, Fdb)
                 for e in written
                 if isinstance(e, kind)
+            ]
+            ops += [
+                Op(Action.REPLACE if held and e.key in held else Action.CREATE, e)
+                for e in written
+                if isinstance(e, Route)
             ]
             ops += removal_ops(e for e in stale if e.key not in rewritten)
             await self._send_with_rollback(ops)

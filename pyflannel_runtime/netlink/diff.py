@@ -11,7 +11,7 @@ kernel never resolves a gateway it has no neighbour for; removals use the same o
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+from collections.abc import Iterable
 
 from pyflannel_runtime.netlink.entries import (
     Action,
@@ -49,27 +49,22 @@ def plan(desired: DatapathState, actual: DatapathState) -> list[Op]:
     """
     route_keys = {r.key for r in desired.routes}
     neigh_keys = {n.key for n in desired.neighs}
-    owned_route_keys = {r.key for r in actual.routes}
-    upserts: list[Entry] = [
-        *_ordered(desired.neighs - actual.neighs),
-        *_ordered(desired.fdbs - actual.fdbs),
-        *_ordered(desired.routes - actual.routes),
+    new_routes = desired.routes - actual.routes
+    owned_route_keys = {r.key for r in actual.routes} if new_routes else set()
+    upserts: list[Op] = [
+        *(Op(Action.REPLACE, e) for e in _ordered(desired.neighs - actual.neighs)),
+        *(Op(Action.REPLACE, e) for e in _ordered(desired.fdbs - actual.fdbs)),
+        *(
+            Op(Action.REPLACE if r.key in owned_route_keys else Action.CREATE, r)
+            for r in _ordered(new_routes)
+        ),
     ]
     deletes: list[Entry] = [
         *_ordered(n for n in actual.neighs if n.key not in neigh_keys),
         *_ordered(actual.fdbs - desired.fdbs),
         *_ordered(r for r in actual.routes if r.key not in route_keys),
     ]
-    return [Op(write_action(e, owned_route_keys), e) for e in upserts] + [
-        Op(Action.DELETE, e) for e in deletes
-    ]
-
-
-def write_action(entry: Entry, owned_route_keys: Container[object]) -> Action:
-    """Replace what is flannel's; create a route whose key nothing of flannel's holds."""
-    if isinstance(entry, Route) and entry.key not in owned_route_keys:
-        return Action.CREATE
-    return Action.REPLACE
+    return upserts + [Op(Action.DELETE, e) for e in deletes]
 
 
 def removal_ops(entries: Iterable[Entry]) -> list[Op]:
