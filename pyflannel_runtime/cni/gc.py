@@ -243,7 +243,7 @@ class _HostLocal:
 def _replay(target: GcTarget, release: Release, environ: Mapping[str, str]) -> bytes:
     """flannel's DEL for one container; a saved config DEL cannot parse is dropped here (the
     container is gone, so nothing would ever read it)."""
-    from pyflannel_runtime.cni.plugin import cmd_del
+    from pyflannel_runtime.cni.commands import cmd_del
     from pyflannel_runtime.cni.state import remove_config, state_path
 
     captured = io.BytesIO()
@@ -376,11 +376,11 @@ def cmd_gc(environ: Mapping[str, str], stdin: bytes, stderr: BinaryIO) -> None:
 
 def _forward(target: GcTarget, environ: Mapping[str, str], attachments: list[Any]) -> None:
     """GC for the delegate too, when it speaks CNI 1.1.0 and subnet.env says what it is."""
+    from pyflannel_runtime.cni.commands import load_subnet_env
     from pyflannel_runtime.cni.forward import forward_to_delegate
-    from pyflannel_runtime.cni.plugin import _load_subnet_env
 
     try:
-        subnet_env = _load_subnet_env(target.conf.subnet_file)
+        subnet_env = load_subnet_env(target.conf.subnet_file)
     except ValueError:
         return  # no delegate config to build; the passes above did not need one
     forward_to_delegate("GC", target.conf, subnet_env, environ, {VALID_ATTACHMENTS: attachments})

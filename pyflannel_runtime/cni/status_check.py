@@ -168,16 +168,16 @@ def _pools_exhausted(conf: FlannelNetConf, network: str, env: CniSubnetEnv) -> s
 
 def cmd_status(environ: Mapping[str, str], stdin: bytes, stderr: BinaryIO) -> None:
     """Return when an ADD can succeed; raise CniError 50 or 51 saying why not."""
+    from pyflannel_runtime.cni.commands import load_subnet_env
     from pyflannel_runtime.cni.forward import forward_to_delegate
     from pyflannel_runtime.cni.netconf import NetConfError, parse_netconf
-    from pyflannel_runtime.cni.plugin import _load_subnet_env
 
     try:
         conf = parse_netconf(stdin)
     except NetConfError as err:
         raise CniError(ERR_NOT_AVAILABLE, f"failed to load flannel netconf file: {err}") from None
     try:
-        env = _load_subnet_env(conf.subnet_file)
+        env = load_subnet_env(conf.subnet_file)
     except ValueError as err:
         raise CniError(
             ERR_NOT_AVAILABLE,

@@ -157,10 +157,10 @@ class NodeIpam:
 
 
 def _subnets(target: GcTarget) -> tuple[tuple[str, ...], list[str]]:
-    from pyflannel_runtime.cni.plugin import _load_subnet_env
+    from pyflannel_runtime.cni.commands import load_subnet_env
 
     try:
-        env = _load_subnet_env(target.conf.subnet_file)
+        env = load_subnet_env(target.conf.subnet_file)
     except ValueError as err:
         return (), [f"the node's subnet is unknown: {err}"]
     return tuple(s for s in (env.subnet, env.ipv6_subnet) if s is not None), []
