@@ -31,7 +31,7 @@ from pyflannel_runtime.lab.locking import locked, locked_dir
 from pyflannel_runtime.lab.paths import LabPaths, cache_dir
 from pyflannel_runtime.lab.podman import Podman
 from pyflannel_runtime.lab.rootfs import ADMIN_USER, ensure_image
-from pyflannel_runtime.lab.ssh import SSH_FAILED, SshTarget, generate_key
+from pyflannel_runtime.lab.ssh import SSH_FAILED, SshTarget, check_control_dir, generate_key
 
 log = logging.getLogger(__name__)
 
@@ -87,18 +87,18 @@ def up(hosts: int = DEFAULT_HOSTS, paths: LabPaths | None = None) -> LabState:
     if not 1 <= hosts <= underlay.MAX_HOSTS:
         raise LabError(f"--hosts must be 1 to {underlay.MAX_HOSTS}, not {hosts}")
     paths = paths or LabPaths.default()
+    check_control_dir(paths.control_dir)
     with locked_dir(paths.state_dir):
         current = load(paths)
         if current is not None:
             return _reuse(current, hosts)
         _require_tools()
         image = ensure_image()
-        state = _create(paths, image, hosts)
         try:
+            state = _create(paths, image, hosts)
             _boot(state, paths)
         except BaseException:
-            for problem in _teardown(state, paths):
-                log.error("cleaning up after the failed start: %s", problem)
+            _clean_up_failed_start(paths)
             raise
         return state
 
@@ -144,10 +144,10 @@ def restart_host(name: str, paths: LabPaths | None = None) -> Host:
         return host
 
 
-def container_states(state: LabState) -> dict[str, str]:
+def container_states(state: LabState, hosts: Sequence[Host] = ()) -> dict[str, str]:
     """podman's view of each host's container (``running``, ``exited``, ``missing``)."""
     states = {}
-    for host in state.hosts:
+    for host in hosts or state.hosts:
         result = state.podman().run(
             "container", "inspect", "--format", "{{.State.Status}}", host.container, check=False
         )
@@ -243,6 +243,7 @@ def _wait_ready(state: LabState, hosts: Sequence[Host]) -> None:
             result = target.run("systemctl is-system-running --wait", timeout=READY_TIMEOUT)
             if result.returncode != SSH_FAILED:
                 break
+            _require_running(state, host)
             if time.monotonic() > deadline:
                 raise LabError(
                     f"{host.name}: no SSH at {host.address} after {READY_TIMEOUT:.0f} s: "
@@ -255,6 +256,13 @@ def _wait_ready(state: LabState, hosts: Sequence[Host]) -> None:
             log.warning("%s: systemd is degraded; failed units: %s", host.name, failed)
         elif status != "running":
             raise LabError(f"{host.name}: systemd is {status or 'unreachable'}: {result.stderr}")
+
+
+def _require_running(state: LabState, host: Host) -> None:
+    """Fails at once, with the console's last words, when a host's container has stopped."""
+    if container_states(state, [host])[host.name] != "running":
+        console = state.podman().run("logs", "--tail", "20", host.container, check=False)
+        raise LabError(f"{host.name}'s container stopped while booting:\n{console.stdout}")
 
 
 def _check_hosts(state: LabState, hosts: Sequence[Host]) -> None:
@@ -287,6 +295,15 @@ for peer in {peers}; do
 done
 exit $fail
 """
+
+
+def _clean_up_failed_start(paths: LabPaths) -> None:
+    """Undo what the record (saved at each step) says was made; the key pair goes anyway."""
+    recorded = load(paths)
+    problems = _teardown(recorded, paths) if recorded else []
+    shutil.rmtree(paths.state_dir, ignore_errors=True)
+    for problem in problems:
+        log.error("cleaning up after the failed start: %s", problem)
 
 
 def _inventory_text(state: LabState) -> str:

@@ -3,7 +3,8 @@
 The image cache (rootfs builds, private podman storage) survives ``hosts down``; the state
 directory (the lab's record, SSH key, control sockets) and the generated inventory do not.
 Defaults live under the project's ``.lab/`` and ``inventories/lab/``; environment variables
-point them elsewhere, e.g. to share one image cache between several checkouts.
+point them elsewhere, e.g. to share one image cache between several checkouts. The state
+directory's path must be short (SSH control sockets live in it): about 70 bytes at most.
 """
 
 from __future__ import annotations

@@ -10,8 +10,23 @@ from ipaddress import IPv4Address
 from pathlib import Path
 
 from pyflannel_runtime.lab.errors import LabError
+from pyflannel_runtime.lab.paths import STATE_ENV
 
 SSH_FAILED = 255
+# sun_path holds 107 bytes and a NUL; ssh binds a master at the path plus ".<16 random chars>"
+# before renaming it. One socket per host address: a lab's directory serves one user.
+_SOCKET_PATH_MAX = 107 - 17
+_CONTROL_NAME = "%h"
+_LONGEST_NAME = "255.255.255.255"
+
+
+def check_control_dir(control_dir: Path) -> None:
+    if len(f"{control_dir}/{_LONGEST_NAME}".encode()) > _SOCKET_PATH_MAX:
+        raise LabError(
+            f"{control_dir} is too long a path for SSH control sockets "
+            f"(at most {_SOCKET_PATH_MAX - len(_LONGEST_NAME) - 1} bytes); "
+            f"point {STATE_ENV} somewhere shorter"
+        )
 
 
 def common_options(control_dir: Path) -> list[str]:
@@ -22,7 +37,7 @@ def common_options(control_dir: Path) -> list[str]:
         "-o", "LogLevel=ERROR",
         "-o", "ControlMaster=auto",
         "-o", "ControlPersist=60s",
-        "-o", f"ControlPath={control_dir}/%C",
+        "-o", f"ControlPath={control_dir}/{_CONTROL_NAME}",
     ]  # fmt: skip
 
 
