@@ -40,6 +40,7 @@ DEFAULT_HOSTS = 3
 UNDERLAY_LOCK = Path("/run/lock/pyflannel-lab-underlay.lock")
 READY_TIMEOUT = 300.0
 STOP_TIMEOUT = "10"
+LAB_LABEL = "io.pyflannel.lab"  # its value: the lab's token
 TOOLS = ("podman", "runc", "conmon", "debootstrap", "ssh", "ssh-keygen", "ip", "nsenter", "nft")
 
 
@@ -120,10 +121,11 @@ def down(paths: LabPaths | None = None) -> bool:
 def load(paths: LabPaths | None = None) -> LabState | None:
     paths = paths or LabPaths.default()
     try:
-        text = paths.state_file.read_text()
+        return LabState.model_validate_json(paths.state_file.read_bytes())
     except FileNotFoundError:
         return None
-    return LabState.model_validate_json(text)
+    except ValueError as err:
+        raise LabError(f"{paths.state_file} is not a lab's record: {err}") from None
 
 
 def restart_host(name: str, paths: LabPaths | None = None) -> Host:
@@ -210,7 +212,7 @@ def _boot(state: LabState, paths: LabPaths) -> None:
                 "--detach",
                 f"--name=plab-{state.token}-{host.name}",
                 f"--hostname={host.name}",
-                f"--label=io.pyflannel.lab={state.token}",
+                f"--label={LAB_LABEL}={state.token}",
                 "--network=none",
                 "--systemd=always",
                 "--privileged",
@@ -348,20 +350,25 @@ def _teardown(state: LabState, paths: LabPaths) -> list[str]:
 
     for host in state.hosts:
         attempt(f"closing the SSH connection to {host.name}", state.ssh(host).close_master)
-    containers = [host.container for host in state.hosts if host.container]
-    if containers:
-        attempt(
-            "removing the containers",
-            lambda: state.podman().run(
-                "rm", "--force", "--ignore", "--time", STOP_TIMEOUT, *containers
-            ),
-        )
+    attempt("removing the containers", lambda: _remove_containers(state))
     for link in [*(host.veth for host in state.hosts), state.bridge]:
         attempt(f"deleting {link}", functools.partial(underlay.delete_link, link))
     attempt("restoring the root namespace", lambda: _restore_root(state.root_before))
     attempt("removing the inventory", lambda: inventory.remove(state.inventory))
     attempt("removing the state directory", lambda: shutil.rmtree(paths.state_dir))
     return problems
+
+
+def _remove_containers(state: LabState) -> None:
+    """The recorded ones, and any the lab's label finds (created, but not yet recorded)."""
+    podman = state.podman()
+    labelled = podman.run(
+        "ps", "--all", "--quiet", "--no-trunc", "--filter", f"label={LAB_LABEL}={state.token}"
+    )
+    containers = {host.container for host in state.hosts if host.container}
+    containers.update(labelled.stdout.split())
+    if containers:
+        podman.run("rm", "--force", "--ignore", "--time", STOP_TIMEOUT, *sorted(containers))
 
 
 def _restore_root(before: rootns.RootSnapshot) -> None:

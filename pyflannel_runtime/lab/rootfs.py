@@ -35,6 +35,8 @@ SUITE = "bookworm"
 ADMIN_USER = "pyflannel"
 IMAGE_NAME = "localhost/pyflannel-lab-host"
 RECIPE_LABEL = "io.pyflannel.lab.recipe"
+IMPORTED_LABEL = "io.pyflannel.lab.imported"  # ns since the epoch: the listing has whole seconds
+KEEP_IMAGES = 3
 
 PACKAGES = (
     # a minimal node
@@ -122,7 +124,7 @@ def ensure_image(cache_dir: Path | None = None) -> str:
             log.info("imported %s in %.1f s", tag, time.monotonic() - started)
         finally:
             _remove_tree(rootfs)
-        _remove_older_images(podman, tag)
+        _prune_images(podman)
     return tag
 
 
@@ -177,6 +179,8 @@ def _import(podman: Podman, rootfs: Path, tag: str) -> None:
             'CMD ["/sbin/init"]',
             "--change",
             f"LABEL {RECIPE_LABEL}={recipe_key()}",
+            "--change",
+            f"LABEL {IMPORTED_LABEL}={time.time_ns()}",
             "-",
             tag,
             stdin=tar.stdout.fileno(),
@@ -187,13 +191,17 @@ def _import(podman: Podman, rootfs: Path, tag: str) -> None:
             raise LabError(f"tar of {rootfs} failed")
 
 
-def _remove_older_images(podman: Podman, keep: str) -> None:
-    listing = podman.run(
-        "images", "--filter", f"label={RECIPE_LABEL}", "--format", "{{.Repository}}:{{.Tag}}"
+def _prune_images(podman: Podman) -> None:
+    """Keeps the newest few: checkouts at other versions may share this cache."""
+    listing = podman.run("images", "--format", "json", "--filter", f"label={RECIPE_LABEL}")
+    images = sorted(
+        json.loads(listing.stdout or "[]"),
+        key=lambda image: int((image.get("Labels") or {}).get(IMPORTED_LABEL, 0)),
+        reverse=True,
     )
-    for tag in set(listing.stdout.split()) - {keep}:
+    for image in images[KEEP_IMAGES:]:
         # One still used by a lab's containers stays until a later build.
-        podman.run("rmi", tag, check=False)
+        podman.run("rmi", image["Id"], check=False)
 
 
 def _logged(out: TextIO, *argv: str) -> None:

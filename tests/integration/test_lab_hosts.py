@@ -199,7 +199,7 @@ def test_down_leaves_nothing_but_the_image_cache(lab: Lab) -> None:
     assert not lab.paths.state_dir.exists()
     assert not lab.paths.inventory.exists()
     assert hosts.load(lab.paths) is None
-    label = f"label=io.pyflannel.lab={lab.state.token}"
+    label = f"label={hosts.LAB_LABEL}={lab.state.token}"
     assert podman.run("ps", "-a", "--filter", label, "--format", "{{.ID}}").stdout == ""
     masters = subprocess.run(["pgrep", "-f", str(lab.paths.control_dir)], capture_output=True)
     assert masters.stdout == b""
@@ -226,7 +226,7 @@ def test_a_failed_start_takes_down_what_it_made(
     (state,) = booted
     assert all(host.container for host in state.hosts)  # it got as far as booting them
     assert root_state(state.token) == before
-    label = f"label=io.pyflannel.lab={state.token}"
+    label = f"label={hosts.LAB_LABEL}={state.token}"
     assert state.podman().run("ps", "-a", "--filter", label, "--format", "{{.ID}}").stdout == ""
     assert not paths.state_dir.exists()
     assert not paths.inventory.exists()
@@ -240,4 +240,29 @@ def test_no_free_underlay_range_is_a_clear_error(
     monkeypatch.setattr(underlay, "root_routes", lambda: taken)
     with pytest.raises(LabError, match=r"no free /26 .* 198\.51\.100\.0/24, 203\.0\.113\.0/24"):
         hosts.up(1, paths)
+    assert not paths.state_dir.exists()
+
+
+def test_a_container_made_but_not_yet_recorded_is_removed_too(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scratch = tmp_path_factory.mktemp("labfail")
+    paths = LabPaths(scratch / "state", scratch / "hosts.yml")
+    saved: list[hosts.LabState] = []
+    save = hosts._save
+
+    def crash_after_the_first_container(state: hosts.LabState, paths: LabPaths) -> None:
+        if any(host.container for host in state.hosts):
+            saved.append(state)
+            raise LabError("injected: crashed before recording the container")
+        save(state, paths)
+
+    monkeypatch.setattr(hosts, "_save", crash_after_the_first_container)
+    with pytest.raises(LabError, match="injected"):
+        hosts.up(1, paths)
+
+    (state,) = saved
+    label = f"label={hosts.LAB_LABEL}={state.token}"
+    assert state.podman().run("ps", "-a", "--filter", label, "--format", "{{.ID}}").stdout == ""
+    assert not underlay.link_exists(state.bridge)
     assert not paths.state_dir.exists()
