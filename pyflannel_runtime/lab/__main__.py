@@ -35,7 +35,9 @@ def _up(args: argparse.Namespace) -> int:
     started = time.monotonic()
     state = hosts.up(args.hosts)
     _print_lab(state)
-    print(f"up in {time.monotonic() - started:.1f} s")
+    print(
+        f"up in {time.monotonic() - started:.1f} s; try: ansible -i {state.inventory} all -m ping"
+    )
     return 0
 
 

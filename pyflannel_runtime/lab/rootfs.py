@@ -117,7 +117,7 @@ def ensure_image(cache_dir: Path | None = None) -> str:
         try:
             _remove_tree(rootfs)
             started = time.monotonic()
-            build_rootfs(rootfs, debian_mirror(SUITE), cache / "build.log")
+            build_rootfs(rootfs, debian_mirror(SUITE), cache)
             log.info("built the rootfs in %.1f s", time.monotonic() - started)
             started = time.monotonic()
             _import(podman, rootfs, tag)
@@ -128,7 +128,10 @@ def ensure_image(cache_dir: Path | None = None) -> str:
     return tag
 
 
-def build_rootfs(target: Path, mirror: str, log_file: Path) -> None:
+def build_rootfs(target: Path, mirror: str, cache: Path) -> None:
+    """debootstrap into ``target``; the downloaded packages stay in ``cache`` for the next recipe."""
+    log_file, debs = cache / "build.log", cache / "debs"
+    debs.mkdir(exist_ok=True)
     log.info("building the %s rootfs from %s (log: %s)", SUITE, mirror, log_file)
     with log_file.open("w") as out:
         _logged(
@@ -136,6 +139,7 @@ def build_rootfs(target: Path, mirror: str, log_file: Path) -> None:
             "debootstrap",
             "--variant=minbase",
             "--components=main",
+            f"--cache-dir={debs}",
             f"--include={','.join(PACKAGES)}",
             SUITE,
             str(target),

@@ -29,7 +29,7 @@ def builds(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     monkeypatch.setenv(MIRROR_ENV, "http://mirror.invalid/debian")
     built: list[Path] = []
 
-    def busybox_rootfs(target: Path, mirror: str, log_file: Path) -> None:
+    def busybox_rootfs(target: Path, mirror: str, cache: Path) -> None:
         built.append(target)
         (target / "bin").mkdir(parents=True)
         shutil.copy("/bin/busybox", target / "bin/busybox")
