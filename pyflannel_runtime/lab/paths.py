@@ -59,8 +59,3 @@ class LabPaths:
     @property
     def control_dir(self) -> Path:
         return self.state_dir / "cp"
-
-    @property
-    def lock_file(self) -> Path:
-        # Beside the state directory, which `down` removes while holding the lock.
-        return self.state_dir.with_name(self.state_dir.name + ".lock")
