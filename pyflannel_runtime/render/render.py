@@ -124,11 +124,13 @@ def render_node(model: ClusterModel, node_name: str) -> dict[str, RenderedFile]:
         f"{model.flannel_cni_conf_dir}/{model.flannel_cni_conf_file}": RenderedFile(
             render_conflist(model), 0o644
         ),
-        model.flannel_net_conf_path: RenderedFile(render_net_conf(model), 0o644),
         # 0600: it may hold the etcd password.
         AGENT_ENV_FILE: RenderedFile(render_agent_env(model, node), 0o600),
         SYSTEMD_UNIT_FILE: RenderedFile(render_systemd_unit(model), 0o644),
     }
+    if model.flannel_datastore == "kubernetes":
+        # With etcd the agent reads the config from <prefix>/config (ops/publish.py puts it there).
+        files[model.flannel_net_conf_path] = RenderedFile(render_net_conf(model), 0o644)
     pinned = (node.subnet is not None or not model.flannel_enable_ipv4) and (
         node.ipv6_subnet is not None or not model.flannel_enable_ipv6
     )

@@ -31,7 +31,9 @@ def test_config_is_written_once_then_reported_unchanged(
 
     (first,) = publish(store, CONFIG, check=False)
     assert first.changed and first.key == f"{etcd_prefix}/config"
-    assert etcd_server.etcdctl("get", "--print-value-only", f"{etcd_prefix}/config") == CONFIG + "\n"
+    assert (
+        etcd_server.etcdctl("get", "--print-value-only", f"{etcd_prefix}/config") == CONFIG + "\n"
+    )
 
     (again,) = publish(store, CONFIG, check=False)
     assert not again.changed and again.before == CONFIG

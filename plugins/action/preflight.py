@@ -1,0 +1,88 @@
+"""Action plugin: the inventory checked as one cluster on the controller (no module on hosts)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.pyflannel.network.plugins.plugin_utils.cluster import check_cluster
+
+if TYPE_CHECKING:
+    from pyflannel_runtime.ops.inventory import InventoryPlan
+
+
+def _node_fact(checked: InventoryPlan, host: str) -> dict[str, Any] | None:
+    if host not in {node.name for node in checked.plan.nodes}:
+        return None
+    node = checked.node(host)
+    network = checked.networks.get(host)
+    chosen = network.interface if network is not None else None
+    public_ip = str(chosen.ext_addr) if chosen and chosen.ext_addr else _text(node.public_ip)
+    public_ipv6 = (
+        str(chosen.ext_v6_addr) if chosen and chosen.ext_v6_addr else _text(node.public_ipv6)
+    )
+    pinned = node.subnet is not None or node.ipv6_subnet is not None
+    return {
+        "name": host,
+        "subnet": None if node.subnet is None else str(node.subnet),
+        "ipv6_subnet": None if node.ipv6_subnet is None else str(node.ipv6_subnet),
+        "mtu": node.mtu,
+        "interface": chosen.name if chosen else node.interface,
+        "public_ip": public_ip,
+        "public_ipv6": public_ipv6,
+        # An etcd reservation for a pinned subnet (pyflannel.network.network_config).
+        "reservation": {
+            "subnet": _text(node.subnet),
+            "ipv6_subnet": _text(node.ipv6_subnet),
+            "public_ip": public_ip,
+            "public_ipv6": public_ipv6,
+        }
+        if pinned
+        else None,
+    }
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("group", "facts"))
+    _requires_connection = False
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        _, args = self.validate_argument_spec(
+            argument_spec={
+                "group": {"type": "str"},
+                "facts": {"type": "bool", "default": True},
+            }
+        )
+        try:
+            checked = check_cluster(
+                task_vars,
+                args["group"] or task_vars.get("flannel_nodes_group", "flannel_nodes"),
+                with_facts=args["facts"],
+            )
+        except AnsibleActionFail as err:
+            return {**result, "failed": True, "msg": err.message}
+        except ValueError as err:  # InventoryError
+            problems = getattr(err, "problems", [str(err)])
+            count = len(problems)
+            return {
+                **result,
+                "failed": True,
+                "msg": f"invalid inventory, {count} problem(s):\n" + "\n".join(problems),
+                "problems": problems,
+            }
+        host = task_vars["inventory_hostname"]
+        cluster = checked.model.model_dump(mode="json", exclude={"nodes"})
+        result.update(
+            changed=False,
+            ansible_facts={"_flannel_cluster": cluster, "_flannel_node": _node_fact(checked, host)},
+            nodes=[node.name for node in checked.plan.nodes],
+        )
+        return result

@@ -1,0 +1,71 @@
+"""Action plugin: one node's files rendered on the controller by pyflannel_runtime.render.
+
+Rendering needs pydantic and jinja2, which nodes do not get; the result feeds
+pyflannel.network.files, which writes the contents on the node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.pyflannel.network.plugins.plugin_utils.cluster import check_cluster
+
+KINDS = ("conflist", "net_conf", "agent_env", "systemd_unit", "subnet_env")
+
+
+def _paths(model: Any) -> dict[str, str]:
+    from pyflannel_runtime.render.render import AGENT_ENV_FILE, SYSTEMD_UNIT_FILE
+
+    return {
+        "conflist": f"{model.flannel_cni_conf_dir}/{model.flannel_cni_conf_file}",
+        "net_conf": model.flannel_net_conf_path,
+        "agent_env": AGENT_ENV_FILE,
+        "systemd_unit": SYSTEMD_UNIT_FILE,
+        "subnet_env": model.flannel_subnet_file,
+    }
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("group", "files"))
+    _requires_connection = False
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        _, args = self.validate_argument_spec(
+            argument_spec={
+                "group": {"type": "str"},
+                "files": {
+                    "type": "list",
+                    "elements": "str",
+                    "choices": list(KINDS),
+                    "default": list(KINDS),
+                },
+            }
+        )
+        try:
+            checked = check_cluster(
+                task_vars,
+                args["group"] or task_vars.get("flannel_nodes_group", "flannel_nodes"),
+                with_facts=True,
+            )
+            from pyflannel_runtime.render.render import render_net_conf, render_node
+
+            rendered = render_node(checked.model, task_vars["inventory_hostname"])
+        except AnsibleActionFail as err:
+            return {**result, "failed": True, "msg": err.message}
+        except ValueError as err:  # InventoryError, or PlanError for a host that is no flannel node
+            problems = getattr(err, "problems", [str(err)])
+            return {**result, "failed": True, "msg": "\n".join(problems), "problems": problems}
+        wanted = {path for kind, path in _paths(checked.model).items() if kind in args["files"]}
+        files = {
+            f"/{relative}": {"content": content, "mode": f"{mode:04o}"}
+            for relative, (content, mode) in sorted(rendered.items())
+            if f"/{relative}" in wanted
+        }
+        # The net-conf text also for the etcd datastore, where it goes into <prefix>/config.
+        result.update(changed=False, files=files, net_conf=render_net_conf(checked.model))
+        return result
