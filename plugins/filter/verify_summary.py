@@ -70,7 +70,7 @@ def verify_summary(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[st
             lines.append(f"  peers         {routes['summary']}")
         lines.append(f"  probe pod     {pod.get('ip', 'not run')}")
     if pods:
-        width = max(len(h) for h in hosts) + 2
+        width = max(len("FAIL"), *(len(h) for h in hosts)) + 2
         lines.append("pod reachability (row pings column):")
         lines.append(" " * width + "".join(h.ljust(width) for h in pods))
         for source in pods:

@@ -21,7 +21,12 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import TypeVar
 
 from pyflannel_runtime.model.lease import LeaseAttrs, LeaseError, make_subnet_key
-from pyflannel_runtime.model.netconf import check_network_config, parse_config
+from pyflannel_runtime.model.netconf import (
+    check_network_config,
+    ip_stack,
+    parse_config,
+    require_supported_backend,
+)
 from pyflannel_runtime.subnet.etcd import EtcdSettings, client_tls, parse_endpoint
 from pyflannel_runtime.subnet.etcd_client import EtcdClient, EtcdUnavailable, KeyValue
 
@@ -68,7 +73,9 @@ def reservation_key(prefix: str, reservation: Reservation) -> str:
 def validate_config(text: str) -> None:
     """Raises PublishError with flanneld's own message when flanneld would reject ``text``."""
     try:
-        check_network_config(parse_config(text))
+        config = check_network_config(parse_config(text))
+        ip_stack(config)
+        require_supported_backend(config)
     except ValueError as err:  # ConfigError, and LeaseError/ValueError from the decoders
         raise PublishError(f"invalid network config: {err}") from None
 
