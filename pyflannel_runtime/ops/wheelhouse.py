@@ -33,7 +33,9 @@ class WheelhouseError(Exception):
 @dataclass(frozen=True)
 class Wheelhouse:
     archive: Path
-    digest: str  # sha256 of the archive: what a node records as installed
+    # What a node records as installed: the source digest of a build (the same whichever cache
+    # built it), the archive's sha256 for a prebuilt one.
+    digest: str
     project_wheel: str  # the project's own wheel's file name inside the archive
     python: str  # "3.11": the interpreter the wheels were built for
 
@@ -76,7 +78,7 @@ def _project_wheel(wheels: Path) -> str:
     return names[0]
 
 
-def _loaded(directory: Path, python: str) -> Wheelhouse | None:
+def _loaded(directory: Path, python: str, digest: str | None = None) -> Wheelhouse | None:
     archive = directory / ARCHIVE_NAME
     if not archive.is_file():
         return None
@@ -85,7 +87,7 @@ def _loaded(directory: Path, python: str) -> Wheelhouse | None:
     project = [n for n in names if n.startswith(f"{PROJECT}-") and n.endswith(".whl")]
     if len(project) != 1:
         return None
-    return Wheelhouse(archive, _file_digest(archive), project[0], python)
+    return Wheelhouse(archive, digest or _file_digest(archive), project[0], python)
 
 
 def build_wheelhouse(source: Path, cache_dir: Path) -> Wheelhouse:
@@ -94,8 +96,9 @@ def build_wheelhouse(source: Path, cache_dir: Path) -> Wheelhouse:
     source = source.resolve()
     if not (source / "pyproject.toml").is_file() or not (source / _SOURCE_PACKAGE).is_dir():
         raise WheelhouseError(f"{source} is not the pyflannel source tree (no pyproject.toml)")
-    target = cache_dir / source_digest(source, python)
-    cached = _loaded(target, python)
+    digest = source_digest(source, python)
+    target = cache_dir / digest
+    cached = _loaded(target, python, digest)
     if cached is not None:
         return cached
 
@@ -114,11 +117,11 @@ def build_wheelhouse(source: Path, cache_dir: Path) -> Wheelhouse:
         try:
             staged.rename(target)
         except OSError:
-            if _loaded(target, python) is None:  # not another builder's finished result
+            if _loaded(target, python, digest) is None:  # not another builder's finished result
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    built = _loaded(target, python)
+    built = _loaded(target, python, digest)
     if built is None:
         raise WheelhouseError(f"{target} holds no usable wheelhouse")
     return built
