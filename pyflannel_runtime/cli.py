@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 
@@ -79,9 +79,7 @@ def _register_config(subparsers: Subparsers) -> None:
 # --- render -----------------------------------------------------------------------------------
 
 
-def _load_model_file(path: str) -> Any:
-    import yaml
-
+def _load_model_file(path: str, yaml: ModuleType) -> Any:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
@@ -97,25 +95,33 @@ def _load_model_file(path: str) -> Any:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from pyflannel_runtime.fsutil import write_atomic
-    from pyflannel_runtime.model.cluster import ClusterModelError, load_model
-    from pyflannel_runtime.render.render import render_node
+    from pyflannel_runtime.ops.files import FilesError, sync_files
 
-    data = _load_model_file(args.model)
+    try:  # the controller extra, which nodes do not install
+        import yaml
+
+        from pyflannel_runtime.model.cluster import ClusterModelError, load_model
+        from pyflannel_runtime.render.render import render_node
+    except ImportError as err:
+        raise CommandError(
+            f"pyflannel render runs on the controller: it needs {err.name}, which "
+            "pip install 'pyflannel[controller]' brings"
+        ) from None
+
+    data = _load_model_file(args.model, yaml)
     # Everything is validated and rendered before the first byte is written.
     try:
         files = render_node(load_model(data), args.node)
     except ClusterModelError as err:
         problems = "\n".join(f"  {line}" for line in err.problems)
         raise CommandError(f"{args.model}: invalid cluster model:\n{problems}") from None
-    for relative, (content, mode) in sorted(files.items()):
-        target = os.path.join(args.out, relative)
-        try:
-            os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
-            write_atomic(target, content.encode("utf-8"), mode)
-        except OSError as err:
-            raise CommandError(f"cannot write {target}: {err}") from None
-        print(target)
+    # All of the node's files are written, or none is changed.
+    try:
+        plan = sync_files(files, root=args.out)
+    except FilesError as err:
+        raise CommandError(f"cannot write the files: {err}") from None
+    for file in plan.files:
+        print(f"{file.target}: {', '.join(file.reasons) or 'unchanged'}")
     return 0
 
 
@@ -127,7 +133,9 @@ def _register_render(subparsers: Subparsers) -> None:
         "write one node's files from the cluster model",
         "Write one node's files below DIR: the CNI conflist, net-conf.json, the agent's "
         "environment file, the systemd unit, and subnet.env when the node's subnet is pinned. "
-        "Nothing is written unless the whole model is valid.",
+        "Nothing is written unless the whole model is valid, and then all of the files are "
+        "written or none is changed. Prints each file with what changed (created, content, "
+        "mode) or 'unchanged'.",
     )
     render.add_argument(
         "--model", required=True, metavar="FILE", help="cluster model, YAML or JSON"

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from ipaddress import ip_address
 from typing import Any
 
-from pyflannel_runtime.agent.flags import FlagError, Options, parse_flags
+from pyflannel_runtime.agent.flags import FlagError, Options, parse_flags, validate
 from pyflannel_runtime.backend.peers import (
     PeerSkipped,
     VxlanDevices,
@@ -628,7 +628,12 @@ def agent_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Optio
         flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_"))
         for flag, _ in (*_AGENT_FLAGS, ("--kube-subnet-mgr", ""))
     }
-    return replace(base, **{k: v for k, v in given.items() if v is not None})
+    opts = replace(base, **{k: v for k, v in given.items() if v is not None})
+    try:
+        validate(opts)
+    except FlagError as err:
+        raise StatusError(str(err)) from None
+    return opts
 
 
 def own_subnets(opts: Options) -> list[IPNetwork]:

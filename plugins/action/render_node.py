@@ -62,8 +62,12 @@ class ActionModule(ActionBase):
             return {**result, "failed": True, "msg": "\n".join(problems), "problems": problems}
         wanted = {path for kind, path in _paths(checked.model).items() if kind in args["files"]}
         files = {
-            f"/{relative}": {"content": content, "mode": f"{mode:04o}"}
-            for relative, (content, mode) in sorted(rendered.items())
+            f"/{relative}": {
+                "content": wanted.data.decode(),
+                "mode": f"{wanted.mode:04o}",
+                "sensitive": wanted.sensitive,
+            }
+            for relative, wanted in sorted(rendered.items())
             if f"/{relative}" in wanted
         }
         # The net-conf text also for the etcd datastore, where it goes into <prefix>/config.

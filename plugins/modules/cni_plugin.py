@@ -64,7 +64,6 @@ changed_links:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.pyflannel.network.plugins.module_utils.files import WantedFile, sync_files
 from ansible_collections.pyflannel.network.plugins.module_utils.runtime import require_runtime
 
 
@@ -111,6 +110,7 @@ def main():
     module = build_module()
     require_runtime(module)
     from pyflannel_runtime.cni.install import PLUGIN_NAME, launcher_script
+    from pyflannel_runtime.ops.files import FilesError, WantedFile, sync_files
 
     plugin = os.path.join(module.params["bin_dir"], PLUGIN_NAME)
     stale = _links(module)
@@ -124,19 +124,19 @@ def main():
         for path, target in stale
     ]
     try:
-        changed, diffs = sync_files(module, {plugin: WantedFile(launcher_script().encode(), 0o755)})
+        plan = sync_files({plugin: WantedFile(launcher_script(), 0o755)}, check=module.check_mode)
         if not module.check_mode:
             for path, target in stale:
                 _relink(path, target)
-    except OSError as err:
+    except (FilesError, OSError) as err:
         module.fail_json(msg=f"cannot install into {module.params['bin_dir']}: {err}")
     result = {
-        "changed": bool(changed or stale),
+        "changed": bool(plan.changed or stale),
         "plugin": plugin,
         "changed_links": [path for path, _ in stale],
     }
     if module._diff:
-        result["diff"] = diffs + link_diffs
+        result["diff"] = plan.diff() + link_diffs
     module.exit_json(**result)
 
 

@@ -8,9 +8,9 @@ module: files
 short_description: Write a node's rendered pyflannel files atomically, only where they differ
 version_added: 0.1.0
 description:
-  - Compares each file with the wanted content and mode, then writes only the files that differ,
-    each through a temporary file and a rename (readers never see a partial file), with the exact
-    mode whatever the umask.
+  - Compares each file with the wanted content, mode, owner and group, then writes only the files
+    that differ, all or none (each through a temporary file and a rename, so readers never see a
+    partial file), with the exact mode whatever the umask (pyflannel_runtime.ops.files).
   - Pairs with the C(pyflannel.network.render_node) action, which renders the contents on the
     controller from the cluster model.
   - Runs with the agent's virtualenv interpreter.
@@ -24,8 +24,9 @@ attributes:
 options:
   files:
     description:
-      - Absolute path to C({content, mode, owner, group}); C(mode) is an octal string such as
-        C("0644"); C(owner) and C(group) are names and default to the writing user's.
+      - Absolute path to C({content, mode, owner, group, sensitive}); C(mode) is an octal string
+        such as C("0644"); C(owner) and C(group) are names, left as they are when not given;
+        C(sensitive=true) keeps the content out of C(--diff) output.
     type: dict
     required: true
 requirements:
@@ -57,7 +58,6 @@ changed_files:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.pyflannel.network.plugins.module_utils.files import WantedFile, sync_files
 from ansible_collections.pyflannel.network.plugins.module_utils.runtime import require_runtime
 
 
@@ -69,6 +69,8 @@ def build_module():
 
 
 def _wanted(module):
+    from pyflannel_runtime.ops.files import WantedFile
+
     wanted = {}
     for path, spec in module.params["files"].items():
         if not isinstance(spec, dict) or "content" not in spec:
@@ -80,7 +82,11 @@ def _wanted(module):
         except ValueError:
             module.fail_json(msg=f"files.{path}.mode: {spec.get('mode')!r} is not an octal mode")
         wanted[path] = WantedFile(
-            str(spec["content"]).encode("utf-8"), mode, spec.get("owner"), spec.get("group")
+            str(spec["content"]),
+            mode,
+            owner=spec.get("owner"),
+            group=spec.get("group"),
+            sensitive=bool(spec.get("sensitive", False)),
         )
     return wanted
 
@@ -88,13 +94,15 @@ def _wanted(module):
 def main():
     module = build_module()
     require_runtime(module)
+    from pyflannel_runtime.ops.files import FilesError, sync_files
+
     try:
-        changed, diffs = sync_files(module, _wanted(module))
-    except OSError as err:
-        module.fail_json(msg=f"cannot write {err.filename or ''}: {err.strerror or err}")
-    result = {"changed": bool(changed), "changed_files": changed}
+        plan = sync_files(_wanted(module), check=module.check_mode)
+    except (FilesError, ValueError) as err:
+        module.fail_json(msg=str(err))
+    result = {"changed": plan.changed, "changed_files": [c.path for c in plan.changes]}
     if module._diff:
-        result["diff"] = diffs
+        result["diff"] = plan.diff()
     module.exit_json(**result)
 
 

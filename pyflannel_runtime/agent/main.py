@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import signal
+import stat
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -22,7 +23,7 @@ from pyflannel_runtime.agent.memory import limit_malloc_arenas
 from pyflannel_runtime.agent.stores import build_subnet_manager, previous_subnets
 from pyflannel_runtime.agent.traffic import install_traffic_rules
 from pyflannel_runtime.backend.base import BackendError, get_backend
-from pyflannel_runtime.fsutil import write_atomic
+from pyflannel_runtime.fsutil import os_error_text, unlink_quietly, write_atomic, write_temp
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs
 from pyflannel_runtime.model.netconf import (
     ConfigError,
@@ -73,8 +74,36 @@ def write_subnet_file(
         mtu=mtu,
         ipmasq=ipmasq,
     )
-    os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
-    write_atomic(path, env.render().encode(), 0o644)
+    try:
+        os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
+        write_atomic(path, env.render().encode(), 0o644)
+    except OSError as err:
+        raise StartupError(f"Failed to write subnet file: {path}: {os_error_text(err)}") from None
+
+
+def check_subnet_file(path: str) -> None:
+    """Fail before anything changes when subnet.env could not be written: flanneld finds out
+    only after the lease is taken and the datapath set up (and then runs on, never ready)."""
+    directory = os.path.dirname(path) or "."
+    try:
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+    except OSError as err:
+        raise StartupError(f"Failed to write subnet file: {os_error_text(err, 'mkdir')}") from None
+    try:
+        kind = stat.S_IFMT(os.stat(path).st_mode)
+    except OSError:
+        kind = stat.S_IFREG  # absent (or unreadable, which the probe below reports)
+    if kind == stat.S_IFDIR:
+        raise StartupError(f"Failed to write subnet file: open {path}: is a directory")
+    if kind != stat.S_IFREG:
+        # The rename would replace it, e.g. /dev/null.
+        raise StartupError(f"Failed to write subnet file: {path} is not a regular file")
+    try:
+        unlink_quietly(write_temp(path, b"", 0o644))
+    except OSError as err:
+        raise StartupError(
+            f"Failed to write subnet file: open {path}: {os_error_text(err)}"
+        ) from None
 
 
 class Agent:
@@ -131,6 +160,7 @@ class Agent:
 
     async def _run(self) -> int:
         opts = self.opts
+        check_subnet_file(opts.subnet_file)
         # Read once, before this run rewrites it: etcd re-acquisition and old-rule cleanup.
         previous = previous_subnets(opts.subnet_file)
         try:

@@ -35,6 +35,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from pyflannel_runtime import DEFAULT_SUBNET_FILE
 from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, check_network_config
 
 # Encapsulation overhead per backend: FLANNEL_MTU = underlay MTU - overhead (spec §5).
@@ -43,7 +44,6 @@ ASSUMED_INTERFACE_MTU = 1500
 _MIN_MTU_IPV4 = 68
 _MIN_MTU_IPV6 = 1280
 
-DEFAULT_SUBNET_FILE = "/run/flannel/subnet.env"
 DEFAULT_ETCD_PREFIX = "/coreos.com/network"
 
 _SAFE_PATH = re.compile(r"/[A-Za-z0-9._@+/-]*")
@@ -348,6 +348,8 @@ def _datastore_problems(m: ClusterModel) -> list[str]:
     for one, other in (
         ("flannel_etcd_certfile", "flannel_etcd_keyfile"),
         ("flannel_etcd_keyfile", "flannel_etcd_certfile"),
+        # The agent speaks TLS only with a client certificate (as flanneld).
+        ("flannel_etcd_cafile", "flannel_etcd_certfile"),
         ("flannel_etcd_username", "flannel_etcd_password"),
         ("flannel_etcd_password", "flannel_etcd_username"),
     ):

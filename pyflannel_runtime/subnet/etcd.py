@@ -30,12 +30,12 @@ import posixpath
 import random
 import ssl
 import time
-import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from ipaddress import IPv4Network, IPv6Network
 from typing import TypeVar
 
+from pyflannel_runtime.fsutil import os_error_text
 from pyflannel_runtime.model.lease import (
     EventType,
     Lease,
@@ -48,6 +48,7 @@ from pyflannel_runtime.model.lease import (
 from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config, parse_config
 from pyflannel_runtime.model.subnet_env import PreviousSubnets
 from pyflannel_runtime.subnet.allocation import choose_new_subnets, find_own_lease, lease_fits
+from pyflannel_runtime.subnet.endpoint_url import split_http_url
 from pyflannel_runtime.subnet.etcd_client import (
     Endpoint,
     EtcdClient,
@@ -67,6 +68,7 @@ _T = TypeVar("_T")
 
 DEFAULT_ENDPOINTS = ("http://127.0.0.1:4001", "http://127.0.0.1:2379")
 DEFAULT_PREFIX = "/coreos.com/network"
+DEFAULT_CLIENT_PORT = 2379
 SUBNET_TTL = 86400
 # The TTL of a leased key whose expiry was not looked up: its expiration becomes infinite.
 UNKNOWN_TTL = math.inf
@@ -112,14 +114,11 @@ class EtcdSettings:
 
 
 def parse_endpoint(endpoint: str, tls: ssl.SSLContext | None) -> Endpoint:
-    """``http(s)://host:port`` or ``host:port`` (IPv6 in brackets) → an Endpoint."""
-    url = urllib.parse.urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+    """``http(s)://host[:port]`` (IPv6 in brackets, port 2379 when left out) → an Endpoint."""
     try:
-        host, port = url.hostname, url.port or 2379
-    except ValueError:
-        host = None
-    if not host:
-        raise EtcdError(f"invalid etcd endpoint: {endpoint}")
+        host, port = split_http_url(endpoint, DEFAULT_CLIENT_PORT)
+    except ValueError as err:
+        raise EtcdError(f"invalid etcd endpoint: {err}") from None
     return Endpoint(host, port, tls)
 
 
@@ -130,9 +129,13 @@ def client_tls(settings: EtcdSettings) -> ssl.SSLContext | None:
         log.warning("no certificate provided: connecting to etcd with http. This is insecure")
         return None
     try:
+        # ssl names no file when one cannot be read, so each is opened first.
+        for path in filter(None, (settings.certfile, settings.keyfile, settings.cafile)):
+            with open(path, "rb"):
+                pass
         return tls_context(settings.certfile, settings.keyfile, settings.cafile)
     except OSError as err:
-        raise EtcdError(f"failed to read etcd TLS files: {err}") from None
+        raise EtcdError(f"failed to read etcd TLS files: {os_error_text(err, 'open')}") from None
 
 
 class _Endpoints:
