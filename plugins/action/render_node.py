@@ -60,7 +60,7 @@ class ActionModule(ActionBase):
         except ValueError as err:  # InventoryError, or PlanError for a host that is no flannel node
             problems = getattr(err, "problems", [str(err)])
             return {**result, "failed": True, "msg": "\n".join(problems), "problems": problems}
-        wanted = {path for kind, path in _paths(checked.model).items() if kind in args["files"]}
+        selected = {path for kind, path in _paths(checked.model).items() if kind in args["files"]}
         files = {
             f"/{relative}": {
                 "content": wanted.data.decode(),
@@ -68,7 +68,7 @@ class ActionModule(ActionBase):
                 "sensitive": wanted.sensitive,
             }
             for relative, wanted in sorted(rendered.items())
-            if f"/{relative}" in wanted
+            if f"/{relative}" in selected
         }
         # The net-conf text also for the etcd datastore, where it goes into <prefix>/config.
         result.update(changed=False, files=files, net_conf=render_net_conf(checked.model))
