@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,7 +41,7 @@ def lab() -> Iterator[Any]:
 
 
 def ssh(lab: Any, name: str, command: str) -> str:
-    done = lab.ssh(lab.host(name)).run(f"sudo sh -c {json.dumps(command)}")
+    done = lab.ssh(lab.host(name)).run(f"sudo sh -c {shlex.quote(command)}")
     assert done.returncode == 0, f"{name}: {command}: {done.stderr}"
     return str(done.stdout)
 
@@ -54,28 +56,25 @@ def assert_converged(run: PlaybookRun, names: list[str]) -> None:
     assert "every pod reaches every other pod" in run.output, run.explain()
 
 
-BAD_INVENTORIES = {
-    "subnet length": (
-        {"all": {"vars": {"flannel_subnet_len": 12}}},
-        r"node\d: flannel_subnet_len: ",
-    ),
+# case: (extra vars for every host, host vars in an extra inventory file, what must be named)
+BAD_INVENTORIES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
+    "subnet length": ({"flannel_subnet_len": 12}, {}, r"node\d: flannel_subnet_len: "),
     "unknown backend": (
-        {"all": {"vars": {"flannel_backend_type": "geneve"}}},
-        r"flannel_backend_type.*geneve",
+        {"flannel_backend_type": "geneve"},
+        {},
+        r"flannel_backend_type.*(geneve|vxlan, host-gw, udp)",
     ),
     "overlapping pins": (
+        {},
         {
-            "all": {
-                "hosts": {
-                    "node1": {"flannel_node_subnet": "10.244.9.0/24"},
-                    "node3": {"flannel_node_subnet": "10.244.9.0/24"},
-                }
-            }
+            "node1": {"flannel_node_subnet": "10.244.9.0/24"},
+            "node3": {"flannel_node_subnet": "10.244.9.0/24"},
         },
         r"node3: flannel_node_subnet: 10\.244\.9\.0/24 overlaps node1's flannel_node_subnet",
     ),
     "missing interface": (
-        {"all": {"hosts": {"node2": {"flannel_interface": "eth9"}}}},
+        {},
+        {"node2": {"flannel_interface": "eth9"}},
         r"node2: flannel_interface: 'eth9': ",
     ),
 }
@@ -83,10 +82,12 @@ BAD_INVENTORIES = {
 
 def test_bad_inventories_fail_in_preflight_and_change_nothing(lab: Any, tmp_path: Path) -> None:
     before = snapshot(lab)
-    for case, (overrides, named) in BAD_INVENTORIES.items():
+    for case, (extra_vars, host_vars, named) in BAD_INVENTORIES.items():
         extra = tmp_path / f"{case.replace(' ', '-')}.yml"
-        extra.write_text(json.dumps(overrides))
-        run = run_playbook("site.yml", inventories=[Path("inventories/lab"), extra])
+        extra.write_text(json.dumps({"all": {"hosts": host_vars}}))
+        run = run_playbook(
+            "site.yml", inventories=[Path("inventories/lab"), extra], extra_vars=extra_vars
+        )
         assert run.returncode != 0, f"{case}: {run.explain()}"
         assert re.search(named, run.output), f"{case}: {run.explain()}"
         assert "TASK [pyflannel.network.etcd" not in run.output, f"{case}: {run.explain()}"
@@ -107,11 +108,15 @@ def test_site_converges_and_the_rerun_changes_nothing(lab: Any) -> None:
 def test_a_restarted_host_comes_back_with_its_subnet_and_pods_reach_it(lab: Any) -> None:
     subnet_env = ssh(lab, "node2", "cat /run/flannel/subnet.env")
     hosts_api.restart_host("node2")
-    ssh(
-        lab,
-        "node2",
-        "for i in $(seq 120); do curl -fs localhost:8081/readyz && exit 0; sleep 1; done; exit 1",
-    )
+    ready = False
+    for _ in range(120):  # systemd starts the agent; it is ready once subnet.env is written
+        probe = "systemctl is-active pyflanneld && test -s /run/flannel/subnet.env && echo ready"
+        done = lab.ssh(lab.host("node2")).run(f"sudo sh -c {shlex.quote(probe)}")
+        if done.returncode == 0 and "ready" in done.stdout:
+            ready = True
+            break
+        time.sleep(1)
+    assert ready, "pyflanneld did not come back on node2"
     assert ssh(lab, "node2", "cat /run/flannel/subnet.env") == subnet_env
     # Only the checks: nothing is provisioned again.
     run = run_playbook("site.yml", "--tags", "flannel_preflight,flannel_verify")
