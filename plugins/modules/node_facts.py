@@ -21,6 +21,11 @@ options:
     type: list
     elements: str
     default: []
+  packages:
+    description: Debian packages whose installed version is reported (null when not installed).
+    type: list
+    elements: str
+    default: []
   venv:
     description: The agent's virtualenv, whose wheelhouse stamp is reported.
     type: path
@@ -66,6 +71,7 @@ ansible_facts:
         python: "3.11"
         kernel: 6.1.0-18-amd64
         runtime: {python: /opt/pyflannel/venv/bin/python, wheelhouse: 9f2c...}
+        packages: {etcd-server: 3.4.23-4+b7, containernetworking-plugins: null}
 """
 
 import json
@@ -157,6 +163,24 @@ def _backends(module):
     return results
 
 
+def _packages(module, names):
+    """Installed versions from dpkg's database (no network, no apt lists needed)."""
+    if not names:
+        return {}
+    dpkg_query = module.get_bin_path("dpkg-query")
+    versions = dict.fromkeys(names)
+    if dpkg_query is None:
+        return versions
+    _, out, _ = module.run_command(
+        [dpkg_query, "-W", "-f", "${Package} ${Status} ${Version}\n", *names]
+    )
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) == 5 and fields[1:4] == ["install", "ok", "installed"]:
+            versions[fields[0]] = fields[4]
+    return versions
+
+
 def _runtime(venv):
     python = os.path.join(venv, "bin", "python")
     try:
@@ -171,6 +195,7 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "route_to": {"type": "list", "elements": "str", "default": []},
+            "packages": {"type": "list", "elements": "str", "default": []},
             "venv": {"type": "path", "default": "/opt/pyflannel/venv"},
         },
         supports_check_mode=True,
@@ -187,6 +212,7 @@ def main():
         "python": "{}.{}".format(*sys.version_info[:2]),
         "kernel": platform.release(),
         "runtime": _runtime(module.params["venv"]),
+        "packages": _packages(module, module.params["packages"]),
     }
     module.exit_json(changed=False, ansible_facts={"pyflannel_host": facts})
 

@@ -43,3 +43,15 @@ def test_the_runtime_stamp_is_reported(tmp_path: os.PathLike[str], run_module: R
     result = run_module(node_facts.main, {"venv": venv})
     runtime = result["ansible_facts"]["pyflannel_host"]["runtime"]
     assert runtime == {"python": os.path.join(venv, "bin", "python"), "wheelhouse": "abc123"}
+
+
+def test_installed_packages_come_from_dpkg(run_module: RunModule) -> None:
+    result = run_module(node_facts.main, {"packages": ["etcd-server", "pyflannel-no-such-pkg"]})
+    packages = result["ansible_facts"]["pyflannel_host"]["packages"]
+    expected = subprocess.run(
+        ["dpkg-query", "-W", "-f", "${Version}", "etcd-server"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert packages == {"etcd-server": expected, "pyflannel-no-such-pkg": None}
