@@ -114,7 +114,6 @@ problems:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
     ETCD_ARGUMENT_SPEC,
     etcd_settings,
@@ -165,7 +164,11 @@ def _problems(report):
     problems += [
         f"{m.device}: MTU {m.actual}, subnet.env says {m.expected}" for m in report.mtus if not m.ok
     ]
-    problems += [f"{s.row.lease.subnet}: {s.note}" for s in report.leases if s.note and s.datapath.value == "rejected"]
+    problems += [
+        f"{s.row.lease.subnet}: {s.note}"
+        for s in report.leases
+        if s.note and s.datapath.value == "rejected"
+    ]
     problems += [f"unreadable lease {u}" for u in report.unreadable]
     return problems
 
@@ -214,12 +217,17 @@ def main():
         "missing": missing,
         "stale": stale,
         "writes": writes,
-        "mtus": [{"device": m.device, "actual": m.actual, "expected": m.expected} for m in report.mtus],
+        "mtus": [
+            {"device": m.device, "actual": m.actual, "expected": m.expected} for m in report.mtus
+        ],
         "subnet_env": _subnet_env(params["subnet_file"]),
         "problems": _problems(report),
     }
     if module._diff and (missing or stale):
-        present = sorted(set(stale) | {report.describe(e) for s in report.leases for e in s.expected} - set(missing))
+        present = sorted(
+            set(stale)
+            | {report.describe(e) for s in report.leases for e in s.expected} - set(missing)
+        )
         wanted = sorted({report.describe(e) for s in report.leases for e in s.expected})
         result["diff"] = {
             "before_header": "kernel (flannel's entries)",
