@@ -10,8 +10,8 @@ name: verify_summary
 short_description: The verify role's summary of every node and the pod reachability matrix
 version_added: 0.1.0
 description:
-  - Builds readable lines from what the verify role registered on each host (subnet.env, the routes
-    report, the probe pod and its pings).
+  - Builds readable lines from what the verify role registered on each host (the routes report with
+    subnet.env, the probe pod and its pings).
 positional: hostvars
 options:
   _input:
@@ -39,16 +39,6 @@ _value:
 """
 
 
-def _subnet_env(registered: Any) -> dict[str, str]:
-    import base64
-
-    if not isinstance(registered, Mapping) or "content" not in registered:
-        return {}
-    text = base64.b64decode(registered["content"]).decode(errors="replace")
-    pairs = (line.partition("=") for line in text.splitlines() if "=" in line)
-    return {key.strip(): value.strip() for key, _, value in pairs}
-
-
 def _get(hostvars: Mapping[str, Any], host: str, name: str) -> Any:
     value = hostvars[host].get(name)
     return value if isinstance(value, Mapping) and not value.get("skipped") else None
@@ -58,8 +48,8 @@ def verify_summary(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[st
     lines = []
     pods: dict[str, str] = {}
     for host in hosts:
-        env = _subnet_env(_get(hostvars, host, "__flannel_verify_subnet_env"))
         routes = _get(hostvars, host, "__flannel_verify_routes") or {}
+        env = routes.get("subnet_env") or {}
         pod = _get(hostvars, host, "__flannel_verify_pod") or {}
         if pod.get("ip"):
             pods[host] = pod["ip"]
@@ -67,7 +57,13 @@ def verify_summary(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[st
         lines.append(f"  subnet        {env.get('FLANNEL_SUBNET', 'unknown')}")
         lines.append(f"  MTU           {env.get('FLANNEL_MTU', 'unknown')}")
         if routes.get("summary"):
-            lines.append(f"  peers         {routes['summary']}")
+            lines.append(f"  datapath      {routes['summary']}")
+        for entry in routes.get("missing", []):
+            lines.append(f"    missing     {entry}")
+        for entry in routes.get("stale", []):
+            lines.append(f"    stale       {entry}")
+        if routes.get("writes"):
+            lines.append(f"    repaired    {routes['writes']} kernel writes")
         lines.append(f"  probe pod     {pod.get('ip', 'not run')}")
     if pods:
         width = max(len("FAIL"), *(len(h) for h in hosts)) + 2

@@ -8,6 +8,7 @@ restart, the unit's sandbox score, and last a backend switch.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import shlex
@@ -103,6 +104,44 @@ def test_site_converges_and_the_rerun_changes_nothing(lab: Any) -> None:
     again = run_playbook("site.yml")
     assert_converged(again, lab.names())
     assert again.changed() == dict.fromkeys(lab.names(), 0), again.explain()
+
+
+def routes_task(run: PlaybookRun, host: str) -> str:
+    """The routes task's result block for ``host`` in a run's output."""
+    task = run.output.split("Verify | Check the routes, neighbours, FDB entries and MTU", 1)[1]
+    task = task.split("TASK [", 1)[0]
+    match = re.search(
+        rf"^(ok|changed): \[{host}\].*?(?=^(?:ok|changed|fatal): \[|\Z)", task, re.M | re.S
+    )
+    assert match is not None, run.explain()
+    return match.group(0)
+
+
+def test_check_mode_reports_route_drift_and_a_normal_run_repairs_it(lab: Any) -> None:
+    # The agent would repair the route itself within a reconcile interval: freeze it meanwhile.
+    ssh(lab, "node2", "systemctl kill --signal=SIGSTOP pyflanneld")
+    try:
+        peer = ssh(lab, "node1", "sed -n 's/^FLANNEL_SUBNET=//p' /run/flannel/subnet.env").strip()
+        peer_subnet = str(ipaddress.ip_interface(peer).network)
+        ssh(lab, "node2", f"ip route del {peer_subnet}")
+        checks = ("--tags", "flannel_preflight,flannel_verify")
+
+        drift = run_playbook("site.yml", "--check", "--diff", *checks)
+        assert drift.returncode == 0, drift.explain()
+        reported = routes_task(drift, "node2")
+        assert reported.startswith("changed") and f"route {peer_subnet}" in reported, reported
+        assert drift.changed()["node1"] == 0 and drift.changed()["node3"] == 0
+        assert peer_subnet not in ssh(lab, "node2", "ip -4 route")
+
+        repair = run_playbook("site.yml", *checks)
+        assert repair.returncode == 0, repair.explain()
+        assert repair.changed() == {"node1": 0, "node2": 1, "node3": 0}, repair.explain()
+        assert peer_subnet in ssh(lab, "node2", "ip -4 route")
+
+        again = run_playbook("site.yml", *checks)
+        assert again.changed() == dict.fromkeys(lab.names(), 0), again.explain()
+    finally:
+        ssh(lab, "node2", "systemctl kill --signal=SIGCONT pyflanneld")
 
 
 def test_a_restarted_host_comes_back_with_its_subnet_and_pods_reach_it(lab: Any) -> None:

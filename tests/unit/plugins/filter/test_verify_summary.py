@@ -3,16 +3,21 @@ registered."""
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 from ansible_collections.pyflannel.network.plugins.filter.verify_summary import verify_summary
 
 
 def registered(subnet: str, pod: str, reachable: dict[str, bool]) -> dict[str, Any]:
-    env = f"FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET={subnet}\nFLANNEL_MTU=1450\n"
+    env = {"FLANNEL_NETWORK": "10.244.0.0/16", "FLANNEL_SUBNET": subnet, "FLANNEL_MTU": "1450"}
     return {
-        "__flannel_verify_subnet_env": {"content": base64.b64encode(env.encode()).decode()},
+        "__flannel_verify_routes": {
+            "subnet_env": env,
+            "summary": "3 leases, 2 peers programmed, 0 missing, 0 stale",
+            "missing": [],
+            "stale": [],
+            "writes": 0,
+        },
         "__flannel_verify_pod": {"ip": pod},
         "__flannel_verify_ping": {"reachable": reachable},
     }
@@ -25,6 +30,7 @@ def test_every_node_and_the_matrix() -> None:
     }
     lines = verify_summary(["h1", "h2"], hostvars)
     assert "  subnet        10.244.1.1/24" in lines and "  MTU           1450" in lines
+    assert "  datapath      3 leases, 2 peers programmed, 0 missing, 0 stale" in lines
     assert lines[-3:] == [
         "h1    -     ok    ",
         "h2    FAIL  -     ",
