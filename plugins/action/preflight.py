@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
-from ansible_collections.pyflannel.network.plugins.plugin_utils.cluster import check_cluster
+from ansible_collections.pyflannel.network.plugins.plugin_utils.cluster import ClusterAction
 
 if TYPE_CHECKING:
     from pyflannel_runtime.ops.inventory import InventoryPlan
@@ -47,42 +45,23 @@ def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+class ActionModule(ClusterAction):
     _VALID_ARGS = frozenset(("group", "facts"))
-    _requires_connection = False
+    OPTIONS = {"facts": {"type": "bool", "default": True}}
 
-    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
-        _, args = self.validate_argument_spec(
-            argument_spec={
-                "group": {"type": "str"},
-                "facts": {"type": "bool", "default": True},
-            }
-        )
-        try:
-            checked = check_cluster(
-                task_vars,
-                args["group"] or task_vars.get("flannel_nodes_group", "flannel_nodes"),
-                with_facts=args["facts"],
-            )
-        except AnsibleActionFail as err:
-            return {**result, "failed": True, "msg": err.message}
-        except ValueError as err:  # InventoryError
-            problems = getattr(err, "problems", [str(err)])
-            count = len(problems)
-            return {
-                **result,
-                "failed": True,
-                "msg": f"invalid inventory, {count} problem(s):\n" + "\n".join(problems),
-                "problems": problems,
-            }
+    def with_facts(self, args: dict[str, Any]) -> bool:
+        return bool(args["facts"])
+
+    def act(
+        self, checked: InventoryPlan, args: dict[str, Any], task_vars: dict[str, Any]
+    ) -> dict[str, Any]:
         host = task_vars["inventory_hostname"]
         cluster = checked.model.model_dump(mode="json", exclude={"nodes"})
-        result.update(
-            changed=False,
-            ansible_facts={"_flannel_cluster": cluster, "_flannel_node": _node_fact(checked, host)},
-            nodes=[node.name for node in checked.plan.nodes],
-        )
-        return result
+        return {
+            "changed": False,
+            "ansible_facts": {
+                "_flannel_cluster": cluster,
+                "_flannel_node": _node_fact(checked, host),
+            },
+            "nodes": [node.name for node in checked.plan.nodes],
+        }

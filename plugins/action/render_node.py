@@ -6,11 +6,12 @@ pyflannel.network.files, which writes the contents on the node.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
-from ansible_collections.pyflannel.network.plugins.plugin_utils.cluster import check_cluster
+from ansible_collections.pyflannel.network.plugins.plugin_utils.cluster import ClusterAction
+
+if TYPE_CHECKING:
+    from pyflannel_runtime.ops.inventory import InventoryPlan
 
 KINDS = ("conflist", "net_conf", "agent_env", "systemd_unit", "subnet_env")
 
@@ -27,39 +28,18 @@ def _paths(model: Any) -> dict[str, str]:
     }
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+class ActionModule(ClusterAction):
     _VALID_ARGS = frozenset(("group", "files"))
-    _requires_connection = False
+    OPTIONS = {
+        "files": {"type": "list", "elements": "str", "choices": list(KINDS), "default": list(KINDS)}
+    }
 
-    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
-        _, args = self.validate_argument_spec(
-            argument_spec={
-                "group": {"type": "str"},
-                "files": {
-                    "type": "list",
-                    "elements": "str",
-                    "choices": list(KINDS),
-                    "default": list(KINDS),
-                },
-            }
-        )
-        try:
-            checked = check_cluster(
-                task_vars,
-                args["group"] or task_vars.get("flannel_nodes_group", "flannel_nodes"),
-                with_facts=True,
-            )
-            from pyflannel_runtime.render.render import render_net_conf, render_node
+    def act(
+        self, checked: InventoryPlan, args: dict[str, Any], task_vars: dict[str, Any]
+    ) -> dict[str, Any]:
+        from pyflannel_runtime.render.render import render_net_conf, render_node
 
-            rendered = render_node(checked.model, task_vars["inventory_hostname"])
-        except AnsibleActionFail as err:
-            return {**result, "failed": True, "msg": err.message}
-        except ValueError as err:  # InventoryError, or PlanError for a host that is no flannel node
-            problems = getattr(err, "problems", [str(err)])
-            return {**result, "failed": True, "msg": "\n".join(problems), "problems": problems}
+        rendered = render_node(checked.model, task_vars["inventory_hostname"])
         selected = {path for kind, path in _paths(checked.model).items() if kind in args["files"]}
         files = {
             f"/{relative}": {
@@ -71,5 +51,4 @@ class ActionModule(ActionBase):
             if f"/{relative}" in selected
         }
         # The net-conf text also for the etcd datastore, where it goes into <prefix>/config.
-        result.update(changed=False, files=files, net_conf=render_net_conf(checked.model))
-        return result
+        return {"changed": False, "files": files, "net_conf": render_net_conf(checked.model)}

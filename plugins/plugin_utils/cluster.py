@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
 
 try:
     from pyflannel_runtime.ops.inventory import InventoryPlan, check_inventory
@@ -75,3 +76,38 @@ def check_cluster(task_vars: dict[str, Any], group: str, *, with_facts: bool) ->
             f"{', '.join(missing)} (every host of group {group!r} must be in the play)"
         )
     return check_inventory(settings, facts if with_facts else None, role_variables())
+
+
+class ClusterAction(ActionBase):
+    """An action that checks the whole cluster on the controller, then does its own part in
+    ``act``; an invalid inventory fails it with every problem, one per line."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    OPTIONS: dict[str, Any] = {}
+
+    def with_facts(self, args: dict[str, Any]) -> bool:
+        return True
+
+    def act(
+        self, checked: InventoryPlan, args: dict[str, Any], task_vars: dict[str, Any]
+    ) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        _, args = self.validate_argument_spec(
+            argument_spec={"group": {"type": "str"}, **self.OPTIONS}
+        )
+        group = args["group"] or task_vars.get("flannel_nodes_group", "flannel_nodes")
+        try:
+            checked = check_cluster(task_vars, group, with_facts=self.with_facts(args))
+            result.update(self.act(checked, args, task_vars))
+        except AnsibleActionFail as err:
+            return {**result, "failed": True, "msg": err.message}
+        except ValueError as err:  # InventoryError; PlanError for a host that is no flannel node
+            problems = getattr(err, "problems", [str(err)])
+            message = f"invalid inventory, {len(problems)} problem(s):\n" + "\n".join(problems)
+            return {**result, "failed": True, "msg": message, "problems": problems}
+        return result

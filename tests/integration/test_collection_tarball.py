@@ -45,8 +45,18 @@ def test_the_built_tarball_installed_elsewhere_runs_a_role_and_a_module(tmp_path
 
     installed = tmp_path / "installed"
     # --no-deps: Galaxy is unreachable; the dependencies come with the `ansible` package.
+    # --force: a copy installed elsewhere (molecule puts one in ~/.ansible) must not count.
     subprocess.run(
-        [BIN / "ansible-galaxy", "collection", "install", "--no-deps", "-p", installed, tarball],
+        [
+            BIN / "ansible-galaxy",
+            "collection",
+            "install",
+            "--no-deps",
+            "--force",
+            "-p",
+            installed,
+            tarball,
+        ],
         check=True,
         capture_output=True,
         cwd=tmp_path,
