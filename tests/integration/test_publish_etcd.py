@@ -98,3 +98,27 @@ def test_a_new_reservation_over_tls_with_client_certificates(
     assert config.changed and reservation.changed
     assert reservation.after == '{"PublicIP":"192.0.2.10","PublicIPv6":null}'
     assert not any(change.changed for change in publish(store, CONFIG, [pin], check=False))
+
+
+def test_pyflannel_config_publish_dry_run_then_publish(
+    etcd_server: EtcdServer, etcd_prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pyflannel_runtime.cli import main
+
+    net_conf = tmp_path / "net-conf.json"
+    net_conf.write_text(CONFIG)
+    flags = ["--etcd-endpoints", etcd_server.endpoint, "--etcd-prefix", etcd_prefix]
+    assert main(["config", "publish", str(net_conf), *flags, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert '+  "Network": "10.244.0.0/16",' in out
+    assert out.endswith(f"{etcd_prefix}/config: would publish\n")
+    assert etcd_server.etcdctl("get", f"{etcd_prefix}/config") == ""
+
+    assert main(["config", "publish", str(net_conf), *flags]) == 0
+    assert capsys.readouterr().out.endswith(f"{etcd_prefix}/config: published\n")
+    assert main(["config", "publish", str(net_conf), *flags]) == 0
+    assert capsys.readouterr().out == f"{etcd_prefix}/config: unchanged\n"
+
+    net_conf.write_text('{"Network": "10.244.0.0/16", "Backend": {"Type": "geneve"}}')
+    assert main(["config", "publish", str(net_conf), *flags]) == 1
+    assert "geneve" in capsys.readouterr().err
