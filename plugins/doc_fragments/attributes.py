@@ -1,16 +1,28 @@
-"""Shared documentation of the modules' check-mode and diff-mode support."""
+"""Documentation the modules share: check and diff support, the runtime, the etcd options."""
 
 from __future__ import annotations
 
 
 class ModuleDocFragment:
+    # Full check and diff support unless a module says otherwise.
     DOCUMENTATION = r"""
 options: {}
 attributes:
   check_mode:
     description: Can run in check mode and return the changed status it predicts, writing nothing.
+    support: full
   diff_mode:
     description: Returns details on what has changed (or would change in check mode) with C(--diff).
+    support: full
+author:
+  - pyflannel maintainers
+"""
+
+    VENV = r"""
+options: {}
+requirements:
+  - pyflannel_runtime, from the agent's virtualenv (the agent role installs it); run the module with
+    C(ansible_python_interpreter) set to that virtualenv's Python
 """
 
     ETCD = r"""

@@ -15,11 +15,7 @@ description:
   - Runs with the agent's virtualenv interpreter (the launcher starts that interpreter).
 extends_documentation_fragment:
   - pyflannel.network.attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
+  - pyflannel.network.attributes.venv
 options:
   bin_dir:
     description: The CNI bin directory container runtimes search.
@@ -34,10 +30,6 @@ options:
     type: list
     elements: str
     default: [bridge, host-local, portmap, loopback]
-requirements:
-  - pyflannel_runtime (the agent's virtualenv)
-author:
-  - pyflannel maintainers
 """
 
 EXAMPLES = r"""

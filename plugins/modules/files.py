@@ -16,11 +16,7 @@ description:
   - Runs with the agent's virtualenv interpreter.
 extends_documentation_fragment:
   - pyflannel.network.attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
+  - pyflannel.network.attributes.venv
 options:
   files:
     description:
@@ -29,10 +25,6 @@ options:
         C(sensitive=true) keeps the content out of C(--diff) output.
     type: dict
     required: true
-requirements:
-  - pyflannel_runtime (the agent's virtualenv)
-author:
-  - pyflannel maintainers
 """
 
 EXAMPLES = r"""

@@ -17,12 +17,8 @@ description:
   - Runs with the agent's virtualenv interpreter (it uses the agent's own etcd client).
 extends_documentation_fragment:
   - pyflannel.network.attributes
+  - pyflannel.network.attributes.venv
   - pyflannel.network.attributes.etcd
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
 options:
   config:
     description:
@@ -47,10 +43,6 @@ options:
       public_ipv6:
         description: The node's public IPv6 address.
         type: str
-requirements:
-  - pyflannel_runtime (the agent's virtualenv)
-author:
-  - pyflannel maintainers
 """
 
 EXAMPLES = r"""

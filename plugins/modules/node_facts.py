@@ -43,8 +43,6 @@ attributes:
 requirements:
   - iproute2 (C(ip -json))
   - util-linux (C(unshare)) for the backend probes
-author:
-  - pyflannel maintainers
 """
 
 EXAMPLES = r"""

@@ -16,6 +16,7 @@ description:
   - Runs with the agent's virtualenv interpreter.
 extends_documentation_fragment:
   - pyflannel.network.attributes
+  - pyflannel.network.attributes.venv
 attributes:
   check_mode:
     support: none
@@ -45,10 +46,6 @@ options:
     type: list
     elements: str
     default: []
-requirements:
-  - pyflannel_runtime (the agent's virtualenv)
-author:
-  - pyflannel maintainers
 """
 
 EXAMPLES = r"""

@@ -19,12 +19,8 @@ description:
   - Runs with the agent's virtualenv interpreter.
 extends_documentation_fragment:
   - pyflannel.network.attributes
+  - pyflannel.network.attributes.venv
   - pyflannel.network.attributes.etcd
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
 options:
   datastore:
     description: Where the leases are (C(kubernetes) is flanneld's C(--kube-subnet-mgr)).
@@ -54,10 +50,6 @@ options:
     description: Fail when the report has problems the module cannot repair.
     type: bool
     default: true
-requirements:
-  - pyflannel_runtime (the agent's virtualenv)
-author:
-  - pyflannel maintainers
 """
 
 EXAMPLES = r"""
