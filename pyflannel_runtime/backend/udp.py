@@ -34,6 +34,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from pyflannel_runtime.backend.base import AcquireLease, BackendError
 from pyflannel_runtime.backend.options import UdpOptions
+from pyflannel_runtime.backend.peers import udp_peer_route
 from pyflannel_runtime.backend.udp_packet import Command, CommandMessage, Peer, encode_command
 from pyflannel_runtime.backend.udp_worker import COUNTERS_PER_WORKER, READY, UDP_GRO, Counter
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
@@ -253,6 +254,11 @@ class UdpNetwork:
     def worker_pids(self) -> list[int]:
         return [w.process.pid for w in self._datapath.workers]
 
+    def published(self) -> dict[str, object]:
+        """The forwarder's device and routes (peer subnet -> "public IP:port") for /statusz."""
+        routes = {str(subnet): f"{peer.host}:{peer.port}" for subnet, peer in self._routes.items()}
+        return {"udp": {"device": self.tun_name, "routes": routes}}
+
     def counters(self) -> dict[str, int]:
         """Counter name (lower case) -> sum over all workers."""
         words = memoryview(self._datapath.counters).cast("Q")
@@ -298,10 +304,10 @@ class UdpNetwork:
             await asyncio.to_thread(self._shutdown)
 
     def _route_of(self, lease: Lease) -> tuple[IPv4Network, Peer] | None:
-        subnet = lease.subnet
-        if subnet is None or not lease.enable_ipv4 or subnet == self.lease.subnet:
+        route = udp_peer_route(lease)
+        if route is None or route[0] == self.lease.subnet:
             return None
-        return subnet, Peer(str(lease.attrs.public_ip), self.port)
+        return route[0], Peer(str(route[1]), self.port)
 
     def _set(self, subnet: IPv4Network, peer: Peer) -> None:
         self._routes[subnet] = peer
