@@ -105,6 +105,7 @@ _ETCD_FLAGS = (
 
 def _config_publish(args: argparse.Namespace) -> int:
     import difflib
+    import logging
 
     from pyflannel_runtime.agent.cli_flags import (
         AgentFlagsError,
@@ -116,6 +117,8 @@ def _config_publish(args: argparse.Namespace) -> int:
     from pyflannel_runtime.subnet.etcd import EtcdError
     from pyflannel_runtime.subnet.etcd_client import EtcdClientError
 
+    # The etcd client logs the agent's warnings (e.g. plain http); a failure is reported below.
+    logging.basicConfig(level=logging.ERROR, format="%(message)s")
     text = _read_net_conf(args.file).decode("utf-8", errors="replace")
     try:
         opts = agent_options(args, _ETCD_FLAGS, agent_environment(args))
