@@ -381,3 +381,28 @@ def flanneld_answers_in(netns: str, port: int, answers: dict[str, bytes]) -> Ite
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+@pytest.mark.root
+def test_bare_status_without_the_agents_settings_says_what_to_give(
+    private_ns: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No flags, no FLANNELD_* variables, no environment file, nothing at the default
+    endpoints (a bare namespace): one error naming what was tried, and how to point it."""
+    from pyflannel_runtime.agent import cli_flags
+
+    for name in [n for n in os.environ if n.startswith("FLANNELD_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(cli_flags, "AGENT_ENV_FILE", str(Path(private_ns) / "absent.env"))
+    assert run_in_netns(private_ns, lambda: main(["status"])) == 2
+    out, err = capsys.readouterr()
+    assert out == "Agent health not checked (healthz off)\n"
+    assert err.startswith(
+        "pyflannel status: cannot read leases from etcd "
+        "http://127.0.0.1:4001,http://127.0.0.1:2379 (prefix /coreos.com/network): "
+    )
+    assert err.endswith(
+        "\nhint: status uses the agent's settings, from its flags (e.g. --etcd-endpoints, or "
+        "--kube-subnet-mgr --kubeconfig-file), FLANNELD_* variables or its environment file "
+        "(--agent-env); see pyflannel status --help\n"
+    )
