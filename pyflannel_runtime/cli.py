@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from pyflannel_runtime.agent.cli_flags import add_agent_flags
+from pyflannel_runtime.agent.cli_flags import ETCD_FLAGS, add_agent_flags
 
 
 class CommandError(Exception):
@@ -89,18 +89,7 @@ def _register_config(subparsers: Subparsers) -> None:
     )
     publish.add_argument("file", metavar="FILE", help="the net-conf.json to publish")
     publish.add_argument("--dry-run", action="store_true", help="show the change, write nothing")
-    add_agent_flags(publish, _ETCD_FLAGS)
-
-
-_ETCD_FLAGS = (
-    "etcd-endpoints",
-    "etcd-prefix",
-    "etcd-keyfile",
-    "etcd-certfile",
-    "etcd-cafile",
-    "etcd-username",
-    "etcd-password",
-)
+    add_agent_flags(publish, ETCD_FLAGS)
 
 
 def _config_publish(args: argparse.Namespace) -> int:
@@ -121,7 +110,7 @@ def _config_publish(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.ERROR, format="%(message)s")
     text = _read_net_conf(args.file).decode("utf-8", errors="replace")
     try:
-        opts = agent_options(args, _ETCD_FLAGS, agent_environment(args))
+        opts = agent_options(args, ETCD_FLAGS, agent_environment(args))
     except AgentFlagsError as err:
         raise CommandError(str(err)) from None
     try:

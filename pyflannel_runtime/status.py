@@ -26,6 +26,7 @@ from ipaddress import ip_address
 from typing import Any
 
 from pyflannel_runtime.agent.cli_flags import (
+    ETCD_FLAGS,
     AgentFlagsError,
     add_agent_flags,
     agent_environment,
@@ -293,13 +294,7 @@ def render_json(report: VerifyReport, agent: AgentHealth | None = None) -> str:
 
 # pyflanneld's flags that say where the leases, the health server and this host's lease are.
 AGENT_FLAGS = (
-    "etcd-endpoints",
-    "etcd-prefix",
-    "etcd-keyfile",
-    "etcd-certfile",
-    "etcd-cafile",
-    "etcd-username",
-    "etcd-password",
+    *ETCD_FLAGS,
     "kube-subnet-mgr",
     "kube-api-url",
     "kubeconfig-file",

@@ -23,6 +23,16 @@ from pyflannel_runtime.agent.flags import (
 )
 
 _BY_NAME = {flag.name: flag for flag in FLAGS}
+# Where etcd is and how to log in: what every command talking to etcd takes.
+ETCD_FLAGS = (
+    "etcd-endpoints",
+    "etcd-prefix",
+    "etcd-keyfile",
+    "etcd-certfile",
+    "etcd-cafile",
+    "etcd-username",
+    "etcd-password",
+)
 
 
 class AgentFlagsError(Exception):
