@@ -8,11 +8,9 @@ config check`` stays quick and pydantic-free.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 
@@ -36,13 +34,12 @@ def _add_command(
 
 
 def _read_net_conf(path: str) -> bytes:
+    from pyflannel_runtime.fsutil import read_small_file
+
     try:
-        return Path(path).read_bytes()
-    except OSError as err:
-        # Go's wording: "open <path>: no such file or directory".
-        reason = err.strerror or str(err)
-        reason = reason[:1].lower() + reason[1:]
-        raise CommandError(f"failed to read net conf: open {path}: {reason}") from None
+        return read_small_file(path)
+    except OSError as err:  # Go's wording: "open <path>: no such file or directory"
+        raise CommandError(f"failed to read net conf: {err}") from None
 
 
 def _config_check(args: argparse.Namespace) -> int:
@@ -80,20 +77,18 @@ def _register_config(subparsers: Subparsers) -> None:
 
 
 def _load_model_file(path: str) -> Any:
-    import yaml
+    from pyflannel_runtime.fsutil import read_small_file
+    from pyflannel_runtime.model.model_file import ModelFileError, parse_model_text
 
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_small_file(path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise CommandError(f"{path}: cannot read the cluster model: {err}") from None
+    is_json = path.endswith(".json")
     try:
-        if path.endswith(".json"):
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as err:
-        raise CommandError(
-            f"{path}: not valid {'JSON' if path.endswith('.json') else 'YAML'}: {err}"
-        ) from None
+        return parse_model_text(text, is_json=is_json)
+    except ModelFileError as err:
+        raise CommandError(f"{path}: not valid {'JSON' if is_json else 'YAML'}: {err}") from None
 
 
 def _render(args: argparse.Namespace) -> int:

@@ -32,6 +32,7 @@ from pyflannel_runtime.backend.peers import (
     hostgw_peer_entries,
     vxlan_peer_entries,
 )
+from pyflannel_runtime.fsutil import read_small_file
 from pyflannel_runtime.model.lease import Lease
 from pyflannel_runtime.model.netconf import NetworkConfig, vxlan_options
 from pyflannel_runtime.model.subnet_env import read_previous_subnets
@@ -633,13 +634,13 @@ def agent_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Optio
 
 def own_subnets(opts: Options) -> list[IPNetwork]:
     try:
-        with open(opts.subnet_file, encoding="utf-8") as handle:
-            previous = read_previous_subnets(handle.read())
+        text = read_small_file(opts.subnet_file).decode("utf-8", errors="replace")
     except OSError as err:
         raise StatusError(
             f"cannot tell which lease is this host's: {opts.subnet_file}: "
             f"{err.strerror or err}; pass --public-ip, --subnet-file or --leases-only"
         ) from None
+    previous = read_previous_subnets(text)
     return [s for s in (previous.subnet, previous.ipv6_subnet) if s is not None]
 
 

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Iterable
 from ipaddress import IPv4Network, IPv6Network
 
-from pyflannel_runtime.model.lease import EventType, Lease, LeaseEvent
+from pyflannel_runtime.model.lease import EventType, Lease, LeaseEvent, same_lease
 from pyflannel_runtime.subnet.manager import LeaseWatchBatch
 
 log = logging.getLogger(__name__)
@@ -32,11 +32,6 @@ def peer_id(lease: Lease) -> PeerId:
 
 def _same_subnets(a: Lease, b: Lease) -> bool:
     return a.subnet == b.subnet and a.ipv6_subnet == b.ipv6_subnet
-
-
-def _same_lease(a: Lease, b: Lease) -> bool:
-    """Equal in everything a backend programs; expiry and revision do not count."""
-    return _same_subnets(a, b) and a.attrs == b.attrs
 
 
 class LeaseWatcher:
@@ -96,7 +91,7 @@ class LeaseWatcher:
         added = [
             LeaseEvent(EventType.ADDED, new)
             for key, new in fresh.items()
-            if key not in self._leases or not _same_lease(self._leases[key], new)
+            if key not in self._leases or not same_lease(self._leases[key], new)
         ]
         self._leases = fresh
         return removed + added
