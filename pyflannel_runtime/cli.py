@@ -8,7 +8,6 @@ config check`` stays quick and pydantic-free.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -43,6 +42,7 @@ def _read_net_conf(path: str) -> bytes:
 
 
 def _config_check(args: argparse.Namespace) -> int:
+    from pyflannel_runtime.backend import registry
     from pyflannel_runtime.model import netconf
 
     data = _read_net_conf(args.file)
@@ -50,7 +50,7 @@ def _config_check(args: argparse.Namespace) -> int:
         cfg = netconf.parse_config(data)
         cfg = netconf.check_network_config(cfg)
         netconf.ip_stack(cfg)
-        netconf.require_supported_backend(cfg)
+        registry.validate(cfg)  # the agent's own check of the backend and its options
     except netconf.ConfigError as err:
         raise CommandError(str(err)) from None
     sys.stdout.write(netconf.encode_config(cfg))
@@ -76,41 +76,48 @@ def _register_config(subparsers: Subparsers) -> None:
 # --- render -----------------------------------------------------------------------------------
 
 
-def _load_model_file(path: str) -> Any:
+def _read_model_file(path: str) -> str:
     from pyflannel_runtime.fsutil import read_small_file
-    from pyflannel_runtime.model.model_file import ModelFileError, parse_model_text
 
     try:
-        text = read_small_file(path).decode("utf-8")
+        return read_small_file(path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise CommandError(f"{path}: cannot read the cluster model: {err}") from None
-    is_json = path.endswith(".json")
-    try:
-        return parse_model_text(text, is_json=is_json)
-    except ModelFileError as err:
-        raise CommandError(f"{path}: not valid {'JSON' if is_json else 'YAML'}: {err}") from None
 
 
 def _render(args: argparse.Namespace) -> int:
-    from pyflannel_runtime.fsutil import write_atomic
-    from pyflannel_runtime.model.cluster import ClusterModelError, load_model
-    from pyflannel_runtime.render.render import render_node
+    from pyflannel_runtime.ops.files import FilesError, sync_files
 
-    data = _load_model_file(args.model)
+    try:  # the controller extra, which nodes do not install
+        from pyflannel_runtime.model.cluster import ClusterModelError, load_model
+        from pyflannel_runtime.model.model_file import ModelFileError, parse_model_text
+        from pyflannel_runtime.render.render import render_node
+    except ImportError as err:
+        raise CommandError(
+            f"pyflannel render runs on the controller: it needs {err.name}, which "
+            "pip install 'pyflannel[controller]' brings"
+        ) from None
+
+    text = _read_model_file(args.model)
+    is_json = args.model.endswith(".json")
+    try:
+        data = parse_model_text(text, is_json=is_json)
+    except ModelFileError as err:
+        kind = "JSON" if is_json else "YAML"
+        raise CommandError(f"{args.model}: not valid {kind}: {err}") from None
     # Everything is validated and rendered before the first byte is written.
     try:
         files = render_node(load_model(data), args.node)
     except ClusterModelError as err:
         problems = "\n".join(f"  {line}" for line in err.problems)
         raise CommandError(f"{args.model}: invalid cluster model:\n{problems}") from None
-    for relative, (content, mode) in sorted(files.items()):
-        target = os.path.join(args.out, relative)
-        try:
-            os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
-            write_atomic(target, content.encode("utf-8"), mode)
-        except OSError as err:
-            raise CommandError(f"cannot write {target}: {err}") from None
-        print(target)
+    # All of the node's files are written, or none is changed.
+    try:
+        plan = sync_files(files, root=args.out)
+    except FilesError as err:
+        raise CommandError(f"cannot write the files: {err}") from None
+    for file in plan.files:
+        print(f"{file.target}: {', '.join(file.reasons) or 'unchanged'}")
     return 0
 
 
@@ -122,7 +129,9 @@ def _register_render(subparsers: Subparsers) -> None:
         "write one node's files from the cluster model",
         "Write one node's files below DIR: the CNI conflist, net-conf.json, the agent's "
         "environment file, the systemd unit, and subnet.env when the node's subnet is pinned. "
-        "Nothing is written unless the whole model is valid.",
+        "Nothing is written unless the whole model is valid, and then all of the files are "
+        "written or none is changed. Prints each file with what changed (created, content, "
+        "mode) or 'unchanged'.",
     )
     render.add_argument(
         "--model", required=True, metavar="FILE", help="cluster model, YAML or JSON"
@@ -178,6 +187,16 @@ def _register_status(subparsers: Subparsers) -> None:
     status.add_arguments(parser)
 
 
+# --- ipam -------------------------------------------------------------------------------------
+
+
+def _register_ipam(subparsers: Subparsers) -> None:
+    from pyflannel_runtime.ipam import cli as ipam
+
+    parser = _add_command(subparsers, "ipam", ipam.command, ipam.HELP, ipam.DESCRIPTION)
+    ipam.add_arguments(parser)
+
+
 # --- entry point ------------------------------------------------------------------------------
 
 COMMANDS: list[Callable[[Subparsers], None]] = [
@@ -185,6 +204,7 @@ COMMANDS: list[Callable[[Subparsers], None]] = [
     _register_render,
     _register_cni,
     _register_status,
+    _register_ipam,
 ]
 
 

@@ -69,11 +69,26 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int) -> None:
     directory are fsynced so a crash leaves either the old or the new content.
     """
     target = os.fspath(path)
-    directory = os.path.dirname(target) or "."
-    temp = os.path.join(directory, f".{os.path.basename(target)}.{os.urandom(6).hex()}.tmp")
+    temp = write_temp(target, data, mode)
+    try:
+        os.rename(temp, target)
+    except BaseException:
+        unlink_quietly(temp)
+        raise
+    fsync_directory(os.path.dirname(target) or ".")
+
+
+def write_temp(target: str, data: bytes, mode: int, uid: int = -1, gid: int = -1) -> str:
+    """A new file beside ``target`` holding ``data`` with exactly ``mode`` (and owner, when
+    ``uid``/``gid`` are not -1), fsynced; returns its path. Nothing is left behind on error."""
+    directory, name = os.path.split(target)
+    temp = os.path.join(directory, f".{name}.{os.urandom(6).hex()}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         try:
+            if uid != -1 or gid != -1:
+                os.fchown(fd, uid, gid)
+            # After fchown, which clears the set-id bits.
             os.fchmod(fd, mode)
             view = memoryview(data)
             while view:
@@ -81,10 +96,14 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.rename(temp, target)
     except BaseException:
         unlink_quietly(temp)
         raise
+    return temp
+
+
+def fsync_directory(directory: str) -> None:
+    """Make the renames and unlinks in ``directory`` durable."""
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(dir_fd)
@@ -97,3 +116,13 @@ def unlink_quietly(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def os_error_text(err: OSError, op: str = "") -> str:
+    """An OSError as Go words it: ``open /x: no such file or directory`` (``op`` and the
+    file name when known), never Python's ``[Errno 2] ...`` prefix."""
+    # os.strerror: wrappers such as asyncio's bind error put more than the reason in strerror.
+    reason = (os.strerror(err.errno) if err.errno and err.errno > 0 else str(err)).lower()
+    if not op:
+        return reason
+    return f"{op} {err.filename}: {reason}" if err.filename is not None else f"{op}: {reason}"

@@ -4,14 +4,24 @@ Go's flag package accepts `-flag`, `--flag`, `-flag=value` and `-flag value`, an
 only as `-flag` or `-flag=<bool>`. Any flag not given on the command line is read from
 FLANNELD_<NAME>. flanneld exits 0 after printing usage on a bad flag (its usage function
 calls os.Exit(0)); pyflanneld exits 2 instead, so a typo in a unit file is not a silent success.
+
+flanneld checks one value itself (the renewal margin, main.go main) and leaves the rest to
+the code that uses them, so a bad port or address shows up late, as a panic or as endless
+retries. `validate` checks every value up front, before anything is contacted or changed.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+from pyflannel_runtime import DEFAULT_SUBNET_FILE
+from pyflannel_runtime.subnet.annotations import normalize_prefix
+from pyflannel_runtime.subnet.endpoint_url import split_http_url
 
 
 class FlagError(ValueError):
@@ -30,7 +40,7 @@ class Options:
     iface: tuple[str, ...] = ()
     iface_regex: tuple[str, ...] = ()
     iface_can_reach: str = ""
-    subnet_file: str = "/run/flannel/subnet.env"
+    subnet_file: str = DEFAULT_SUBNET_FILE
     public_ip: str = ""
     public_ipv6: str = ""
     subnet_lease_renew_margin: int = 60
@@ -63,20 +73,117 @@ class Options:
 _DEFAULTS = {f.name: f.default for f in fields(Options)}
 
 
+# A check raises ValueError with the reason a value is unusable, or FlagError with the whole
+# message where flanneld has one of its own.
+Check = Callable[[Any], None]
+
+
 @dataclass(frozen=True)
 class Flag:
     name: str
     usage: str
     repeated: bool = False
+    check: Check | None = None
 
     @property
     def default(self) -> Any:
         return _DEFAULTS[_attr(self.name)]
 
 
+# Go's flag package parses int flags as int64.
+_INT64 = (-(2**63), 2**63 - 1)
+# etcd refuses longer leases (its MaxLeaseTTL).
+_MAX_LEASE_TTL = 9_000_000_000
+
+
+def _in_range(low: int, high: int) -> Check:
+    def check(value: int) -> None:
+        if not low <= value <= high:
+            raise ValueError(f"out of range ({low} to {high})")
+
+    return check
+
+
+def _at_least(low: int) -> Check:
+    def check(value: int) -> None:
+        if value < low:
+            raise ValueError(f"must be {low} or more")
+
+    return check
+
+
+def _renew_margin(value: int) -> None:
+    if not 0 < value < 24 * 60:
+        raise FlagError("Invalid subnet-lease-renew-margin option, out of acceptable range")
+
+
+def _ip(version: int | None) -> Check:
+    """An address literal as Go's net.ParseIP reads it (no zone; v4-mapped IPv6 is IPv4)."""
+    kind = f"IPv{version}" if version else "IP"
+
+    def check(text: str) -> None:
+        try:
+            address = ipaddress.ip_address(text) if "%" not in text else None
+        except ValueError:
+            address = None
+        mapped = getattr(address, "ipv4_mapped", None)
+        if address is None or version not in (None, (mapped or address).version):
+            raise ValueError(f"not an {kind} address")
+
+    return check
+
+
+def _optional(check: Check) -> Check:
+    def optional(text: str) -> None:
+        if text:
+            check(text)
+
+    return optional
+
+
+def _interface(text: str) -> None:
+    """An address, or a name the kernel could have given a link (IFNAMSIZ, no '/' or space)."""
+    try:
+        _ip(None)(text)
+    except ValueError:
+        if not 0 < len(text.encode()) < 16 or text in (".", "..") or re.search(r"[/\s:]", text):
+            raise ValueError("neither an IP address nor an interface name") from None
+
+
+def _regex(text: str) -> None:
+    try:
+        re.compile(text)
+    except re.error as err:
+        raise ValueError(f"not a valid regular expression: {err}") from None
+
+
+def _etcd_endpoints(text: str) -> None:
+    endpoints = [e for e in text.split(",") if e]
+    if not endpoints:
+        raise ValueError("no etcd endpoint given")
+    for endpoint in endpoints:
+        split_http_url(endpoint, 0)
+
+
+def _url(text: str) -> None:
+    split_http_url(text, 0)
+
+
+def _path(text: str) -> None:
+    if not text or text.endswith("/"):
+        raise ValueError("not a file name")
+
+
+def _annotation_prefix(text: str) -> None:
+    try:
+        normalize_prefix(text)
+    except ValueError as err:
+        raise FlagError(str(err)) from None
+
+
 # Order follows flanneld's `--help`; names are flanneld's, so unit files and manifests carry over.
 FLAGS: tuple[Flag, ...] = (
-    Flag("etcd-endpoints", "a comma-delimited list of etcd endpoints"),
+    Flag("etcd-endpoints", "a comma-delimited list of etcd endpoints", check=_etcd_endpoints),
     Flag("etcd-prefix", "etcd prefix"),
     Flag("etcd-keyfile", "SSL key file used to secure etcd communication"),
     Flag("etcd-certfile", "SSL certification file used to secure etcd communication"),
@@ -87,22 +194,38 @@ FLAGS: tuple[Flag, ...] = (
         "iface",
         "interface to use (IP or name) for inter-host communication. Can be specified multiple times to check each option in order. Returns the first match found.",
         repeated=True,
+        check=_interface,
     ),
     Flag(
         "iface-regex",
         "regex expression to match the first interface to use (IP or name) for inter-host communication. Can be specified multiple times to check each regex in order. Returns the first match found. Regexes are checked after specific interfaces specified by the iface option have already been checked.",
         repeated=True,
+        check=_regex,
     ),
     Flag(
         "iface-can-reach",
         "detect interface to use (IP or name) for inter-host communication based on which will be used for provided IP. This is exactly the interface to use of command 'ip route get <ip-address>'",
+        check=_optional(_ip(None)),
     ),
-    Flag("subnet-file", "filename where env variables (subnet, MTU, ... ) will be written to"),
-    Flag("public-ip", "IP accessible by other nodes for inter-host communication"),
-    Flag("public-ipv6", "IPv6 accessible by other nodes for inter-host communication"),
+    Flag(
+        "subnet-file",
+        "filename where env variables (subnet, MTU, ... ) will be written to",
+        check=_path,
+    ),
+    Flag(
+        "public-ip",
+        "IP accessible by other nodes for inter-host communication",
+        check=_optional(_ip(4)),
+    ),
+    Flag(
+        "public-ipv6",
+        "IPv6 accessible by other nodes for inter-host communication",
+        check=_optional(_ip(6)),
+    ),
     Flag(
         "subnet-lease-renew-margin",
         "subnet lease renewal margin, in minutes, ranging from 1 to 1439",
+        check=_renew_margin,
     ),
     Flag("ip-masq", "setup IP masquerade rule for traffic destined outside of overlay network"),
     Flag(
@@ -113,19 +236,29 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "kube-api-url",
         "Kubernetes API server URL. Does not need to be specified if flannel is running in a pod.",
+        check=_optional(_url),
     ),
     Flag(
         "kube-annotation-prefix",
         'Kubernetes annotation prefix. Can contain single slash "/", otherwise it will be appended at the end.',
+        check=_annotation_prefix,
     ),
     Flag(
         "kubeconfig-file",
         "kubeconfig file location. Does not need to be specified if flannel is running in a pod.",
     ),
     Flag("version", "print version and exit"),
-    Flag("healthz-ip", "the IP address for healthz server to listen"),
-    Flag("healthz-port", "the port for healthz server to listen(0 to disable)"),
-    Flag("iptables-resync", "resync period for iptables rules, in seconds"),
+    Flag("healthz-ip", "the IP address for healthz server to listen", check=_optional(_ip(None))),
+    Flag(
+        "healthz-port",
+        "the port for healthz server to listen(0 to disable)",
+        check=_in_range(0, 65535),
+    ),
+    Flag(
+        "iptables-resync",
+        "resync period for iptables rules, in seconds",
+        check=_at_least(1),
+    ),
     Flag("iptables-forward-rules", "add default accept rules to FORWARD chain in iptables"),
     Flag("net-config-path", "path to the network configuration file"),
     Flag("set-node-network-unavailable", "set NodeNetworkUnavailable after ready"),
@@ -138,10 +271,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "subnet-lease-ttl",
         "pyflannel: TTL in seconds of the etcd lease attached to the subnet key (flanneld: fixed 24h)",
+        check=_in_range(1, _MAX_LEASE_TTL),
     ),
     Flag(
         "reconcile-interval",
         "pyflannel: seconds between datapath reconciles against the kernel (0 to disable)",
+        check=_at_least(0),
     ),
 )
 _BY_NAME = {flag.name: flag for flag in FLAGS}
@@ -161,9 +296,12 @@ def _convert(flag: Flag, text: str) -> Any:
         raise FlagError(f'invalid boolean value "{text}" for -{flag.name}: parse error')
     if isinstance(default, int):
         try:
-            return int(text, 0)
+            value = int(text, 0)
         except ValueError:
             raise FlagError(f'invalid value "{text}" for flag -{flag.name}: parse error') from None
+        if not _INT64[0] <= value <= _INT64[1]:
+            raise FlagError(f'invalid value "{text}" for flag -{flag.name}: value out of range')
+        return value
     return text
 
 
@@ -239,8 +377,27 @@ def usage(program: str) -> str:
 
 
 def validate(opts: Options) -> None:
-    """The checks flanneld makes before it touches anything (§0 step 3)."""
-    if not 0 < opts.subnet_lease_renew_margin < 1440:
-        raise FlagError("Invalid subnet-lease-renew-margin option, out of acceptable range")
-    if opts.subnet_lease_ttl <= 0:
-        raise FlagError("subnet-lease-ttl must be positive")
+    """Every value checked before anything is contacted or changed; raises FlagError.
+
+    The etcd-* flags count only without --kube-subnet-mgr and the kube-* flags only with it,
+    as flanneld ignores the other store's flags.
+    """
+    unused = "etcd-" if opts.kube_subnet_mgr else "kube-"
+    for flag in FLAGS:
+        if flag.check is None or flag.name.startswith(unused):
+            continue
+        value = getattr(opts, _attr(flag.name))
+        for item in value if flag.repeated else (value,):
+            try:
+                flag.check(item)
+            except FlagError:
+                raise
+            except ValueError as err:
+                raise FlagError(f'invalid value "{item}" for flag -{flag.name}: {err}') from None
+    tls_files = (opts.etcd_certfile, opts.etcd_keyfile, opts.etcd_cafile)
+    if not opts.kube_subnet_mgr and any(tls_files) and not all(tls_files[:2]):
+        # flanneld silently falls back to plain http here.
+        raise FlagError(
+            "-etcd-certfile and -etcd-keyfile must both be given for TLS to etcd "
+            f"(certfile {opts.etcd_certfile!r}, keyfile {opts.etcd_keyfile!r})"
+        )

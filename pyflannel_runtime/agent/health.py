@@ -6,6 +6,9 @@ import asyncio
 import contextlib
 import logging
 
+from pyflannel_runtime.agent.errors import StartupError
+from pyflannel_runtime.fsutil import os_error_text
+
 log = logging.getLogger("pyflannel.health")
 
 _REASONS = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}
@@ -20,11 +23,23 @@ class HealthServer:
         self.ready = False
         self._server: asyncio.base_events.Server | None = None
 
+    @property
+    def address(self) -> str:
+        """host:port as Go's net.JoinHostPort writes it."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        """Listen; raises StartupError with flanneld's message (main.go mustRunHealthz) and
+        Go's net.Listen wording, e.g. ``listen tcp 0.0.0.0:8081: bind: address already in use``."""
+        try:
+            self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        except OSError as err:
+            raise StartupError(
+                f"Start healthz server error. listen tcp {self.address}: bind: {os_error_text(err)}"
+            ) from None
         sockname = self._server.sockets[0].getsockname()
         self.port = sockname[1]
-        log.info("Start healthz server on %s:%d", self.host, self.port)
+        log.info("Start healthz server on %s", self.address)
 
     async def stop(self) -> None:
         if self._server is None:

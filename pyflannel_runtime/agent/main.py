@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import signal
+import stat
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -21,18 +22,15 @@ from pyflannel_runtime.agent.health import HealthServer
 from pyflannel_runtime.agent.memory import limit_malloc_arenas
 from pyflannel_runtime.agent.stores import build_subnet_manager, previous_subnets
 from pyflannel_runtime.agent.traffic import install_traffic_rules
-from pyflannel_runtime.backend.base import BackendError, get_backend
-from pyflannel_runtime.fsutil import write_atomic
+from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend.base import BackendError
+from pyflannel_runtime.fsutil import os_error_text, unlink_quietly, write_atomic, write_temp
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs
-from pyflannel_runtime.model.netconf import (
-    ConfigError,
-    NetworkConfig,
-    ip_stack,
-    require_supported_backend,
-)
+from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, ip_stack
 from pyflannel_runtime.model.subnet_env import PreviousSubnets, SubnetEnv
 from pyflannel_runtime.netdev import InterfaceError, select_external_interface
 from pyflannel_runtime.subnet.manager import LeaseRevoked, SubnetManager
+from pyflannel_runtime.subnet.watcher import LeaseScope
 
 log = logging.getLogger("pyflannel.agent")
 
@@ -73,8 +71,36 @@ def write_subnet_file(
         mtu=mtu,
         ipmasq=ipmasq,
     )
-    os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
-    write_atomic(path, env.render().encode(), 0o644)
+    try:
+        os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
+        write_atomic(path, env.render().encode(), 0o644)
+    except OSError as err:
+        raise StartupError(f"Failed to write subnet file: {path}: {os_error_text(err)}") from None
+
+
+def check_subnet_file(path: str) -> None:
+    """Fail before anything changes when subnet.env could not be written: flanneld finds out
+    only after the lease is taken and the datapath set up (and then runs on, never ready)."""
+    directory = os.path.dirname(path) or "."
+    try:
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+    except OSError as err:
+        raise StartupError(f"Failed to write subnet file: {os_error_text(err, 'mkdir')}") from None
+    try:
+        kind = stat.S_IFMT(os.stat(path).st_mode)
+    except OSError:
+        kind = stat.S_IFREG  # absent (or unreadable, which the probe below reports)
+    if kind == stat.S_IFDIR:
+        raise StartupError(f"Failed to write subnet file: open {path}: is a directory")
+    if kind != stat.S_IFREG:
+        # The rename would replace it, e.g. /dev/null.
+        raise StartupError(f"Failed to write subnet file: {path} is not a regular file")
+    try:
+        unlink_quietly(write_temp(path, b"", 0o644))
+    except OSError as err:
+        raise StartupError(
+            f"Failed to write subnet file: open {path}: {os_error_text(err)}"
+        ) from None
 
 
 class Agent:
@@ -131,6 +157,7 @@ class Agent:
 
     async def _run(self) -> int:
         opts = self.opts
+        check_subnet_file(opts.subnet_file)
         # Read once, before this run rewrites it: etcd re-acquisition and old-rule cleanup.
         previous = previous_subnets(opts.subnet_file)
         try:
@@ -156,9 +183,15 @@ class Agent:
         except ConfigError as err:
             raise StartupError(str(err)) from err
         try:
-            require_supported_backend(config)
+            spec = registry.get(config.backend_type)
         except ConfigError as err:
             raise StartupError(f"Error fetching backend: {err}") from err
+        try:
+            # Before anything is created or deleted: flannel finds a bad option only after it
+            # has replaced the existing device.
+            registry.validate(config)
+        except ConfigError as err:
+            raise StartupError(f"Error registering network: {err}") from err
         self._check_br_netfilter(config)
 
         public_ip, public_ipv6 = opts.public_ip, opts.public_ipv6
@@ -190,7 +223,7 @@ class Agent:
                 raise BackendError(f"failed to acquire lease: {err}") from err
 
         try:
-            backend = get_backend(config.backend_type)
+            backend = spec.create(None)
             stored_macs = await sm.get_stored_mac_addresses()
             network = await backend.register_network(config, ext, acquire, stored_macs)
         except (BackendError, ConfigError, OSError, ValueError) as err:
@@ -205,8 +238,9 @@ class Agent:
         log.info("Wrote subnet file to %s", opts.subnet_file)
         log.info("Running backend.")
 
+        scope = LeaseScope.of(config, check_lengths=not opts.kube_subnet_mgr)
         datapath = asyncio.create_task(
-            DatapathLoop(sm, network, opts.reconcile_interval).run(), name="datapath"
+            DatapathLoop(sm, network, scope, opts.reconcile_interval).run(), name="datapath"
         )
         sdnotify.notify("READY=1")
 

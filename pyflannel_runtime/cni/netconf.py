@@ -6,13 +6,13 @@ its default, and a value of the wrong JSON kind is an error with Go's wording.
 
 from __future__ import annotations
 
+from pyflannel_runtime import DEFAULT_SUBNET_FILE
 from pyflannel_runtime.gojson.core import GoJSONError, decode, fold_fields, go_kind
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-DEFAULT_SUBNET_FILE = "/run/flannel/subnet.env"
 DEFAULT_DATA_DIR = "/var/lib/cni/flannel"
 
 # JSON name -> Go type, for the fields of flannel's NetConf (types.NetConf embedded)

@@ -208,31 +208,3 @@ def _shown_key(key: str) -> str:
     if len(key) <= 2 * _MAX_KEY_SEGMENT:
         return key
     return f"{key[:_MAX_KEY_SEGMENT]}... ({len(key)} characters)"
-
-
-# --- backend data ---------------------------------------------------------------------------
-
-
-def vxlan_backend_data(vni: int, vtep_mac: str) -> str:
-    return f'{{"VNI":{vni},"VtepMAC":"{vtep_mac.lower()}"}}'
-
-
-@dataclass(frozen=True)
-class VxlanBackendData:
-    vni: int
-    vtep_mac: str
-
-
-def parse_vxlan_backend_data(raw: str | None) -> VxlanBackendData:
-    if raw is None:
-        raise LeaseError("lease has no vxlan backend data")
-    try:
-        folded = fold_object(loads_pairs(raw), ("VNI", "VtepMAC"), "vxlanLeaseAttrs")
-        vni, mac = folded.get("VNI", 0), folded.get("VtepMAC")
-        if not isinstance(vni, int) or not isinstance(mac, str):
-            raise LeaseError(f"error decoding VXLAN backend data: {raw}")
-        if not re.fullmatch(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}", mac):
-            raise LeaseError(f"invalid VtepMAC in backend data: {mac}")
-    except GoJSONError as err:
-        raise LeaseError(f"error decoding VXLAN backend data: {err}") from None
-    return VxlanBackendData(vni, mac.lower())

@@ -9,17 +9,14 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import jinja2
 
-from pyflannel_runtime.model.cluster import (
-    DEFAULT_SUBNET_FILE,
-    ClusterModel,
-    NodePlan,
-    plan,
-)
+from pyflannel_runtime import DEFAULT_SUBNET_FILE
+from pyflannel_runtime.model.cluster import ClusterModel, NodePlan, plan
 from pyflannel_runtime.model.subnet_env import SubnetEnv
+from pyflannel_runtime.ops.files import WantedFile
 
 AGENT_ENV_FILE = "/etc/pyflannel/pyflanneld.env"
 SYSTEMD_UNIT_FILE = "/etc/systemd/system/pyflanneld.service"
@@ -109,29 +106,24 @@ def render_systemd_unit(model: ClusterModel) -> str:
     )
 
 
-class RenderedFile(NamedTuple):
-    content: str
-    mode: int
-
-
-def render_node(model: ClusterModel, node_name: str) -> dict[str, RenderedFile]:
+def render_node(model: ClusterModel, node_name: str) -> dict[str, WantedFile]:
     """Every file for one node, keyed by path relative to the root (no leading slash).
 
     Raises PlanError when the nodes do not fit together or the node is unknown.
     """
     node = plan(model).node(node_name)
     files = {
-        f"{model.flannel_cni_conf_dir}/{model.flannel_cni_conf_file}": RenderedFile(
+        f"{model.flannel_cni_conf_dir}/{model.flannel_cni_conf_file}": WantedFile(
             render_conflist(model), 0o644
         ),
-        model.flannel_net_conf_path: RenderedFile(render_net_conf(model), 0o644),
-        # 0600: it may hold the etcd password.
-        AGENT_ENV_FILE: RenderedFile(render_agent_env(model, node), 0o600),
-        SYSTEMD_UNIT_FILE: RenderedFile(render_systemd_unit(model), 0o644),
+        model.flannel_net_conf_path: WantedFile(render_net_conf(model), 0o644),
+        # It may hold the etcd password: 0600 and no content in diffs.
+        AGENT_ENV_FILE: WantedFile(render_agent_env(model, node), 0o600, sensitive=True),
+        SYSTEMD_UNIT_FILE: WantedFile(render_systemd_unit(model), 0o644),
     }
     pinned = (node.subnet is not None or not model.flannel_enable_ipv4) and (
         node.ipv6_subnet is not None or not model.flannel_enable_ipv6
     )
     if pinned:
-        files[model.flannel_subnet_file] = RenderedFile(render_subnet_env(model, node), 0o644)
+        files[model.flannel_subnet_file] = WantedFile(render_subnet_env(model, node), 0o644)
     return {path.lstrip("/"): rendered for path, rendered in files.items()}

@@ -30,12 +30,12 @@ import posixpath
 import random
 import ssl
 import time
-import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from ipaddress import IPv4Network, IPv6Network
 from typing import TypeVar
 
+from pyflannel_runtime.fsutil import os_error_text
 from pyflannel_runtime.model.lease import (
     EventType,
     Lease,
@@ -48,6 +48,7 @@ from pyflannel_runtime.model.lease import (
 from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config, parse_config
 from pyflannel_runtime.model.subnet_env import PreviousSubnets
 from pyflannel_runtime.subnet.allocation import choose_new_subnets, find_own_lease, lease_fits
+from pyflannel_runtime.subnet.endpoint_url import split_http_url
 from pyflannel_runtime.subnet.etcd_client import (
     Endpoint,
     EtcdClient,
@@ -59,7 +60,13 @@ from pyflannel_runtime.subnet.etcd_client import (
     prefix_range_end,
     tls_context,
 )
-from pyflannel_runtime.subnet.manager import LeaseRevoked, LeaseWatchBatch
+from pyflannel_runtime.subnet.manager import (
+    LeaseListing,
+    LeaseRevoked,
+    LeaseWatchBatch,
+    ListedLease,
+    UnreadableLease,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +74,7 @@ _T = TypeVar("_T")
 
 DEFAULT_ENDPOINTS = ("http://127.0.0.1:4001", "http://127.0.0.1:2379")
 DEFAULT_PREFIX = "/coreos.com/network"
+DEFAULT_CLIENT_PORT = 2379
 SUBNET_TTL = 86400
 # The TTL of a leased key whose expiry was not looked up: its expiration becomes infinite.
 UNKNOWN_TTL = math.inf
@@ -92,7 +100,7 @@ class EtcdSettings:
     keyfile: str = ""
     cafile: str = ""
     username: str = ""
-    password: str = ""
+    password: str = field(default="", repr=False)
     subnet_lease_ttl: int = SUBNET_TTL  # pyflannel's --subnet-lease-ttl; flannel: fixed 24 h
     renew_margin_minutes: int = 60  # --subnet-lease-renew-margin
     # Tests only: a renewal margin in seconds, overriding the minutes.
@@ -112,14 +120,11 @@ class EtcdSettings:
 
 
 def parse_endpoint(endpoint: str, tls: ssl.SSLContext | None) -> Endpoint:
-    """``http(s)://host:port`` or ``host:port`` (IPv6 in brackets) → an Endpoint."""
-    url = urllib.parse.urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+    """``http(s)://host[:port]`` (IPv6 in brackets, port 2379 when left out) → an Endpoint."""
     try:
-        host, port = url.hostname, url.port or 2379
-    except ValueError:
-        host = None
-    if not host:
-        raise EtcdError(f"invalid etcd endpoint: {endpoint}")
+        host, port = split_http_url(endpoint, DEFAULT_CLIENT_PORT)
+    except ValueError as err:
+        raise EtcdError(f"invalid etcd endpoint: {err}") from None
     return Endpoint(host, port, tls)
 
 
@@ -130,9 +135,13 @@ def client_tls(settings: EtcdSettings) -> ssl.SSLContext | None:
         log.warning("no certificate provided: connecting to etcd with http. This is insecure")
         return None
     try:
+        # ssl names no file when one cannot be read, so each is opened first.
+        for path in filter(None, (settings.certfile, settings.keyfile, settings.cafile)):
+            with open(path, "rb"):
+                pass
         return tls_context(settings.certfile, settings.keyfile, settings.cafile)
     except OSError as err:
-        raise EtcdError(f"failed to read etcd TLS files: {err}") from None
+        raise EtcdError(f"failed to read etcd TLS files: {os_error_text(err, 'open')}") from None
 
 
 class _Endpoints:
@@ -277,21 +286,27 @@ class EtcdSubnetManager:
         ttls = await asyncio.gather(*(self._time_to_live(i) for i in ids))
         return dict(zip(ids, ttls, strict=True))
 
-    async def _list_leases(self, *, with_expiry: bool) -> tuple[list[Lease], int]:
-        """All parseable leases and the revision they were read at. Without ``with_expiry``,
-        leased keys get an unknown (infinite) expiry: neither the datapath nor the allocation
-        needs it, and one TTL request per key is most of the cost of listing thousands."""
+    async def _list_leases(
+        self, *, with_expiry: bool
+    ) -> tuple[list[Lease], list[UnreadableLease], int]:
+        """All leases and the revision they were read at; the keys that do not parse are
+        skipped with a warning. Without ``with_expiry``, leased keys get an unknown (infinite)
+        expiry: neither the datapath nor the allocation needs it, and one TTL request per key
+        is most of the cost of listing thousands."""
         prefix = self._subnets_dir
         kvs, revision = await self._call(lambda c: c.range(prefix, prefix_range_end(prefix)))
         ttls = await self._lease_ttls(kvs) if with_expiry else {}
         leases = []
+        unreadable = []
         for kv in kvs:
             ttl = None if kv.lease == 0 else ttls.get(kv.lease, UNKNOWN_TTL)
             try:
                 leases.append(_lease_from_kv(kv.key, kv.value, ttl, kv.mod_revision))
             except LeaseError as err:
                 log.warning("Ignoring bad subnet node %s: %s", kv.key.decode(errors="replace"), err)
-        return leases, revision
+                name = kv.key.removeprefix(prefix).decode(errors="replace")
+                unreadable.append(UnreadableLease(name, str(err)))
+        return leases, unreadable, revision
 
     # -- SubnetManager --
 
@@ -307,7 +322,7 @@ class EtcdSubnetManager:
     async def acquire_lease(self, attrs: LeaseAttrs) -> Lease:
         for _ in range(RACE_RETRIES):
             cfg = await self.get_network_config()
-            leases, revision = await self._list_leases(with_expiry=False)
+            leases, _, revision = await self._list_leases(with_expiry=False)
             self._allocation_view = (leases, revision)
             try:
                 return await self._try_acquire(cfg, leases, attrs)
@@ -420,13 +435,14 @@ class EtcdSubnetManager:
         ):
             yield batch
 
-    async def list_leases(self) -> list[Lease]:
-        """Every lease under the prefix, with its expiry (for operators: `pyflannel status`)."""
-        leases, _ = await self._list_leases(with_expiry=True)
-        return leases
+    async def list_leases(self) -> LeaseListing:
+        """Every lease under the prefix with its expiry, and the keys that do not parse (for
+        operators: `pyflannel status`)."""
+        leases, unreadable, _ = await self._list_leases(with_expiry=True)
+        return LeaseListing(tuple(ListedLease(lease) for lease in leases), tuple(unreadable))
 
     async def _snapshot(self) -> tuple[LeaseWatchBatch, int]:
-        leases, revision = await self._list_leases(with_expiry=False)
+        leases, _, revision = await self._list_leases(with_expiry=False)
         return LeaseWatchBatch(snapshot=tuple(leases)), revision
 
     def _lease_event(self, event: WatchEvent) -> LeaseEvent:

@@ -9,9 +9,10 @@ from datetime import UTC, datetime
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_network
 from typing import Any, TypeVar
 
-from pyflannel_runtime.gojson.core import GoJSONError, lookup
+from pyflannel_runtime.backend import registry
+from pyflannel_runtime.gojson.core import GoJSONError
 from pyflannel_runtime.gojson.strconv import go_quote
-from pyflannel_runtime.gojson.structs import compact, loads_pairs, to_plain
+from pyflannel_runtime.gojson.structs import compact, loads_pairs
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent, same_lease
 from pyflannel_runtime.subnet.annotations import Annotations
 
@@ -21,11 +22,7 @@ Node = Mapping[str, Any]
 _Address = TypeVar("_Address", IPv4Address, IPv6Address)
 _Network = TypeVar("_Network", IPv4Network, IPv6Network)
 
-# Backends whose own lease keeps the config's address families; the others are forced to v4.
-DUAL_STACK_BACKENDS = ("vxlan", "host-gw", "wireguard")
-
 _PREFIX_LEN_RE = re.compile(r"[0-9]+")
-_MAC_RE = re.compile(r"[0-9a-fA-F]{2}(?::[0-9a-fA-F]{2}){5}")
 
 
 class NodeLeaseError(ValueError):
@@ -244,7 +241,9 @@ def own_lease(
                 f"{go_quote(name)} node"
             )
         ipv6_subnet = v6
-    if backend_type in DUAL_STACK_BACKENDS:
+    # A dual-stack backend's own lease keeps the config's families; the others are forced to v4.
+    spec = registry.find(backend_type)
+    if spec is not None and spec.dual_stack:
         flags = (subnet is not None, ipv6_subnet is not None)
     else:
         flags = (True, False)
@@ -273,27 +272,6 @@ def network_available_patch(now: datetime) -> dict[str, Any]:
         "message": "Flannel is running on this node",
     }
     return {"status": {"conditions": [condition]}}
-
-
-# --- GetStoredMacAddresses --------------------------------------------------------------------
-
-
-def vtep_mac(backend_data: str | None) -> str:
-    """The VtepMAC a vxlan backend-data annotation carries, or "" when there is none.
-
-    flannel cuts the text apart at ``:"``, which misreads any other layout (and wireguard's
-    data); decoding the JSON gives the same answer for flannel's own annotations.
-    """
-    if not backend_data:
-        return ""
-    try:
-        decoded = to_plain(loads_pairs(backend_data))
-    except GoJSONError:
-        return ""
-    mac = lookup(decoded, "VtepMAC") if isinstance(decoded, dict) else None
-    if isinstance(mac, str) and _MAC_RE.fullmatch(mac):
-        return mac.lower()
-    return ""
 
 
 # --- the peers' leases, one per node name -----------------------------------------------------

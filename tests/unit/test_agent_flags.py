@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+from ipaddress import IPv4Address, IPv4Network
+from pathlib import Path
+
 import pytest
 
-from pyflannel_runtime.agent.flags import FlagError, Options, parse_flags, usage, validate
-from pyflannel_runtime.agent.main import main
+from pyflannel_runtime.agent.errors import StartupError
+from pyflannel_runtime.agent.flags import FLAGS, FlagError, Options, parse_flags, usage, validate
+from pyflannel_runtime.agent.main import main, write_subnet_file
+from pyflannel_runtime.cli import main as pyflannel
+from pyflannel_runtime.model.lease import Lease, LeaseAttrs
+from pyflannel_runtime.model.netconf import check_network_config, parse_config
 
 
 def test_defaults_match_flanneld() -> None:
@@ -105,3 +115,243 @@ def test_main_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().err.strip()
     assert main(["--help"]) == 0
     assert main(["--subnet-lease-renew-margin=0"]) == 1
+
+
+# --- every value checked before anything is contacted (issue 9 item 5, part of item 8) ----------
+
+BAD_VALUES = [
+    (
+        ["--healthz-port=99999"],
+        'invalid value "99999" for flag -healthz-port: out of range (0 to 65535)',
+    ),
+    (["--healthz-port=-1"], 'invalid value "-1" for flag -healthz-port: out of range (0 to 65535)'),
+    (["--healthz-ip=banana"], 'invalid value "banana" for flag -healthz-ip: not an IP address'),
+    (["--iptables-resync=0"], 'invalid value "0" for flag -iptables-resync: must be 1 or more'),
+    (
+        ["--reconcile-interval=-5"],
+        'invalid value "-5" for flag -reconcile-interval: must be 0 or more',
+    ),
+    (
+        ["--subnet-lease-ttl=0"],
+        'invalid value "0" for flag -subnet-lease-ttl: out of range (1 to 9000000000)',
+    ),
+    (["--subnet-file="], 'invalid value "" for flag -subnet-file: not a file name'),
+    (
+        ["--subnet-file=/run/flannel/"],
+        'invalid value "/run/flannel/" for flag -subnet-file: not a file name',
+    ),
+    (["--public-ip=banana"], 'invalid value "banana" for flag -public-ip: not an IPv4 address'),
+    (
+        ["--public-ip=2001:db8::1"],
+        'invalid value "2001:db8::1" for flag -public-ip: not an IPv4 address',
+    ),
+    (
+        ["--public-ipv6=192.0.2.1"],
+        'invalid value "192.0.2.1" for flag -public-ipv6: not an IPv6 address',
+    ),
+    (
+        ["--public-ipv6=fe80::1%eth0"],
+        'invalid value "fe80::1%eth0" for flag -public-ipv6: not an IPv6 address',
+    ),
+    (
+        ["--iface-can-reach=banana"],
+        'invalid value "banana" for flag -iface-can-reach: not an IP address',
+    ),
+    (
+        ["--iface=eth0", "--iface=a/b"],
+        'invalid value "a/b" for flag -iface: neither an IP address nor an interface name',
+    ),
+    (
+        ["--iface=sixteen-chars-xx"],
+        'invalid value "sixteen-chars-xx" for flag -iface: neither an IP address nor an interface name',
+    ),
+    (
+        ["--iface-regex=("],
+        'invalid value "(" for flag -iface-regex: not a valid regular expression: missing ), unterminated subpattern at position 0',
+    ),
+    (
+        ["--etcd-endpoints=garbage"],
+        "invalid value \"garbage\" for flag -etcd-endpoints: 'garbage' is not an http:// or https:// URL",
+    ),
+    (
+        ["--etcd-endpoints=http://192.0.2.1:2379,192.0.2.2:2379"],
+        "invalid value \"http://192.0.2.1:2379,192.0.2.2:2379\" for flag -etcd-endpoints: '192.0.2.2:2379' is not an http:// or https:// URL",
+    ),
+    (
+        ["--etcd-endpoints=http://192.0.2.1:99999"],
+        "invalid value \"http://192.0.2.1:99999\" for flag -etcd-endpoints: 'http://192.0.2.1:99999' has an invalid port (1 to 65535)",
+    ),
+    (
+        ["--etcd-endpoints=https://:2379"],
+        "invalid value \"https://:2379\" for flag -etcd-endpoints: 'https://:2379' names no host",
+    ),
+    (["--etcd-endpoints=,"], 'invalid value "," for flag -etcd-endpoints: no etcd endpoint given'),
+    (
+        ["--etcd-cafile=/etc/etcd/ca.pem"],
+        "-etcd-certfile and -etcd-keyfile must both be given for TLS to etcd (certfile '', keyfile '')",
+    ),
+    (
+        ["--etcd-certfile=/etc/etcd/c.pem"],
+        "-etcd-certfile and -etcd-keyfile must both be given for TLS to etcd (certfile '/etc/etcd/c.pem', keyfile '')",
+    ),
+    (
+        ["--kube-subnet-mgr", "--kube-api-url=garbage"],
+        "invalid value \"garbage\" for flag -kube-api-url: 'garbage' is not an http:// or https:// URL",
+    ),
+    (
+        ["--kube-subnet-mgr", "--kube-annotation-prefix=a/b/c"],
+        "subnet/kube: prefix can contain at most single slash",
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD_VALUES, ids=[" ".join(a) for a, _ in BAD_VALUES])
+def test_bad_values_are_rejected_before_anything_starts(argv: list[str], message: str) -> None:
+    opts = parse_flags(argv, environ={})
+    with pytest.raises(FlagError) as err:
+        validate(opts)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        [
+            "--healthz-port=65535",
+            "--healthz-ip=::",
+            "--iptables-resync=1",
+            "--reconcile-interval=0",
+        ],
+        [
+            "--public-ip=::ffff:192.0.2.1",
+            "--public-ipv6=2001:db8::1",
+            "--iface-can-reach=2001:db8::9",
+        ],
+        ["--iface=eth0.100", "--iface=192.0.2.1", "--iface-regex=^en", "--subnet-lease-ttl=60"],
+        ["--etcd-endpoints=https://[2001:db8::1]:2379,http://etcd-0", "--healthz-ip="],
+        ["--etcd-certfile=/c.pem", "--etcd-keyfile=/k.pem", "--etcd-cafile=/ca.pem"],
+        # the other store's flags are not used, so not checked (as flanneld ignores them)
+        ["--kube-subnet-mgr", "--etcd-endpoints=garbage", "--etcd-cafile=/ca.pem"],
+        ["--kube-annotation-prefix=a/b/c", "--kube-api-url=garbage"],
+    ],
+)
+def test_good_values_pass(argv: list[str]) -> None:
+    validate(parse_flags(argv, environ={}))
+
+
+def test_values_from_the_environment_are_checked_too() -> None:
+    with pytest.raises(FlagError, match="-healthz-port: out of range"):
+        validate(parse_flags([], environ={"FLANNELD_HEALTHZ_PORT": "70000"}))
+
+
+def test_ints_beyond_go_int64_are_a_parse_error() -> None:
+    with pytest.raises(FlagError) as err:
+        parse_flags(["--subnet-lease-ttl=99999999999999999999999"], environ={})
+    assert str(err.value) == (
+        'invalid value "99999999999999999999999" for flag -subnet-lease-ttl: value out of range'
+    )
+
+
+# klog's own flags, free text or read where used (files, the etcd prefix, credentials).
+UNCHECKED = {
+    "v", "vmodule", "log_backtrace_at", "etcd-prefix", "etcd-keyfile", "etcd-certfile",
+    "etcd-cafile", "etcd-username", "etcd-password", "kubeconfig-file", "net-config-path",
+}  # fmt: skip
+
+
+def test_every_valued_flag_has_a_check() -> None:
+    """A new flag gets a check (or is listed above with the reason)."""
+    valued = {f.name for f in FLAGS if not isinstance(f.default, bool)}
+    checked = {f.name for f in FLAGS if f.check is not None}
+    assert valued - UNCHECKED == checked
+
+
+def run_agent(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pyflannel_runtime.agent.main", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+    )
+
+
+def last_line(stderr: str) -> str:
+    assert "Traceback" not in stderr, stderr
+    return stderr.rstrip("\n").rsplit("\n", 1)[-1].split("] ", 1)[1]
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("--healthz-port=99999", 'invalid value "99999" for flag -healthz-port: out of range'),
+        ("--healthz-ip=banana", 'invalid value "banana" for flag -healthz-ip: not an IP address'),
+        ("--etcd-endpoints=garbage", 'invalid value "garbage" for flag -etcd-endpoints: '),
+    ],
+)
+def test_pyflanneld_reports_a_bad_value_in_one_line(flag: str, message: str) -> None:
+    result = run_agent(flag)
+    assert result.returncode == 1
+    assert last_line(result.stderr).startswith(message)
+
+
+@pytest.fixture
+def quiet_agent_args(tmp_path: Path) -> list[str]:
+    """Flags that get the agent as far as its health server without touching the host."""
+    return [f"--subnet-file={tmp_path}/run/subnet.env", "--etcd-endpoints=http://127.0.0.1:9"]
+
+
+def test_pyflanneld_healthz_port_in_use(quiet_agent_args: list[str]) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_agent(*quiet_agent_args, "--healthz-ip=127.0.0.1", f"--healthz-port={port}")
+    assert result.returncode == 1
+    assert last_line(result.stderr) == (
+        f"Start healthz server error. listen tcp 127.0.0.1:{port}: bind: address already in use"
+    )
+
+
+@pytest.mark.parametrize(
+    ("subnet_file", "message"),
+    [
+        (
+            "/proc/x/subnet.env",
+            "Failed to write subnet file: mkdir /proc/x: no such file or directory",
+        ),
+        ("{tmp}", "Failed to write subnet file: open {tmp}: is a directory"),
+        ("{tmp}/file/subnet.env", "Failed to write subnet file: mkdir {tmp}/file: file exists"),
+        ("/dev/null", "Failed to write subnet file: /dev/null is not a regular file"),
+    ],
+)
+def test_pyflanneld_unusable_subnet_file(tmp_path: Path, subnet_file: str, message: str) -> None:
+    (tmp_path / "file").write_text("")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    path = subnet_file.format(tmp=tmp_path)
+    result = run_agent(f"--subnet-file={path}", "--etcd-endpoints=http://127.0.0.1:9")
+    assert result.returncode == 1
+    assert last_line(result.stderr) == message.format(tmp=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_status_rejects_a_bad_endpoint_at_once(capsys: pytest.CaptureFixture[str]) -> None:
+    assert pyflannel(["status", "--etcd-endpoints=garbage", "--leases-only"]) == 2
+    assert capsys.readouterr().err == (
+        'pyflannel status: invalid value "garbage" for flag -etcd-endpoints: '
+        "'garbage' is not an http:// or https:// URL\n"
+    )
+
+
+def test_a_late_subnet_file_failure_is_one_line(tmp_path: Path) -> None:
+    """Once the lease is taken the file is written for real; a failure there still ends in
+    flanneld's message, not a traceback."""
+    config = check_network_config(parse_config(b'{"Network": "10.244.0.0/16"}'))
+    lease = Lease(IPv4Network("10.244.7.0/24"), None, LeaseAttrs(IPv4Address("192.0.2.7")))
+    (tmp_path / "file").write_text("")
+    path = tmp_path / "file" / "subnet.env"
+    with pytest.raises(StartupError) as err:
+        write_subnet_file(str(path), config, lease, 1450, ipmasq=False)
+    assert str(err.value) == f"Failed to write subnet file: {path}: file exists"

@@ -12,6 +12,7 @@ import urllib.request
 import pytest
 
 from pyflannel_runtime.agent import sdnotify
+from pyflannel_runtime.agent.errors import StartupError
 from pyflannel_runtime.agent.health import HealthServer
 
 
@@ -59,3 +60,22 @@ def test_sd_notify_sends_ready(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_sd_notify_without_systemd(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
     assert not sdnotify.notify("READY=1")
+
+
+@pytest.mark.parametrize(
+    ("family", "host"), [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")]
+)
+def test_a_port_in_use_is_flanneld_s_one_line_error(
+    family: socket.AddressFamily, host: str
+) -> None:
+    with socket.socket(family) as busy:
+        busy.bind((host, 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        server = HealthServer(host, port)
+        with pytest.raises(StartupError) as err:
+            asyncio.run(server.start())
+    shown = f"[{host}]" if ":" in host else host
+    assert str(err.value) == (
+        f"Start healthz server error. listen tcp {shown}:{port}: bind: address already in use"
+    )

@@ -90,6 +90,44 @@ def test_config_check_fails_with_flannels_message(
     assert capsys.readouterr() == ("", message + "\n")
 
 
+@pytest.mark.parametrize(
+    ("backend", "message"),
+    [
+        ('"Port": 70000', "Port must be between 0 and 65535, got 70000"),
+        ('"VNI": 99999999999999999999999', "json: cannot unmarshal number "
+         "99999999999999999999999 into Go struct field .VNI of type int"),
+        ('"VNI": -5', "VNI must be between 0 and 16777215, got -5"),
+        ('"Port": "abc"', "json: cannot unmarshal string into Go struct field .Port of type int"),
+        ('"VNI": "1"', "json: cannot unmarshal string into Go struct field .VNI of type int"),
+    ],
+)  # fmt: skip
+def test_config_check_refuses_the_backend_options_the_agent_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], backend: str, message: str
+) -> None:
+    conf = tmp_path / "net-conf.json"
+    conf.write_text(f'{{"Network": "10.244.0.0/16", "Backend": {{"Type": "vxlan", {backend}}}}}')
+    assert main(["config", "check", str(conf)]) == 1
+    assert capsys.readouterr() == ("", f"error decoding VXLAN backend config: {message}\n")
+
+
+def test_config_check_stays_light(tmp_path: Path) -> None:
+    conf = tmp_path / "net-conf.json"
+    conf.write_text('{"Network": "10.244.0.0/16", "Backend": {"Type": "vxlan", "VNI": 7}}')
+    probe = (
+        "import sys\n"
+        "from pyflannel_runtime.cli import main\n"
+        "code = main(['config', 'check', sys.argv[1]])\n"
+        "print(code, ' '.join(sorted(sys.modules)), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(conf)], capture_output=True, text=True, check=True
+    )
+    code, modules = done.stderr.split(" ", 1)
+    assert code == "0"
+    loaded = {name.split(".")[0] for name in modules.split()}
+    assert not {"pyroute2", "pydantic", "kubernetes", "numpy"} & loaded
+
+
 def test_config_check_of_a_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "absent.json"
     assert main(["config", "check", str(missing)]) == 1
@@ -137,7 +175,7 @@ def test_render_writes_the_nodes_files_with_exact_modes(
         GOLDEN / "manifest-10-flannel.conflist"
     ).read_bytes()
     printed = capsys.readouterr().out.splitlines()
-    assert sorted(printed) == sorted(str(out / name) for name in modes)
+    assert printed == [f"{out / name}: created" for name in sorted(modes)]
 
 
 def test_render_of_the_manifest_defaults_from_json(tmp_path: Path) -> None:
@@ -164,6 +202,46 @@ def test_render_replaces_existing_files_without_leftovers(tmp_path: Path) -> Non
     assert conflist.read_bytes() == (GOLDEN / "manifest-10-flannel.conflist").read_bytes()
     assert stat.S_IMODE(conflist.stat().st_mode) == 0o644
     assert sorted(p.name for p in conflist.parent.iterdir()) == ["10-flannel.conflist"]
+
+
+def test_a_second_render_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["render", "--model", str(GOLDEN / "cluster-dual-stack.yaml"), "--node", "server-0"]
+    out = tmp_path / "root"
+    assert main([*args, "--out", str(out)]) == 0
+    first = capsys.readouterr().out.splitlines()
+    written = tree(out)
+    assert main([*args, "--out", str(out)]) == 0
+    assert tree(out) == written
+    assert capsys.readouterr().out.splitlines() == [
+        line.replace(": created", ": unchanged") for line in first
+    ]
+    (out / "etc/pyflannel/pyflanneld.env").chmod(0o644)
+    assert main([*args, "--out", str(out)]) == 0
+    assert f"{out}/etc/pyflannel/pyflanneld.env: mode" in capsys.readouterr().out.splitlines()
+
+
+def test_a_render_that_cannot_finish_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 9 item 7: out/etc/pyflannel is a file, so the env file cannot be written; the
+    conflist and net-conf.json (sorted before it) were written all the same."""
+    out = tmp_path / "root"
+    conflist = out / "etc/cni/net.d/10-flannel.conflist"
+    conflist.parent.mkdir(parents=True)
+    conflist.write_text("old")
+    (out / "etc/pyflannel").write_text("in the way")
+    before = tree(out)
+    args = ["render", "--model", str(GOLDEN / "cluster-dual-stack.yaml"), "--node", "server-0"]
+    assert main([*args, "--out", str(out)]) == 1
+    assert tree(out) == before
+    out_text, err_text = capsys.readouterr()
+    assert out_text == ""
+    assert err_text == (
+        f"cannot write the files: {out}/etc/pyflannel/pyflanneld.env: "
+        f"{out}/etc/pyflannel is not a directory\n"
+    )
 
 
 BAD_MODELS = {

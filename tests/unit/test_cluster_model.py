@@ -193,8 +193,18 @@ def test_network_rules_are_flannels_with_the_field_named(
                 "flannel_datastore": "etcd",
                 "flannel_etcd_endpoints": ["http://192.0.2.1:2379"],
                 "flannel_etcd_cafile": "/etc/etcd/ca.pem",
+                "flannel_etcd_certfile": "/etc/etcd/client.pem",
+                "flannel_etcd_keyfile": "/etc/etcd/client-key.pem",
             },
             "flannel_etcd_endpoints: TLS files are set but no endpoint is https://",
+        ),
+        (
+            {
+                "flannel_datastore": "etcd",
+                "flannel_etcd_endpoints": ["https://192.0.2.1:2379"],
+                "flannel_etcd_cafile": "/etc/etcd/ca.pem",
+            },
+            "flannel_etcd_certfile: required when flannel_etcd_cafile is set",
         ),
         (
             {"flannel_datastore": "etcd", "flannel_etcd_endpoints": ["192.0.2.1:2379"]},

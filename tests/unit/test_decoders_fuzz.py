@@ -23,25 +23,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend.vxlan_data import advertised_vtep_mac, parse_vxlan_backend_data
 from pyflannel_runtime.cli import main
 from pyflannel_runtime.cni import plugin
 from pyflannel_runtime.gojson.core import MAX_DEPTH, MAX_DOCUMENT_BYTES
 from pyflannel_runtime.model.cluster import ClusterModelError, load_model
-from pyflannel_runtime.model.lease import (
-    LeaseAttrs,
-    LeaseError,
-    parse_subnet_key,
-    parse_vxlan_backend_data,
-)
+from pyflannel_runtime.model.lease import LeaseAttrs, LeaseError, parse_subnet_key
 from pyflannel_runtime.model.model_file import ModelFileError, parse_model_text
 from pyflannel_runtime.model.netconf import (
     ConfigError,
     check_network_config,
     ip_stack,
     parse_config,
-    require_supported_backend,
-    udp_options,
-    vxlan_options,
 )
 from pyflannel_runtime.model.subnet_env import (
     SubnetEnvError,
@@ -53,12 +47,7 @@ from pyflannel_runtime.subnet.annotations import (
     Annotations,
     normalize_prefix,
 )
-from pyflannel_runtime.subnet.kube_nodes import (
-    NodeLeaseError,
-    NodeLeaseTracker,
-    node_to_lease,
-    vtep_mac,
-)
+from pyflannel_runtime.subnet.kube_nodes import NodeLeaseError, NodeLeaseTracker, node_to_lease
 
 FUZZ = settings(max_examples=120)
 KEYS = Annotations.for_prefix()
@@ -145,11 +134,9 @@ def test_net_conf(place: str, document: str) -> None:
     data = utf8(embed(place, document))
     try:
         cfg = parse_config(data)
-        vxlan_options(cfg)
-        udp_options(cfg)
+        registry.validate(cfg)  # the backend and its options, as the agent checks them
         cfg = check_network_config(cfg)
         ip_stack(cfg)
-        require_supported_backend(cfg)
     except ConfigError:
         pass
 
@@ -174,7 +161,7 @@ def test_lease_values_and_backend_data(place: str, document: str, as_bytes: bool
     if attrs.backend_data is not None:
         with contextlib.suppress(LeaseError):
             parse_vxlan_backend_data(attrs.backend_data)
-    assert isinstance(vtep_mac(attrs.backend_data), str)
+    assert isinstance(advertised_vtep_mac(attrs.backend_data), str)
 
 
 KEY_PLACES = [

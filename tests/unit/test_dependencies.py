@@ -1,0 +1,155 @@
+"""The node runtime installs without the controller's dependencies (issue 11 item 5).
+
+Every third-party import in pyflannel_runtime must be a declared dependency: the node runtime
+(the agent, the CNI plugin, `pyflannel status`, everything not listed as controller code below)
+only of ``[project] dependencies``; controller code also of the ``controller`` extra.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import re
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "pyflannel_runtime"
+
+# Runs on the controller only: the typed cluster model, the renderer, the lab.
+CONTROLLER_CODE = (
+    "pyflannel_runtime.model.cluster",
+    "pyflannel_runtime.model.model_file",
+    "pyflannel_runtime.render",
+    "pyflannel_runtime.lab",
+)
+CONTROLLER_PACKAGES = {"pydantic", "pydantic_core", "jinja2", "yaml", "ansible"}
+
+
+def _name(requirement: str) -> str:
+    match = re.match(r"[A-Za-z0-9._-]+", requirement)
+    assert match, requirement
+    return re.sub(r"[-_.]+", "-", match.group()).lower()
+
+
+def declared() -> tuple[set[str], set[str]]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    node = {_name(r) for r in project["dependencies"]}
+    controller = {_name(r) for r in project["optional-dependencies"]["controller"]}
+    return node, controller
+
+
+def distribution(top_level: str) -> str:
+    names = importlib.metadata.packages_distributions().get(top_level)
+    assert names, f"{top_level} is imported but installed by no distribution"
+    return _name(names[0])
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_controller(module: str) -> bool:
+    return any(module == c or module.startswith(c + ".") for c in CONTROLLER_CODE)
+
+
+def _guarded(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    """Inside a ``try`` that handles ImportError (an optional import with its own message)."""
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.Try):
+            for handler in node.handlers:
+                names = ast.unparse(handler.type) if handler.type else ""
+                if re.search(r"\b(ImportError|ModuleNotFoundError)\b", names):
+                    return True
+    return False
+
+
+def imports(path: Path) -> Iterator[tuple[str, int]]:
+    """Absolute modules imported anywhere in the file (function bodies too), except those
+    under TYPE_CHECKING and those guarded by an ImportError handler."""
+    tree = ast.parse(path.read_text(), str(path))
+    parents = {child: parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [node.module]
+        else:
+            continue
+        parent = parents.get(node)
+        if isinstance(parent, ast.If) and "TYPE_CHECKING" in ast.unparse(parent.test):
+            continue
+        if _guarded(node, parents):
+            continue
+        for module in modules:
+            yield module, node.lineno
+
+
+SOURCES = sorted(PACKAGE.rglob("*.py"))
+
+
+def test_the_node_runtime_needs_no_controller_extra() -> None:
+    node, controller = declared()
+    assert not {distribution(p) for p in CONTROLLER_PACKAGES if p != "ansible"} & node
+    assert not {"ansible", "ansible-core", "jinja2", "pydantic", "pyyaml"} & node
+    assert {"ansible", "ansible-core", "jinja2", "pydantic", "pyyaml"} <= controller
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=[module_name(p) for p in SOURCES])
+def test_every_import_is_declared_where_it_runs(path: Path) -> None:
+    node, controller = declared()
+    module = module_name(path)
+    allowed = node | controller if is_controller(module) else node
+    problems = []
+    for imported, line in imports(path):
+        top = imported.split(".")[0]
+        if top == "pyflannel_runtime":
+            if not is_controller(module) and is_controller(imported):
+                problems.append(f"line {line}: node code imports controller code {imported}")
+        elif top not in (*sys.stdlib_module_names, "__future__") and (
+            distribution(top) not in allowed
+        ):
+            problems.append(f"line {line}: {imported} ({distribution(top)}) is not declared")
+    assert problems == []
+
+
+# Raise ImportError for the controller's packages, as on a node that installed only the runtime.
+BLOCKER = f"""
+import sys
+from importlib.abc import MetaPathFinder
+
+class Absent(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {sorted(CONTROLLER_PACKAGES)!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+sys.meta_path.insert(0, Absent())
+"""
+
+
+def test_node_commands_run_without_the_controller_packages(tmp_path: Path) -> None:
+    probe = BLOCKER + (
+        "import pyflannel_runtime.agent.main, pyflannel_runtime.cni.plugin, pyflannel_runtime.status\n"
+        "from pyflannel_runtime.cli import main\n"
+        "assert main(['status', '--help']) == 0\n"
+        f"code = main(['render', '--model', 'm.yaml', '--node', 'n1', '--out', {str(tmp_path)!r}])\n"
+        "print('render exit', code)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith("render exit 1\n")
+    assert result.stderr == (
+        "pyflannel render runs on the controller: it needs pydantic, which "
+        "pip install 'pyflannel[controller]' brings\n"
+    )
+    assert list(tmp_path.iterdir()) == []
