@@ -8,11 +8,8 @@ config check`` stays quick and pydantic-free.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from pyflannel_runtime.agent.cli_flags import ETCD_FLAGS, add_agent_flags
@@ -38,13 +35,12 @@ def _add_command(
 
 
 def _read_net_conf(path: str) -> bytes:
+    from pyflannel_runtime.fsutil import read_small_file
+
     try:
-        return Path(path).read_bytes()
-    except OSError as err:
-        # Go's wording: "open <path>: no such file or directory".
-        reason = err.strerror or str(err)
-        reason = reason[:1].lower() + reason[1:]
-        raise CommandError(f"failed to read net conf: open {path}: {reason}") from None
+        return read_small_file(path)
+    except OSError as err:  # Go's wording: "open <path>: no such file or directory"
+        raise CommandError(f"failed to read net conf: {err}") from None
 
 
 def _config_check(args: argparse.Namespace) -> int:
@@ -130,28 +126,21 @@ def _config_publish(args: argparse.Namespace) -> int:
 # --- render -----------------------------------------------------------------------------------
 
 
-def _load_model_file(path: str, yaml: ModuleType) -> Any:
+def _read_model_file(path: str) -> str:
+    from pyflannel_runtime.fsutil import read_small_file
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return read_small_file(path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise CommandError(f"{path}: cannot read the cluster model: {err}") from None
-    try:
-        if path.endswith(".json"):
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as err:
-        raise CommandError(
-            f"{path}: not valid {'JSON' if path.endswith('.json') else 'YAML'}: {err}"
-        ) from None
 
 
 def _render(args: argparse.Namespace) -> int:
     from pyflannel_runtime.ops.files import FilesError, sync_files
 
     try:  # the controller extra, which nodes do not install
-        import yaml
-
         from pyflannel_runtime.model.cluster import ClusterModelError, load_model
+        from pyflannel_runtime.model.model_file import ModelFileError, parse_model_text
         from pyflannel_runtime.render.render import render_node
     except ImportError as err:
         raise CommandError(
@@ -159,7 +148,13 @@ def _render(args: argparse.Namespace) -> int:
             "pip install 'pyflannel[controller]' brings"
         ) from None
 
-    data = _load_model_file(args.model, yaml)
+    text = _read_model_file(args.model)
+    is_json = args.model.endswith(".json")
+    try:
+        data = parse_model_text(text, is_json=is_json)
+    except ModelFileError as err:
+        kind = "JSON" if is_json else "YAML"
+        raise CommandError(f"{args.model}: not valid {kind}: {err}") from None
     # Everything is validated and rendered before the first byte is written.
     try:
         files = render_node(load_model(data), args.node)

@@ -133,9 +133,9 @@ def test_fast_and_general_decoding_agree(
 ) -> None:
     import json
 
-    from pyflannel_runtime.model import gojson
+    from pyflannel_runtime.gojson.structs import compact
 
-    attrs = LeaseAttrs(ip, ipv6, backend_type, None if data is None else gojson.compact(data))
+    attrs = LeaseAttrs(ip, ipv6, backend_type, None if data is None else compact(data))
     text = attrs.to_json()
     # What the general (Go-rules) decoder makes of the text, with the fast path bypassed by
     # a leading space that JSON ignores.
