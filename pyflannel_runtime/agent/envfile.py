@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from pyflannel_runtime.fsutil import read_small_file
+
 AGENT_ENV_FILE = "/etc/pyflannel/pyflanneld.env"
 # A few dozen short lines; anything much larger is not one.
 _LIMIT = 64 * 1024
@@ -44,10 +46,7 @@ def parse_env_file(text: str) -> dict[str, str]:
 
 def read_env_file(path: str) -> dict[str, str]:
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            text = handle.read(_LIMIT + 1)
+        data = read_small_file(path, _LIMIT)
     except OSError as err:
-        raise EnvFileError(f"cannot read {path}: {err.strerror or err}") from None
-    if len(text) > _LIMIT:
-        raise EnvFileError(f"{path}: larger than {_LIMIT} bytes, not an environment file")
-    return parse_env_file(text)
+        raise EnvFileError(f"cannot read the agent's environment file: {err}") from None
+    return parse_env_file(data.decode("utf-8", errors="replace"))

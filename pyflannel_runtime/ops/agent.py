@@ -11,20 +11,21 @@ from __future__ import annotations
 
 import enum
 import http.client
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, ip_address, ip_network
 from typing import Any
 
 from pyflannel_runtime.fsutil import os_error_text
+from pyflannel_runtime.gojson.core import MAX_DOCUMENT_BYTES, GoJSONError, decode
 from pyflannel_runtime.netlink.entries import IPAddress, IPNetwork
 
 # flanneld's answers (main.go mustRunHealthz).
 HEALTHZ_BODY = "flanneld is running"
 READYZ_BODY = "flanneld is ready"
-# /statusz carries one route per peer: a few MiB is far beyond any real cluster.
-_STATUSZ_LIMIT = 4 << 20
+# /statusz carries one route per peer, some 40 bytes each: the bounded decoder's 1 MiB holds
+# tens of thousands.
+_STATUSZ_LIMIT = MAX_DOCUMENT_BYTES
 _BODY_LIMIT = 4096
 
 
@@ -190,8 +191,8 @@ def parse_statusz(body: bytes) -> AgentFacts:
     """The facts /statusz gives; what is missing or malformed is left out (it is the agent's
     own report, never trusted further than its types)."""
     try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):
+        data = decode(body)
+    except GoJSONError:
         return AgentFacts()
     if not isinstance(data, dict):
         return AgentFacts()

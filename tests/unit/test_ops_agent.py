@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import json
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -12,6 +13,8 @@ from ipaddress import ip_address, ip_network
 from typing import TypeVar
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pyflannel_runtime import __version__
 from pyflannel_runtime.agent.health import HealthServer
@@ -155,3 +158,25 @@ def test_healthz_off_is_reported_as_not_checked_and_is_no_failure() -> None:
 def test_statusz_facts_of_the_wrong_shape_are_left_out(body: bytes) -> None:
     facts = parse_statusz(body)
     assert (facts.pid, facts.version, facts.forwarder) == (None, None, None)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(st.dictionaries(st.sampled_from(["name", "pid", "uptime_seconds", "udp", "version"]),
+                       json_values) | json_values)  # fmt: skip
+def test_statusz_of_any_shape_gives_typed_facts_or_none(document: object) -> None:
+    facts = parse_statusz(json.dumps(document).encode())
+    assert facts.pid is None or type(facts.pid) is int
+    assert facts.version is None or isinstance(facts.version, str)
+    if facts.forwarder is not None:
+        assert all(net.version == 4 for net in facts.forwarder.routes)
+
+
+@given(st.binary(max_size=256))
+def test_statusz_of_any_bytes_never_raises(body: bytes) -> None:
+    parse_statusz(body)

@@ -286,7 +286,7 @@ def test_the_agents_environment_file_is_read_below_the_environment_and_the_flags
     )
     opts = options(f"--agent-env={env_file}", "--etcd-endpoints=http://192.0.2.6:2379", env={})
     assert opts.etcd_endpoints == "http://192.0.2.6:2379"
-    with pytest.raises(AgentFlagsError, match=r"cannot read .*nope\.env: No such file"):
+    with pytest.raises(AgentFlagsError, match=r"file: open .*nope\.env: no such file"):
         options(f"--agent-env={tmp_path}/nope.env", env={})
 
 
