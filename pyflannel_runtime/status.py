@@ -41,7 +41,6 @@ from pyflannel_runtime.ops.agent import (
     agent_endpoint,
     duration,
     probe_agent,
-    unchecked,
 )
 from pyflannel_runtime.ops.verify import (
     Datapath,
@@ -155,6 +154,9 @@ def _box(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 def render_table(report: VerifyReport, now: float, agent: AgentHealth | None = None) -> str:
     """The agent's health (when asked), the leases, what is wrong, and the summary last."""
     kube = report.store == "kube"
+    # Only node annotations name a node: an etcd lease holds a public IP and backend data, and
+    # naming its host would take a reverse DNS lookup per lease (seconds each while DNS is
+    # down, thousands of leases), so etcd tables show the public IP alone.
     header = ["NODE"] if kube else []
     header += ["SUBNET", "PUBLIC IP", "BACKEND", "VTEP MAC", "EXPIRES", "OWN", "DATAPATH"]
     rows = []
@@ -172,7 +174,7 @@ def render_table(report: VerifyReport, now: float, agent: AgentHealth | None = N
             _datapath_cell(status),
         ]
         rows.append(cells)
-    lines = ([agent.describe().capitalize(), ""] if agent is not None else []) + _box(header, rows)
+    lines = ([agent.describe(), ""] if agent is not None else []) + _box(header, rows)
     sections: list[tuple[str, list[str]]] = [
         (
             "Missing on this host:",
@@ -383,7 +385,7 @@ def ask_agent(opts: Options, netns: str | None, timeout: float) -> AgentHealth:
 
     endpoint = agent_endpoint(opts.healthz_ip, opts.healthz_port)
     if endpoint is None:
-        return unchecked("healthz off")
+        return probe_agent(None, timeout)
     if netns is not None and not os.path.exists(os.path.join(NETNS_RUN_DIR, netns)):
         raise VerifyError(f"network namespace {netns} does not exist")
     return run_in_netns(netns, lambda: probe_agent(endpoint, timeout))
@@ -426,7 +428,7 @@ def command(args: argparse.Namespace) -> int:
         status = collect(args, os.environ)
     except StatusFailed as err:
         if err.agent is not None and args.output == "table":
-            print(err.agent.describe().capitalize(), flush=True)
+            print(err.agent.describe(), flush=True)
         print(f"pyflannel status: {err}", file=sys.stderr)
         return EXIT_ERROR
     report, agent = status.report, status.agent

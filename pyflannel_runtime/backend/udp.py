@@ -33,6 +33,7 @@ from pathlib import Path
 from pyroute2.netlink.exceptions import NetlinkError
 
 from pyflannel_runtime.backend.base import AcquireLease, BackendError
+from pyflannel_runtime.backend.host import UDP_WORKER_MODULE, UDP_WORKER_ROLES
 from pyflannel_runtime.backend.options import UdpOptions
 from pyflannel_runtime.backend.peers import udp_peer_route
 from pyflannel_runtime.backend.udp_packet import Command, CommandMessage, Peer, encode_command
@@ -47,7 +48,6 @@ log = logging.getLogger("pyflannel.backend.udp")
 TUN_NAME_TEMPLATE = "flannel%d"
 TUN_TXQUEUELEN = 10000  # the default 500 drops TCP bursts in the TUN queue (lab-recipes §2)
 SOCKET_BUFFER = 4 << 20
-_WORKER_MODULE = "pyflannel_runtime.backend.udp_worker"
 _READY_TIMEOUT = 30.0
 _STOP_TIMEOUT = 2.0
 
@@ -194,7 +194,7 @@ def _spawn(
     argv = [
         sys.executable,
         "-m",
-        _WORKER_MODULE,
+        UDP_WORKER_MODULE,
         role,
         f"--tun-fd={tun}",
         f"--sock-fd={sock}",
@@ -436,7 +436,7 @@ class UdpBackend:
         try:
             _configure_tun(self.netns, name, tun_addr, network, mtu)
             for queue in range(queues):
-                for role in ("send", "receive"):
+                for role in UDP_WORKER_ROLES:
                     slot = len(datapath.workers)
                     datapath.workers.append(_spawn(datapath, role, queue, slot, {}))
         except BaseException as err:

@@ -94,9 +94,9 @@ class AgentHealth:
     def describe(self) -> str:
         """One line: the state, then what is known about the agent."""
         if self.state is AgentState.UNCHECKED:
-            return f"agent health not checked ({self.reason})"
+            return f"Agent health not checked ({self.reason})"
         assert self.endpoint is not None
-        text = f"agent {self.state.value}"
+        text = f"Agent {self.state.value}"
         if self.reason:
             text += f": {self.reason}"
         if self.state is AgentState.DOWN:
@@ -144,7 +144,7 @@ def unchecked(reason: str) -> AgentHealth:
 def probe_agent(endpoint: AgentEndpoint | None, timeout: float) -> AgentHealth:
     """The agent's state from its health server (in this thread's network namespace)."""
     if endpoint is None:
-        return unchecked("healthz off: the agent's --healthz-port is 0")
+        return unchecked("healthz off")
     try:
         status, body = _get(endpoint, "/healthz", timeout, _BODY_LIMIT)
         if status != 200 or body.decode(errors="replace") != HEALTHZ_BODY:
@@ -155,15 +155,23 @@ def probe_agent(endpoint: AgentEndpoint | None, timeout: float) -> AgentHealth:
                 f"{endpoint.address}/healthz answered {status} {seen!r}, not flannel's agent",
             )
         ready, body = _get(endpoint, "/readyz", timeout, _BODY_LIMIT)
-        statusz = _get(endpoint, "/statusz", timeout, _STATUSZ_LIMIT)
     except (OSError, http.client.HTTPException) as err:
         return AgentHealth(endpoint, AgentState.DOWN, f"nothing answers on {endpoint.address}: "
                            f"{_error_text(err)}")  # fmt: skip
-    facts = parse_statusz(statusz[1]) if statusz[0] == 200 else AgentFacts()
+    facts = _facts(endpoint, timeout)
     if ready == 200 and body.decode(errors="replace") == READYZ_BODY:
         return AgentHealth(endpoint, AgentState.READY, facts=facts)
     reason = "subnet.env not written yet" if ready == 503 else f"/readyz answered {ready}"
     return AgentHealth(endpoint, AgentState.NOT_READY, reason, facts)
+
+
+def _facts(endpoint: AgentEndpoint, timeout: float) -> AgentFacts:
+    """What /statusz tells; nothing when it cannot (flanneld, or a failed request)."""
+    try:
+        status, body = _get(endpoint, "/statusz", timeout, _STATUSZ_LIMIT)
+    except (OSError, http.client.HTTPException):
+        return AgentFacts()
+    return parse_statusz(body) if status == 200 else AgentFacts()
 
 
 def _error_text(err: Exception) -> str:
