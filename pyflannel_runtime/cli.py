@@ -98,6 +98,7 @@ def _config_publish(args: argparse.Namespace) -> int:
         agent_options,
     )
     from pyflannel_runtime.agent.stores import etcd_settings
+    from pyflannel_runtime.fsutil import os_error_text
     from pyflannel_runtime.ops.publish import PublishError, publish
     from pyflannel_runtime.subnet.etcd import EtcdError
     from pyflannel_runtime.subnet.etcd_client import EtcdClientError
@@ -111,8 +112,13 @@ def _config_publish(args: argparse.Namespace) -> int:
         raise CommandError(str(err)) from None
     try:
         (change,) = publish(etcd_settings(opts), text, check=args.dry_run)
-    except (PublishError, EtcdError, EtcdClientError, OSError) as err:
+    except PublishError as err:
         raise CommandError(str(err)) from None
+    except (EtcdError, EtcdClientError, OSError) as err:
+        reason = os_error_text(err) if isinstance(err, OSError) and err.errno else str(err)
+        raise CommandError(
+            f"cannot publish to etcd {opts.etcd_endpoints} (prefix {opts.etcd_prefix}): {reason}"
+        ) from None
     if change.changed:
         before = (change.before or "").splitlines(keepends=True)
         after = change.after.splitlines(keepends=True)
