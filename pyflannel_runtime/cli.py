@@ -71,6 +71,61 @@ def _register_config(subparsers: Subparsers) -> None:
         "on error print flannel's message and exit 1.",
     )
     check.add_argument("file", metavar="FILE", help="the net-conf.json to check")
+    publish = _add_command(
+        actions,
+        "publish",
+        _config_publish,
+        "put a net-conf.json into etcd as <prefix>/config, where flanneld reads it",
+        "Check a net-conf.json as flanneld does, then make etcd's <prefix>/config hold it: "
+        "nothing is written when it already does. The etcd flags (and FLANNELD_ETCD_* "
+        "variables) are the agent's; --dry-run prints the change without making it.",
+    )
+    publish.add_argument("file", metavar="FILE", help="the net-conf.json to publish")
+    for flag in _ETCD_FLAGS:
+        publish.add_argument(f"--{flag}", metavar="VALUE", help=f"as pyflanneld's --{flag}")
+    publish.add_argument("--dry-run", action="store_true", help="show the change, write nothing")
+
+
+_ETCD_FLAGS = (
+    "etcd-endpoints",
+    "etcd-prefix",
+    "etcd-cafile",
+    "etcd-certfile",
+    "etcd-keyfile",
+    "etcd-username",
+    "etcd-password",
+)
+
+
+def _config_publish(args: argparse.Namespace) -> int:
+    import difflib
+    from dataclasses import replace
+
+    from pyflannel_runtime.agent.flags import FlagError, parse_flags
+    from pyflannel_runtime.agent.stores import etcd_settings
+    from pyflannel_runtime.ops.publish import PublishError, publish
+    from pyflannel_runtime.subnet.etcd import EtcdError
+    from pyflannel_runtime.subnet.etcd_client import EtcdClientError
+
+    text = _read_net_conf(args.file).decode("utf-8", errors="replace")
+    try:
+        opts = parse_flags([])  # the FLANNELD_* environment, as the agent reads it
+    except FlagError as err:
+        raise CommandError(str(err)) from None
+    given = {f.replace("-", "_"): getattr(args, f.replace("-", "_")) for f in _ETCD_FLAGS}
+    opts = replace(opts, **{k: v for k, v in given.items() if v is not None})
+    try:
+        (change,) = publish(etcd_settings(opts), text, check=args.dry_run)
+    except (PublishError, EtcdError, EtcdClientError, OSError) as err:
+        raise CommandError(str(err)) from None
+    if change.changed:
+        before = (change.before or "").splitlines(keepends=True)
+        after = change.after.splitlines(keepends=True)
+        label = change.key if change.before is not None else "/dev/null"
+        sys.stdout.writelines(difflib.unified_diff(before, after, label, change.key))
+    verb = "would publish" if args.dry_run else "published"
+    print(f"{change.key}: {verb if change.changed else 'unchanged'}")
+    return 0
 
 
 # --- render -----------------------------------------------------------------------------------

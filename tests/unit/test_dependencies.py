@@ -27,6 +27,8 @@ CONTROLLER_CODE = (
     "pyflannel_runtime.model.model_file",
     "pyflannel_runtime.render",
     "pyflannel_runtime.lab",
+    # The inventory check behind the collection's preflight action plugin.
+    "pyflannel_runtime.ops.inventory",
 )
 CONTROLLER_PACKAGES = {"pydantic", "pydantic_core", "jinja2", "yaml", "ansible"}
 
