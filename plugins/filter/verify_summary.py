@@ -11,7 +11,7 @@ short_description: The verify role's summary of every node and the pod reachabil
 version_added: 0.1.0
 description:
   - Builds readable lines from what the verify role registered on each host (the routes report with
-    subnet.env, the probe pod and its pings).
+    subnet.env, the pod address usage, the probe pod and its pings).
 positional: hostvars
 options:
   _input:
@@ -64,6 +64,13 @@ def verify_summary(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[st
             lines.append(f"    stale       {entry}")
         if routes.get("writes"):
             lines.append(f"    repaired    {routes['writes']} kernel writes")
+        ipam = _get(hostvars, host, "__flannel_verify_ipam") or {}
+        for usage in ipam.get("usage", []):
+            leaked = f", {usage['leaked']} look leaked" if usage.get("leaked") else ""
+            lines.append(
+                f"  pod addresses {usage['used']} of {usage['capacity']} in use, "
+                f"{usage['free']} free{leaked}"
+            )
         lines.append(f"  probe pod     {pod.get('ip', 'not run')}")
     if pods:
         width = max(len("FAIL"), *(len(h) for h in hosts)) + 2

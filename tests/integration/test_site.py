@@ -180,3 +180,20 @@ def test_switching_the_backend_converges(lab: Any) -> None:
         assert "via 198.51.100." in routes and "flannel" not in routes, routes
     again = run_playbook("site.yml", extra_vars={"flannel_backend_type": "host-gw"})
     assert again.changed() == dict.fromkeys(lab.names(), 0), again.explain()
+
+
+def test_reset_removes_the_agent_its_devices_and_files(lab: Any) -> None:
+    run = run_playbook("reset.yml")
+    assert run.returncode == 0 and not run.failed_hosts(), run.explain()
+    for name in lab.names():
+        left = ssh(
+            lab,
+            name,
+            "ls /sys/class/net; ls /etc/systemd/system/pyflanneld.service /run/flannel"
+            " /etc/cni/net.d/10-flannel.conflist 2>/dev/null; systemctl is-active pyflanneld || true",
+        )
+        assert "inactive" in left and not re.search(
+            r"cni0|flannel|conflist|pyflanneld\.service", left
+        ), left
+    again = run_playbook("reset.yml")
+    assert again.changed() == dict.fromkeys(lab.names(), 0), again.explain()

@@ -46,3 +46,15 @@ def test_a_check_mode_run_without_probes_says_so() -> None:
         "  MTU           unknown",
         "  probe pod     not run",
     ]
+
+
+def test_pod_address_usage_per_family_with_leaks() -> None:
+    usage = [
+        {"family": "ipv4", "subnet": "10.244.1.0/24", "capacity": 253, "used": 12, "free": 241},
+        {"family": "ipv6", "subnet": "fd00:1::/64", "capacity": 99, "used": 9, "free": 90},
+    ]
+    usage[1]["leaked"] = 2
+    hostvars = {"h1": {"__flannel_verify_ipam": {"usage": usage}}}
+    lines = verify_summary(["h1"], hostvars)
+    assert "  pod addresses 12 of 253 in use, 241 free" in lines
+    assert "  pod addresses 9 of 99 in use, 90 free, 2 look leaked" in lines
