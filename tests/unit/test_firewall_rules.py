@@ -233,7 +233,11 @@ def test_nft_forward_script() -> None:
 
 
 def test_nft_probe_tests_fully_random_masquerade() -> None:
-    assert nft_fully_random_probe_script().endswith(
+    """The whole transaction: without its table or chain, ``nft --check`` fails on every
+    kernel and fully-random masquerade would silently never be used."""
+    assert nft_fully_random_probe_script() == (
+        "add table ip flannel-ipv4\n"
+        "add chain ip flannel-ipv4 masqueradeTest { type nat hook postrouting priority srcnat ; }\n"
         "add rule ip flannel-ipv4 masqueradeTest ip saddr != 127.0.0.1 masquerade fully-random\n"
     )
 
