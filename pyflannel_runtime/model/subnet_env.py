@@ -114,24 +114,43 @@ class PreviousSubnets(_Record):
         )
 
 
+# godotenv's isSpace: blanks that do not end a line.
+_DOTENV_BLANKS = "\t\v\f\r \x85\xa0"
+
+
+def _dotenv_value(value: str) -> str | None:
+    """godotenv's extractVarValue for the text after ``=``: a quoted value ends at the first
+    unescaped closing quote; an unquoted one at the last ``#`` that follows a blank, so
+    ``a # b # c`` keeps ``a # b``. None for an unterminated quote (godotenv fails there)."""
+    quote = value[:1]
+    if quote in ("'", '"'):
+        for i in range(1, len(value)):
+            if value[i] == quote and value[i - 1] != "\\":
+                return value[:i].strip(quote)
+        return None
+    for i in range(len(value) - 1, 0, -1):
+        if value[i] == "#" and value[i - 1] in _DOTENV_BLANKS:
+            value = value[:i]
+            break
+    return value.strip(_DOTENV_BLANKS)
+
+
 def parse_dotenv(text: str) -> dict[str, str]:
-    """A godotenv-compatible subset: `export`, comments, single/double quotes, `=` or `:`."""
+    """A godotenv-compatible subset: `export`, comments, single/double quotes, `=` or `:`;
+    no escapes or ``$`` expansion inside double quotes (flanneld writes neither)."""
     values: dict[str, str] = {}
     for raw in text.splitlines():
-        line = raw.strip()
+        line = raw.strip(_DOTENV_BLANKS)
         if not line or line.startswith("#"):
             continue
-        if line.startswith("export "):
-            line = line[len("export ") :].lstrip()
+        if line.startswith("export") and line[6:7] and line[6] in _DOTENV_BLANKS:
+            line = line[len("export") :].lstrip(_DOTENV_BLANKS)
         sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
         if sep <= 0:
             continue
-        key, value = line[:sep].strip(), line[sep + 1 :].strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        elif "#" in value:
-            value = value.split(" #", 1)[0].rstrip()
-        values[key] = value
+        value = _dotenv_value(line[sep + 1 :].lstrip(_DOTENV_BLANKS))
+        if value is not None:
+            values[line[:sep].rstrip(_DOTENV_BLANKS)] = value
     return values
 
 

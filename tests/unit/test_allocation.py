@@ -238,9 +238,13 @@ def dual_setups(
 
 
 def still_free(subnet: Net | None, held: list[Net | None], fits: bool) -> bool:
-    return subnet is not None and fits and not any(
-        h is not None and h.prefixlen and subnet.overlaps(h)  # type: ignore[arg-type]
-        for h in held
+    return (
+        subnet is not None
+        and fits
+        and not any(
+            h is not None and h.prefixlen and subnet.overlaps(h)  # type: ignore[arg-type]
+            for h in held
+        )
     )
 
 
@@ -373,9 +377,7 @@ def test_previous_subnet_is_refused_when_it_overlaps_a_lease() -> None:
 def test_previous_ipv6_subnet_is_refused_when_a_lease_overlaps_it(holder: str) -> None:
     cfg = v6_config("fd00:10::/56", 64)
     previous = PreviousSubnets(ipv6_subnet=IPv6Network("fd00:10:0:9::/64"))
-    chosen = choose_new_subnets(
-        cfg, [lease(None, ipv6_subnet=holder)], previous, random.Random(1)
-    )
+    chosen = choose_new_subnets(cfg, [lease(None, ipv6_subnet=holder)], previous, random.Random(1))
     assert chosen.ipv6_subnet is not None
     assert not chosen.ipv6_subnet.overlaps(IPv6Network(holder))
 

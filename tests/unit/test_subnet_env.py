@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_network
+from typing import Any
 
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from pyflannel_runtime.model.subnet_env import (
+    CniSubnetEnv,
+    PreviousSubnets,
     SubnetEnv,
     SubnetEnvError,
     masked_cidr,
@@ -109,28 +112,94 @@ def test_strict_reader_rejects_bad_mtu() -> None:
         parse_cni_subnet_env("FLANNEL_MTU=-1\n", "/f")
 
 
+def family_networks(version: int) -> st.SearchStrategy[tuple[Any, Any]]:
+    """A network and a subnet inside it, of one IP version (any address, any sane lengths)."""
+    bits = 32 if version == 4 else 128
+    make = IPv4Network if version == 4 else IPv6Network
+    return st.tuples(
+        st.integers(0, 2**bits - 1), st.integers(8, bits - 12), st.integers(1, 10)
+    ).map(lambda t: (make((t[0], t[1]), strict=False), make((t[0], t[1] + t[2]), strict=False)))
+
+
 @given(
-    seed=st.integers(0, 2**32 - 1),
-    prefix=st.integers(8, 20),
-    sublen=st.integers(21, 30),
+    v4=st.one_of(st.none(), family_networks(4)),
+    v6=st.one_of(st.none(), family_networks(6)),
     mtu=st.integers(68, 65535),
     masq=st.booleans(),
 )
 def test_render_then_both_readers_round_trip(
-    seed: int, prefix: int, sublen: int, mtu: int, masq: bool
+    v4: tuple[IPv4Network, IPv4Network] | None,
+    v6: tuple[IPv6Network, IPv6Network] | None,
+    mtu: int,
+    masq: bool,
 ) -> None:
-    network = IPv4Network((seed, prefix), strict=False)
-    subnet = IPv4Network((seed, sublen), strict=False)
-    text = SubnetEnv(network, subnet, None, None, mtu, masq).render()
+    """v4-only, v6-only and dual-stack files alike."""
+    assume(v4 is not None or v6 is not None)
+    network, subnet = v4 or (None, None)
+    ipv6_network, ipv6_subnet = v6 or (None, None)
+    text = SubnetEnv(network, subnet, ipv6_network, ipv6_subnet, mtu, masq).render()
     prev = read_previous_subnets(text)
-    assert (prev.network, prev.subnet) == (network, subnet)
+    assert prev == PreviousSubnets(network, subnet, ipv6_network, ipv6_subnet)
     cni = parse_cni_subnet_env(text, "/f")
-    assert (cni.networks, cni.subnet, cni.mtu, cni.ipmasq) == (
-        [str(network)],
-        str(subnet),
+    assert cni == CniSubnetEnv(
+        [str(network)] if network else [],
+        str(subnet) if subnet else None,
+        [str(ipv6_network)] if ipv6_network else [],
+        str(ipv6_subnet) if ipv6_subnet else None,
         mtu,
         masq,
     )
+
+
+def test_strict_reader_accepts_a_v6_only_file() -> None:
+    env = parse_cni_subnet_env(
+        "FLANNEL_IPV6_NETWORK=fd00:10::/56\nFLANNEL_IPV6_SUBNET=fd00:10:0:3::1/64\n"
+        "FLANNEL_MTU=1430\nFLANNEL_IPMASQ=false\n",
+        "/f",
+    )
+    assert env == CniSubnetEnv([], None, ["fd00:10::/56"], "fd00:10:0:3::/64", 1430, False)
+
+
+def test_strict_reader_collapses_repeated_networks_and_keeps_their_order() -> None:
+    env = parse_cni_subnet_env(
+        "FLANNEL_NETWORK=10.1.0.0/16,10.2.0.1/16,10.1.9.9/16\n"
+        "FLANNEL_IPV6_NETWORK=fd00::/56,fd00::1/56,fd01::/56\n"
+        "FLANNEL_SUBNET=10.1.17.1/24\nFLANNEL_MTU=1472\nFLANNEL_IPMASQ=true\n",
+        "/f",
+    )
+    assert env.networks == ["10.1.0.0/16", "10.2.0.0/16"]
+    assert env.ipv6_networks == ["fd00::/56", "fd01::/56"]
+
+
+def test_strict_reader_drops_one_carriage_return_per_line_as_go_scanner_does() -> None:
+    text = DUAL_STACK_EXAMPLE.replace("\n", "\r\n")
+    assert parse_cni_subnet_env(text, "/f") == parse_cni_subnet_env(DUAL_STACK_EXAMPLE, "/f")
+    with pytest.raises(SubnetEnvError, match="ParseUint"):
+        parse_cni_subnet_env("FLANNEL_MTU=1450\r\r\n", "/f")
+
+
+@pytest.mark.parametrize(
+    ("line", "subnet"),
+    [
+        ("FLANNEL_SUBNET=10.244.1.1/24 # note", "10.244.1.0/24"),
+        ("FLANNEL_SUBNET=10.244.1.1/24\t# note", "10.244.1.0/24"),
+        ("FLANNEL_SUBNET = 10.244.1.1/24   ", "10.244.1.0/24"),
+        ("FLANNEL_SUBNET: 10.244.1.1/24", "10.244.1.0/24"),
+        ("export\tFLANNEL_SUBNET=10.244.1.1/24", "10.244.1.0/24"),
+        ('FLANNEL_SUBNET="10.244.1.1/24" # note', "10.244.1.0/24"),
+        ("FLANNEL_SUBNET='10.244.1.1/24'", "10.244.1.0/24"),
+        # godotenv cuts at the last blank-preceded '#', and only there
+        ("FLANNEL_SUBNET=10.244.1.1/24 # a # b", None),
+        ("FLANNEL_SUBNET=10.244.1.1/24#note", None),
+        ('FLANNEL_SUBNET="10.244.1.1/24', None),
+        ("exportFLANNEL_SUBNET=10.244.1.1/24", None),
+    ],
+)
+def test_lenient_reader_follows_godotenv_for_comments_quotes_and_blanks(
+    line: str, subnet: str | None
+) -> None:
+    expected = IPv4Network(subnet) if subnet else None
+    assert read_previous_subnets(f"{line}\n").subnet == expected
 
 
 @given(
