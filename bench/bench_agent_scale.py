@@ -54,12 +54,8 @@ from agentlab import PREFIX, AgentLab  # noqa: E402
 from bench_netlink import iproute2, make_host  # noqa: E402
 from netlab import LabHost  # noqa: E402
 
-from pyflannel_runtime.model.lease import (  # noqa: E402
-    Lease,
-    LeaseAttrs,
-    make_subnet_key,
-    vxlan_backend_data,
-)
+from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data  # noqa: E402
+from pyflannel_runtime.model.lease import Lease, LeaseAttrs, make_subnet_key  # noqa: E402
 from pyflannel_runtime.netlink.decoder import decode_neigh, decode_route  # noqa: E402
 from pyflannel_runtime.netlink.netns import run_in_netns  # noqa: E402
 

@@ -23,11 +23,11 @@ import tempfile
 import time
 from ipaddress import IPv4Address, IPv4Network
 
-from pyflannel_runtime.backend.base import get_backend
-from pyflannel_runtime.iface import ExternalInterface
+from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data as backend_data
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
-from pyflannel_runtime.model.lease import vxlan_backend_data as backend_data
 from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config
+from pyflannel_runtime.netdev.types import ExternalInterface
 from pyflannel_runtime.netlink.dump import Ownership, open_dump_socket, read_owned_state
 
 NETWORK = IPv4Network("10.244.0.0/16")
@@ -78,7 +78,7 @@ async def ours(ns: str, ifindex: int, peers: list[Lease]) -> tuple[float, float,
     async def acquire(attrs: LeaseAttrs) -> Lease:
         return Lease(IPv4Network(f"10.244.0.0/{SUBNET_LEN}"), None, attrs)
 
-    network = await get_backend("vxlan", netns=ns).register_network(config, ext, acquire)
+    network = await registry.create("vxlan", netns=ns).register_network(config, ext, acquire)
     try:
         start = time.perf_counter()
         await network.handle_events([LeaseEvent(EventType.ADDED, lease) for lease in peers])

@@ -46,6 +46,7 @@ def _read_net_conf(path: str) -> bytes:
 
 
 def _config_check(args: argparse.Namespace) -> int:
+    from pyflannel_runtime.backend import registry
     from pyflannel_runtime.model import netconf
 
     data = _read_net_conf(args.file)
@@ -53,7 +54,7 @@ def _config_check(args: argparse.Namespace) -> int:
         cfg = netconf.parse_config(data)
         cfg = netconf.check_network_config(cfg)
         netconf.ip_stack(cfg)
-        netconf.require_supported_backend(cfg)
+        registry.validate(cfg)  # the agent's own check of the backend and its options
     except netconf.ConfigError as err:
         raise CommandError(str(err)) from None
     sys.stdout.write(netconf.encode_config(cfg))
@@ -191,6 +192,16 @@ def _register_status(subparsers: Subparsers) -> None:
     status.add_arguments(parser)
 
 
+# --- ipam -------------------------------------------------------------------------------------
+
+
+def _register_ipam(subparsers: Subparsers) -> None:
+    from pyflannel_runtime.ipam import cli as ipam
+
+    parser = _add_command(subparsers, "ipam", ipam.command, ipam.HELP, ipam.DESCRIPTION)
+    ipam.add_arguments(parser)
+
+
 # --- entry point ------------------------------------------------------------------------------
 
 COMMANDS: list[Callable[[Subparsers], None]] = [
@@ -198,6 +209,7 @@ COMMANDS: list[Callable[[Subparsers], None]] = [
     _register_render,
     _register_cni,
     _register_status,
+    _register_ipam,
 ]
 
 

@@ -1,50 +1,42 @@
 """``pyflannel status``: the cluster's leases, and whether this host's kernel holds what its
 agent would program for each peer.
 
-The expected entries come from the backends' own ``peers`` functions and the actual ones from
-the datapath's dump, so this reports exactly what the agent's reconcile would repair.
-Read-only: nothing is written to etcd, the API server or the kernel.
+The command line and the renderings only: ``ops.verify`` reads the leases and the kernel and
+compares them, exactly as the agent's reconcile would see them. Read-only: nothing is written
+to etcd, the API server or the kernel.
 
 Exit status: 0 when every peer is programmed and nothing is stale, 1 when something is missing,
-stale or wrong, 2 when the leases or the kernel could not be read.
+stale, rejected or wrong, 2 when the leases or the kernel could not be read.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import enum
 import json
 import logging
 import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from ipaddress import ip_address
 from typing import Any
 
 from pyflannel_runtime.agent.flags import FlagError, Options, parse_flags, validate
-from pyflannel_runtime.backend.peers import (
-    PeerSkipped,
-    VxlanDevices,
-    hostgw_peer_entries,
-    vxlan_peer_entries,
-)
+from pyflannel_runtime.backend import registry
 from pyflannel_runtime.model.lease import Lease
-from pyflannel_runtime.model.netconf import NetworkConfig, vxlan_options
-from pyflannel_runtime.model.subnet_env import read_previous_subnets
-from pyflannel_runtime.netlink.entries import (
-    DatapathState,
-    Entry,
-    Fdb,
-    IPAddress,
-    IPNetwork,
-    Neigh,
-    Route,
+from pyflannel_runtime.ops.verify import (
+    Datapath,
+    Host,
+    LeaseStatus,
+    LeaseStore,
+    OwnLeaseUnknown,
+    VerifyError,
+    VerifyReport,
+    describe,
+    verify,
 )
-from pyflannel_runtime.subnet.watcher import LeaseWatcher
 
 HELP = "show the leases and whether this host's datapath holds every peer"
 DESCRIPTION = (
@@ -61,164 +53,10 @@ EXIT_ERROR = 2
 
 
 class StatusError(Exception):
-    """The leases or the kernel could not be read; ``str()`` says what and why."""
-
-
-# --- the comparison (pure) --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LeaseRow:
-    lease: Lease
-    node: str = ""  # the node's name (Kubernetes); etcd leases have none
-
-
-@dataclass(frozen=True)
-class HostDatapath:
-    """What this host's backend programs a peer with, as far as its kernel tells.
-
-    A device the backend needs but the kernel lacks gets a negative index, which no kernel
-    entry has: every entry on it then shows as missing, which is what the host lacks.
-    """
-
-    backend_type: str
-    devices: VxlanDevices = field(default_factory=lambda: VxlanDevices(None, None))
-    direct_oifs: Mapping[IPAddress, int] = field(default_factory=dict)
-    ext_index: int = -1
-    ipv4: bool = True
-    ipv6: bool = False
-    ownership_devices: frozenset[int] = frozenset()
-    networks: tuple[IPNetwork, ...] = ()
-    names: Mapping[int, str] = field(default_factory=dict)  # ifindex -> device name
-    problems: tuple[str, ...] = ()
-
-
-def expected_entries(lease: Lease, host: HostDatapath) -> tuple[Entry, ...]:
-    """The agent's entries for one peer; raises PeerSkipped when it programs none."""
-    if host.backend_type == "vxlan":
-        return vxlan_peer_entries(lease, host.devices, host.direct_oifs)
-    if host.backend_type == "host-gw":
-        return hostgw_peer_entries(lease, host.ext_index, host.ipv4, host.ipv6)
-    raise PeerSkipped(f"the {host.backend_type} backend's datapath is not checked")
-
-
-class Datapath(enum.Enum):
-    OWN = "own"
-    PROGRAMMED = "programmed"
-    MISSING = "missing"
-    SKIPPED = "skipped"
-    UNCHECKED = "unchecked"
-
-
-@dataclass(frozen=True)
-class LeaseStatus:
-    row: LeaseRow
-    datapath: Datapath
-    expected: int = 0  # entries the agent programs for this peer
-    missing: tuple[Entry, ...] = ()
-    note: str = ""  # why a peer is skipped
-
-
-@dataclass(frozen=True)
-class StatusReport:
-    store: str  # "etcd" or "kube"
-    leases: tuple[LeaseStatus, ...]
-    stale: tuple[Entry, ...] = ()
-    problems: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-    names: Mapping[int, str] = field(default_factory=dict)
-
-    def count(self, state: Datapath) -> int:
-        return sum(1 for status in self.leases if status.datapath is state)
-
-    @property
-    def ok(self) -> bool:
-        return not (self.count(Datapath.MISSING) or self.stale or self.problems)
-
-
-def find_own_lease(
-    rows: Sequence[LeaseRow], public_ip: IPAddress | None, subnets: Sequence[IPNetwork]
-) -> Lease | None:
-    """The lease holding this host's public IP when it is given, else the one holding a subnet
-    from its subnet.env."""
-    for row in rows:
-        lease = row.lease
-        if public_ip is not None:
-            if public_ip in (lease.attrs.public_ip, lease.attrs.public_ipv6):
-                return lease
-        elif any(s in (lease.subnet, lease.ipv6_subnet) for s in subnets):
-            return lease
-    return None
-
-
-def compare(
-    rows: Sequence[LeaseRow],
-    own: Lease | None,
-    host: HostDatapath | None,
-    actual: DatapathState | None,
-    store: str,
-    problems: Sequence[str] = (),
-    notes: Sequence[str] = (),
-) -> StatusReport:
-    """Each lease's state on this host, and the owned entries no lease explains. Without a
-    host (or its dump) the datapath is not checked."""
-    watcher = LeaseWatcher(own) if own is not None else None
-    present = actual.entries() if actual is not None else frozenset()
-    explained: set[Entry] = set()
-    statuses = []
-    for row in rows:
-        if watcher is not None and watcher.is_own(row.lease):
-            statuses.append(LeaseStatus(row, Datapath.OWN))
-            continue
-        if host is None or actual is None:
-            statuses.append(LeaseStatus(row, Datapath.UNCHECKED))
-            continue
-        try:
-            expected = expected_entries(row.lease, host)
-        except PeerSkipped as why:
-            statuses.append(LeaseStatus(row, Datapath.SKIPPED, note=str(why)))
-            continue
-        explained.update(expected)
-        missing = tuple(e for e in expected if e not in present)
-        state = Datapath.MISSING if missing else Datapath.PROGRAMMED
-        statuses.append(LeaseStatus(row, state, len(expected), missing))
-    stale = sorted(present - explained, key=_entry_order) if host is not None else []
-    return StatusReport(
-        store=store,
-        leases=tuple(statuses),
-        stale=tuple(stale),
-        problems=tuple(problems) + (host.problems if host is not None else ()),
-        notes=tuple(notes),
-        names=dict(host.names) if host is not None else {},
-    )
-
-
-def _entry_order(entry: Entry) -> tuple[int, str]:
-    return ({Neigh: 0, Fdb: 1, Route: 2}[type(entry)], repr(entry))
+    """The command's settings are unusable; ``str()`` says what and why."""
 
 
 # --- rendering (pure) -------------------------------------------------------------------------
-
-
-def describe(entry: Entry, names: Mapping[int, str]) -> str:
-    """An entry in `ip` / `bridge` syntax."""
-
-    def dev(index: int) -> str:
-        return names.get(index, f"if{index}")
-
-    if isinstance(entry, Route):
-        words = [f"route {entry.dst}"]
-        if entry.gateway is not None:
-            words.append(f"via {entry.gateway}")
-        words.append(f"dev {dev(entry.oif)}")
-        if entry.onlink:
-            words.append("onlink")
-        if entry.priority:
-            words.append(f"metric {entry.priority}")
-        return " ".join(words)
-    if isinstance(entry, Neigh):
-        return f"neigh {entry.ip} lladdr {entry.lladdr} dev {dev(entry.ifindex)}"
-    return f"fdb {entry.lladdr} dev {dev(entry.ifindex)} dst {entry.dst}"
 
 
 def subnets_text(lease: Lease) -> str:
@@ -234,9 +72,12 @@ def public_ips_text(lease: Lease) -> str:
 
 
 def vtep_macs(lease: Lease) -> tuple[str, str]:
-    from pyflannel_runtime.subnet.kube_nodes import vtep_mac
-
-    return vtep_mac(lease.attrs.backend_data), vtep_mac(lease.attrs.backend_v6_data)
+    spec = registry.find(lease.attrs.backend_type)
+    if spec is None or spec.advertised_mac is None:
+        return "", ""
+    return spec.advertised_mac(lease.attrs.backend_data), spec.advertised_mac(
+        lease.attrs.backend_v6_data
+    )
 
 
 def remaining(expiration: float | None, now: float, store: str) -> str:
@@ -257,14 +98,14 @@ def remaining(expiration: float | None, now: float, store: str) -> str:
 
 def _datapath_cell(status: LeaseStatus) -> str:
     if status.datapath is Datapath.MISSING:
-        return f"missing {len(status.missing)}/{status.expected}"
+        return f"missing {len(status.missing)}/{len(status.expected)}"
     if status.datapath is Datapath.UNCHECKED:
         return "-"
     state: str = status.datapath.value
     return state
 
 
-def summary(report: StatusReport) -> str:
+def summary(report: VerifyReport) -> str:
     leases, programmed = len(report.leases), report.count(Datapath.PROGRAMMED)
     text = (
         f"{leases} lease{'s' * (leases != 1)}, "
@@ -272,7 +113,8 @@ def summary(report: StatusReport) -> str:
         f"{report.count(Datapath.MISSING)} missing, {len(report.stale)} stale"
     )
     skipped = report.count(Datapath.SKIPPED)
-    return text + (f", {skipped} skipped" if skipped else "")
+    text += f", {skipped} skipped" if skipped else ""
+    return text + (f", {report.rejected} rejected" if report.rejected else "")
 
 
 def _box(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -285,7 +127,7 @@ def _box(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return [rule, line(header), rule, *(line(r) for r in rows), rule]
 
 
-def render_table(report: StatusReport, now: float) -> str:
+def render_table(report: VerifyReport, now: float) -> str:
     kube = report.store == "kube"
     header = ["NODE"] if kube else []
     header += ["SUBNET", "PUBLIC IP", "BACKEND", "VTEP MAC", "EXPIRES", "OWN", "DATAPATH"]
@@ -317,8 +159,14 @@ def render_table(report: StatusReport, now: float) -> str:
         ("Stale on this host (no lease explains them):", [
             describe(entry, report.names) for entry in report.stale
         ]),
-        ("Skipped:", [f"{_label(s)}: {s.note}" for s in report.leases if s.note]),
-        ("Problems:", list(report.problems)),
+        ("Skipped:", [
+            f"{_label(s)}: {s.note}" for s in report.leases if s.datapath is Datapath.SKIPPED
+        ]),
+        ("Rejected (never programmed):", [
+            *(f"{_label(s)}: {s.note}" for s in report.leases if s.datapath is Datapath.REJECTED),
+            *(f"{u.name}: {u.reason}" for u in report.unreadable),
+        ]),
+        ("Problems:", [*report.problems, *_mtu_problems(report), *report.subnet_env]),
         ("Notes:", list(report.notes)),
     ]  # fmt: skip
     for title, items in sections:
@@ -326,6 +174,12 @@ def render_table(report: StatusReport, now: float) -> str:
             lines += ["", title, *(f"  {item}" for item in items)]
     lines += ["", summary(report)]
     return "\n".join(lines) + "\n"
+
+
+def _mtu_problems(report: VerifyReport) -> list[str]:
+    return [
+        f"{m.device} has MTU {m.actual}, expected {m.expected}" for m in report.mtus if not m.ok
+    ]
 
 
 def _label(status: LeaseStatus) -> str:
@@ -338,7 +192,7 @@ def _iso(expiration: float | None) -> str | None:
     return datetime.fromtimestamp(expiration, UTC).isoformat().replace("+00:00", "Z")
 
 
-def report_dict(report: StatusReport) -> dict[str, Any]:
+def report_dict(report: VerifyReport) -> dict[str, Any]:
     """The report for scripts: every lease, every mismatch, and the counts."""
 
     def text(value: object) -> str | None:
@@ -368,7 +222,12 @@ def report_dict(report: StatusReport) -> dict[str, Any]:
     return {
         "store": report.store,
         "leases": leases,
+        "unreadable": [{"name": u.name, "reason": u.reason} for u in report.unreadable],
         "stale": [describe(e, report.names) for e in report.stale],
+        "mtu": [
+            {"device": m.device, "actual": m.actual, "expected": m.expected} for m in report.mtus
+        ],
+        "subnet_env": list(report.subnet_env),
         "problems": list(report.problems),
         "notes": list(report.notes),
         "summary": {
@@ -377,207 +236,14 @@ def report_dict(report: StatusReport) -> dict[str, Any]:
             "missing": report.count(Datapath.MISSING),
             "stale": len(report.stale),
             "skipped": report.count(Datapath.SKIPPED),
+            "rejected": report.rejected,
         },
         "ok": report.ok,
     }
 
 
-def render_json(report: StatusReport) -> str:
+def render_json(report: VerifyReport) -> str:
     return json.dumps(report_dict(report), indent=2) + "\n"
-
-
-# --- reading the leases -----------------------------------------------------------------------
-
-
-async def etcd_leases(opts: Options, timeout: float) -> tuple[NetworkConfig, list[LeaseRow]]:
-    from pyflannel_runtime.agent.stores import etcd_settings
-    from pyflannel_runtime.model.netconf import ConfigError
-    from pyflannel_runtime.subnet.etcd import ETCD_ERRORS, EtcdError, EtcdSubnetManager
-    from pyflannel_runtime.subnet.etcd import (
-        describe as etcd_describe,
-    )
-
-    settings = etcd_settings(opts, request_timeout=timeout)
-    where = f"etcd {opts.etcd_endpoints} (prefix {opts.etcd_prefix})"
-    failures: tuple[type[BaseException], ...] = (*ETCD_ERRORS, EtcdError, ConfigError)
-    try:
-        sm = EtcdSubnetManager(settings)
-    except EtcdError as err:
-        raise StatusError(f"cannot read leases from {where}: {err}") from None
-    try:
-        async with asyncio.timeout(timeout):
-            config = await sm.get_network_config()
-            listed = await sm.list_leases()
-    except TimeoutError:
-        raise StatusError(f"cannot read leases from {where}: no answer in {timeout:g}s") from None
-    except failures as err:
-        raise StatusError(f"cannot read leases from {where}: {etcd_describe(err)}") from None
-    finally:
-        await sm.close()
-    return config, [LeaseRow(lease) for lease in sorted(listed, key=_lease_order)]
-
-
-def kube_leases(opts: Options, timeout: float) -> tuple[NetworkConfig, list[LeaseRow], list[str]]:
-    """Leases of the flannel nodes, and a problem line for each node that has none."""
-    import kubernetes.client
-    import urllib3
-    from kubernetes.client.exceptions import ApiException
-
-    from pyflannel_runtime.subnet.annotations import AnnotationPrefixError, Annotations
-    from pyflannel_runtime.subnet.kube import (
-        KubeSubnetError,
-        api_error_text,
-        build_api_client,
-        read_net_config,
-    )
-    from pyflannel_runtime.subnet.kube_nodes import (
-        NodeLeaseError,
-        is_flannel_node,
-        node_name,
-        node_to_lease,
-    )
-
-    try:
-        config = read_net_config(opts.net_config_path)
-        keys = Annotations.for_prefix(opts.kube_annotation_prefix)
-        api: Any = build_api_client(opts.kube_api_url, opts.kubeconfig_file)
-    except (KubeSubnetError, AnnotationPrefixError) as err:
-        raise StatusError(str(err)) from None
-    try:
-        response: Any = kubernetes.client.CoreV1Api(api).list_node(
-            _preload_content=False, _request_timeout=timeout
-        )
-        nodes = json.loads(response.data).get("items") or []
-    except (ApiException, urllib3.exceptions.HTTPError, ValueError) as err:
-        raise StatusError(f"cannot list nodes: {api_error_text(err)}") from None
-    finally:
-        api.close()
-    rows, problems = [], []
-    for node in sorted(nodes, key=node_name):
-        if not is_flannel_node(node, keys):
-            continue
-        try:
-            lease = node_to_lease(node, keys, config.enable_ipv4, config.enable_ipv6)
-        except NodeLeaseError as err:
-            problems.append(f"node {node_name(node)} has no usable lease: {err}")
-            continue
-        rows.append(LeaseRow(lease, node_name(node)))
-    return config, rows, problems
-
-
-def _lease_order(lease: Lease) -> tuple[int, int]:
-    subnet = lease.subnet or lease.ipv6_subnet
-    assert subnet is not None
-    return subnet.version, int(subnet.network_address)
-
-
-# --- reading this host ------------------------------------------------------------------------
-
-
-def inspect_host(
-    netns: str | None, config: NetworkConfig, own: Lease, leases: Sequence[Lease]
-) -> HostDatapath:
-    """The devices the backend uses on this host and, with DirectRouting, which peers it
-    reaches directly (read with pyroute2, never changed)."""
-    from pyflannel_runtime.netlink.netns import iproute
-
-    try:
-        with iproute(netns) as ipr:
-            names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
-            if config.backend_type == "vxlan":
-                return _vxlan_host(ipr, config, names, leases)
-            return _hostgw_host(ipr, config, own, names)
-    except OSError as err:
-        raise StatusError(f"cannot read the kernel's devices: {err}") from None
-
-
-def _networks(config: NetworkConfig) -> tuple[IPNetwork, ...]:
-    wanted = (
-        config.network if config.enable_ipv4 else None,
-        config.ipv6_network if config.enable_ipv6 else None,
-    )
-    return tuple(n for n in wanted if n is not None)
-
-
-def _vxlan_host(
-    ipr: Any, config: NetworkConfig, names: dict[int, str], leases: Sequence[Lease]
-) -> HostDatapath:
-    opts = vxlan_options(config)
-    by_name = {name: index for index, name in names.items()}
-    problems = []
-    indexes: dict[int, int | None] = {}
-    for version, enabled, name, absent in (
-        (4, config.enable_ipv4, f"flannel.{opts.vni}", -1),
-        (6, config.enable_ipv6, f"flannel-v6.{opts.vni}", -2),
-    ):
-        if not enabled:
-            indexes[version] = None
-            continue
-        index = by_name.get(name)
-        if index is None:
-            problems.append(f"device {name} does not exist")
-            names[absent] = name
-        indexes[version] = index if index is not None else absent
-    return HostDatapath(
-        backend_type="vxlan",
-        devices=VxlanDevices(indexes[4], indexes[6]),
-        direct_oifs=_direct_oifs(ipr, config, leases) if opts.direct_routing else {},
-        ipv4=config.enable_ipv4,
-        ipv6=config.enable_ipv6,
-        ownership_devices=frozenset(i for i in indexes.values() if i is not None and i > 0),
-        networks=_networks(config),
-        names=names,
-        problems=tuple(problems),
-    )
-
-
-def _direct_oifs(ipr: Any, config: NetworkConfig, leases: Sequence[Lease]) -> dict[IPAddress, int]:
-    """The route lookup the agent's DirectRouting makes for each peer's public IPs."""
-    from pyflannel_runtime.backend.vxlan import _direct_oif
-
-    ips: set[IPAddress | None] = set()
-    for lease in leases:
-        ips.add(lease.attrs.public_ip if config.enable_ipv4 else None)
-        ips.add(lease.attrs.public_ipv6 if config.enable_ipv6 else None)
-    found = {ip: _direct_oif(ipr, ip) for ip in ips if ip is not None}
-    return {ip: oif for ip, oif in found.items() if oif is not None}
-
-
-def _hostgw_host(
-    ipr: Any, config: NetworkConfig, own: Lease, names: dict[int, str]
-) -> HostDatapath:
-    public = own.attrs.public_ip if config.enable_ipv4 else own.attrs.public_ipv6
-    ext_index = -1
-    problems = []
-    found = ipr.get_addr(address=str(public)) if public is not None else []
-    if found:
-        ext_index = found[0]["index"]
-    else:
-        problems.append(f"no interface holds the public IP {public} of this host's lease")
-        names[-1] = f"<interface of {public}>"
-    return HostDatapath(
-        backend_type=config.backend_type,
-        ext_index=ext_index,
-        ipv4=config.enable_ipv4,
-        ipv6=config.enable_ipv6,
-        networks=_networks(config),
-        names=names,
-        problems=tuple(problems),
-    )
-
-
-def read_kernel(netns: str | None, host: HostDatapath) -> DatapathState:
-    from pyflannel_runtime.netlink.dump import Ownership, open_dump_socket, read_owned_state
-
-    ownership = Ownership(host.ownership_devices, host.networks)
-    try:
-        sock = open_dump_socket(netns)
-        try:
-            return read_owned_state(sock, ownership)
-        finally:
-            sock.close()
-    except OSError as err:
-        raise StatusError(f"cannot dump the kernel's routes and neighbours: {err}") from None
 
 
 # --- the command ------------------------------------------------------------------------------
@@ -608,7 +274,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="read the leases from the Kubernetes API instead of etcd",
     )
-    parser.add_argument("--netns", metavar="NAME", help="check this network namespace's kernel")
+    parser.add_argument(
+        "--netns", metavar="NAME", help="check this network namespace (everything runs in it)"
+    )
     parser.add_argument(
         "--leases-only", action="store_true", help="list the leases; do not check the kernel"
     )
@@ -636,46 +304,35 @@ def agent_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Optio
     return opts
 
 
-def own_subnets(opts: Options) -> list[IPNetwork]:
-    try:
-        with open(opts.subnet_file, encoding="utf-8") as handle:
-            previous = read_previous_subnets(handle.read())
-    except OSError as err:
-        raise StatusError(
-            f"cannot tell which lease is this host's: {opts.subnet_file}: "
-            f"{err.strerror or err}; pass --public-ip, --subnet-file or --leases-only"
-        ) from None
-    return [s for s in (previous.subnet, previous.ipv6_subnet) if s is not None]
+def lease_store(opts: Options, timeout: float) -> LeaseStore:
+    from pyflannel_runtime.agent.stores import etcd_settings, kube_settings
 
-
-def collect(args: argparse.Namespace, environ: Mapping[str, str]) -> StatusReport:
-    opts = agent_options(args, environ)
-    store = "kube" if opts.kube_subnet_mgr else "etcd"
-    problems: list[str] = []
     if opts.kube_subnet_mgr:
-        config, rows, problems = kube_leases(opts, args.timeout)
-    else:
-        config, rows = asyncio.run(etcd_leases(opts, args.timeout))
-    if args.leases_only:
-        return compare(rows, None, None, None, store, problems)
+        return kube_settings(opts, request_timeout=timeout)
+    return etcd_settings(opts, request_timeout=timeout)
+
+
+def target_host(args: argparse.Namespace, opts: Options, environ: Mapping[str, str]) -> Host:
+    """The host to check. Its own lease: by --public-ip, else by subnet.env, which is then
+    checked too (with --public-ip only when a subnet file is named explicitly)."""
     public_ip = None
     if opts.public_ip:
         try:
             public_ip = ip_address(opts.public_ip)
         except ValueError:
             raise StatusError(f"invalid --public-ip {opts.public_ip!r}") from None
-    subnets = own_subnets(opts) if public_ip is None else []
-    own = find_own_lease(rows, public_ip, subnets)
-    if own is None:
-        named = public_ip or ", ".join(map(str, subnets)) or "nothing"
-        problems.append(f"no lease belongs to this host ({named}); the datapath was not checked")
-        return compare(rows, None, None, None, store, problems)
-    if config.backend_type not in ("vxlan", "host-gw"):
-        note = f"the {config.backend_type} backend's datapath is not checked"
-        return compare(rows, own, None, None, store, problems, [note])
-    host = inspect_host(args.netns, config, own, [row.lease for row in rows])
-    actual = read_kernel(args.netns, host)
-    return compare(rows, own, host, actual, store, problems)
+    named = args.subnet_file is not None or "FLANNELD_SUBNET_FILE" in environ
+    subnet_file = opts.subnet_file if public_ip is None or named else None
+    return Host(netns=args.netns, public_ip=public_ip, subnet_file=subnet_file)
+
+
+def collect(args: argparse.Namespace, environ: Mapping[str, str]) -> VerifyReport:
+    opts = agent_options(args, environ)
+    host = target_host(args, opts, environ)
+    try:
+        return verify(lease_store(opts, args.timeout), host, leases_only=args.leases_only)
+    except OwnLeaseUnknown as err:
+        raise VerifyError(f"{err}; pass --public-ip, --subnet-file or --leases-only") from None
 
 
 def command(args: argparse.Namespace) -> int:
@@ -683,7 +340,7 @@ def command(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.ERROR, format="%(message)s")
     try:
         report = collect(args, os.environ)
-    except StatusError as err:
+    except (StatusError, VerifyError) as err:
         print(f"pyflannel status: {err}", file=sys.stderr)
         return EXIT_ERROR
     if args.output == "json":

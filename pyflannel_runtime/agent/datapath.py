@@ -9,7 +9,7 @@ from pyflannel_runtime.agent.memory import release_free_memory
 from pyflannel_runtime.backend.base import Network
 from pyflannel_runtime.model.lease import LeaseEvent
 from pyflannel_runtime.subnet.manager import LeaseWatchBatch, SubnetManager
-from pyflannel_runtime.subnet.watcher import LeaseWatcher
+from pyflannel_runtime.subnet.watcher import LeaseScope, LeaseWatcher
 
 log = logging.getLogger("pyflannel.datapath")
 
@@ -17,13 +17,16 @@ log = logging.getLogger("pyflannel.datapath")
 class DatapathLoop:
     """The watch never waits for the kernel: batches queue up (unbounded) while the backend
     works, and whatever has queued meanwhile is applied in one go. One writer to the kernel at
-    a time: watch events and periodic reconciles share a lock."""
+    a time: watch events and periodic reconciles share a lock. Only leases inside `scope`
+    reach the backend."""
 
-    def __init__(self, sm: SubnetManager, network: Network, reconcile_interval: float) -> None:
+    def __init__(
+        self, sm: SubnetManager, network: Network, scope: LeaseScope, reconcile_interval: float
+    ) -> None:
         self._sm = sm
         self._network = network
         self._interval = reconcile_interval
-        self._watcher = LeaseWatcher(network.lease)
+        self._watcher = LeaseWatcher(network.lease, scope)
         self._lock = asyncio.Lock()
         self._synced = asyncio.Event()
         self._queue: asyncio.Queue[LeaseWatchBatch | None] = asyncio.Queue()

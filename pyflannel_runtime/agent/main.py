@@ -22,18 +22,15 @@ from pyflannel_runtime.agent.health import HealthServer
 from pyflannel_runtime.agent.memory import limit_malloc_arenas
 from pyflannel_runtime.agent.stores import build_subnet_manager, previous_subnets
 from pyflannel_runtime.agent.traffic import install_traffic_rules
-from pyflannel_runtime.backend.base import BackendError, get_backend
+from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend.base import BackendError
 from pyflannel_runtime.fsutil import os_error_text, unlink_quietly, write_atomic, write_temp
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs
-from pyflannel_runtime.model.netconf import (
-    ConfigError,
-    NetworkConfig,
-    ip_stack,
-    require_supported_backend,
-)
+from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, ip_stack
 from pyflannel_runtime.model.subnet_env import PreviousSubnets, SubnetEnv
 from pyflannel_runtime.netdev import InterfaceError, select_external_interface
 from pyflannel_runtime.subnet.manager import LeaseRevoked, SubnetManager
+from pyflannel_runtime.subnet.watcher import LeaseScope
 
 log = logging.getLogger("pyflannel.agent")
 
@@ -186,9 +183,15 @@ class Agent:
         except ConfigError as err:
             raise StartupError(str(err)) from err
         try:
-            require_supported_backend(config)
+            spec = registry.get(config.backend_type)
         except ConfigError as err:
             raise StartupError(f"Error fetching backend: {err}") from err
+        try:
+            # Before anything is created or deleted: flannel finds a bad option only after it
+            # has replaced the existing device.
+            registry.validate(config)
+        except ConfigError as err:
+            raise StartupError(f"Error registering network: {err}") from err
         self._check_br_netfilter(config)
 
         public_ip, public_ipv6 = opts.public_ip, opts.public_ipv6
@@ -220,7 +223,7 @@ class Agent:
                 raise BackendError(f"failed to acquire lease: {err}") from err
 
         try:
-            backend = get_backend(config.backend_type)
+            backend = spec.create(None)
             stored_macs = await sm.get_stored_mac_addresses()
             network = await backend.register_network(config, ext, acquire, stored_macs)
         except (BackendError, ConfigError, OSError, ValueError) as err:
@@ -235,8 +238,9 @@ class Agent:
         log.info("Wrote subnet file to %s", opts.subnet_file)
         log.info("Running backend.")
 
+        scope = LeaseScope.of(config, check_lengths=not opts.kube_subnet_mgr)
         datapath = asyncio.create_task(
-            DatapathLoop(sm, network, opts.reconcile_interval).run(), name="datapath"
+            DatapathLoop(sm, network, scope, opts.reconcile_interval).run(), name="datapath"
         )
         sdnotify.notify("READY=1")
 

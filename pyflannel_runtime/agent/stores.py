@@ -11,6 +11,7 @@ from pyflannel_runtime.subnet.manager import SubnetManager
 
 if TYPE_CHECKING:
     from pyflannel_runtime.subnet.etcd import EtcdSettings
+    from pyflannel_runtime.subnet.kube import KubeSettings
 
 log = logging.getLogger("pyflannel.agent")
 
@@ -31,17 +32,25 @@ async def build_subnet_manager(opts: Options, previous: PreviousSubnets) -> Subn
     if opts.kube_subnet_mgr:
         from pyflannel_runtime.subnet.kube import KubeSubnetManager
 
-        return await KubeSubnetManager.create(
-            kube_api_url=opts.kube_api_url,
-            kubeconfig_file=opts.kubeconfig_file,
-            net_config_path=opts.net_config_path,
-            annotation_prefix=opts.kube_annotation_prefix,
-            set_node_network_unavailable=opts.set_node_network_unavailable,
-        )
+        return await KubeSubnetManager.create(kube_settings(opts))
 
     from pyflannel_runtime.subnet.etcd import EtcdSubnetManager
 
     return EtcdSubnetManager(etcd_settings(opts, previous=previous))
+
+
+def kube_settings(opts: Options, **extra: Any) -> KubeSettings:
+    """The Kubernetes API settings flanneld's flags describe."""
+    from pyflannel_runtime.subnet.kube import KubeSettings
+
+    return KubeSettings(
+        api_url=opts.kube_api_url,
+        kubeconfig_file=opts.kubeconfig_file,
+        net_config_path=opts.net_config_path,
+        annotation_prefix=opts.kube_annotation_prefix,
+        set_node_network_unavailable=opts.set_node_network_unavailable,
+        **extra,
+    )
 
 
 def etcd_settings(opts: Options, **extra: Any) -> EtcdSettings:

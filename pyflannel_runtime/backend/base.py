@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from pyflannel_runtime.iface import ExternalInterface
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.model.netconf import NetworkConfig
+from pyflannel_runtime.netdev.types import ExternalInterface
 
 AcquireLease = Callable[[LeaseAttrs], Awaitable[Lease]]
 
@@ -41,20 +41,3 @@ class Backend(Protocol):
         stored_macs: tuple[str, str] = ("", ""),
     ) -> Network:
         """Create the devices, acquire the lease and configure the devices from it."""
-
-
-def get_backend(backend_type: str, netns: str | None = None) -> Backend:
-    """The backend for net-conf's Backend.Type; `netns` programs that namespace instead."""
-    if backend_type == "vxlan":
-        from pyflannel_runtime.backend.vxlan import VxlanBackend
-
-        return VxlanBackend(netns)
-    if backend_type == "host-gw":
-        from pyflannel_runtime.backend.hostgw import HostGwBackend
-
-        return HostGwBackend(netns)
-    if backend_type == "udp":
-        from pyflannel_runtime.backend.udp import UdpBackend
-
-        return UdpBackend(netns)
-    raise BackendError(f"unknown backend type: {backend_type}")

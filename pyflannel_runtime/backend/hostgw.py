@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from ipaddress import IPv4Address
 
 from pyflannel_runtime.backend.base import AcquireLease, BackendError
+from pyflannel_runtime.backend.options import HostGwOptions
 from pyflannel_runtime.backend.peers import hostgw_peer_entries
 from pyflannel_runtime.backend.programmer import PeerProgrammer
-from pyflannel_runtime.iface import ExternalInterface, backend_mtu
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs
 from pyflannel_runtime.model.netconf import NetworkConfig
+from pyflannel_runtime.netdev.types import ExternalInterface
 from pyflannel_runtime.netlink.dump import Ownership
 from pyflannel_runtime.netlink.entries import Entry
 
@@ -56,7 +57,7 @@ class HostGwNetwork(PeerProgrammer):
     ) -> None:
         super().__init__(netns)
         self.lease = lease
-        self.mtu = backend_mtu("host-gw", ext.mtu)
+        self.mtu = HostGwOptions.of(config).device_mtu(ext.mtu)
         self._config = config
         self._ext_index = ext.index
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pyflannel_runtime.model.lease import Lease, LeaseError, parse_vxlan_backend_data
+from pyflannel_runtime.backend.vxlan_data import vtep_mac
+from pyflannel_runtime.model.lease import Lease, LeaseError
 from pyflannel_runtime.netlink.entries import Entry, Fdb, IPAddress, IPNetwork, Neigh, Route
 
 
@@ -32,17 +32,9 @@ def _route(dst: IPNetwork, gateway: IPAddress, oif: int, onlink: bool = False) -
     return Route(dst, gateway, oif, onlink=onlink, priority=metric)
 
 
-# The form every flannel writes; matching it directly is ~20x cheaper than the Go-compatible
-# decoder, which matters when 5 000 peers arrive at once. Anything else takes the decoder.
-_CANONICAL_DATA = re.compile(r'\{"VNI":\d+,"VtepMAC":"((?:[0-9a-f]{2}:){5}[0-9a-f]{2})"\}')
-
-
 def _vtep_mac(raw: str | None) -> str:
-    match = _CANONICAL_DATA.fullmatch(raw) if raw is not None else None
-    if match is not None:
-        return match.group(1)
     try:
-        return parse_vxlan_backend_data(raw).vtep_mac
+        return vtep_mac(raw)
     except LeaseError as err:
         raise PeerSkipped(f"error decoding subnet lease JSON: {err}") from None
 

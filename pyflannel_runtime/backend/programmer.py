@@ -3,12 +3,18 @@
 Shared by vxlan and host-gw. A backend says which entries a lease calls for and which kernel
 entries it owns; this class keeps the lease cache, plans writes with `netlink.diff` and sends
 them in batches. Kernel I/O runs in a worker thread, one job at a time.
+
+A route is only ever replaced where the datapath owns the kernel's route (by the rules of
+`netlink.dump.Ownership`, the same for events and reconciles): elsewhere it is created, and
+when the kernel already routes that destination some other way (the host's connected route,
+an operator's static one) the route is left alone, logged, and its peer rolled back.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import errno
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
@@ -91,23 +97,31 @@ class PeerProgrammer(abc.ABC):
             await self.prepare([e.lease for e in events if e.type is EventType.ADDED])
             written: list[Entry] = []
             stale: list[Entry] = []
+            held: set[object] = set()  # keys of the routes these peers had: ours to replace
             for event in events:
                 key = event.lease.key()
                 self._peers.pop(key, None)
                 old = self._entries.pop(key, ())
+                if old:
+                    held.update(e.key for e in old if isinstance(e, Route))
                 new: tuple[Entry, ...] = ()
                 if event.type is EventType.ADDED:
                     self._peers[key] = event.lease
                     new = self._compute(event.lease)
-                # Added peers are always written (replace semantics, as flannel does).
+                # Added peers are always written, as flannel does.
                 written.extend(new)
                 stale.extend(e for e in old if e not in new)
             rewritten = {e.key for e in written}
             ops = [
                 Op(Action.REPLACE, e)
-                for kind in (Neigh, Fdb, Route)
+                for kind in (Neigh, Fdb)
                 for e in written
                 if isinstance(e, kind)
+            ]
+            ops += [
+                Op(Action.REPLACE if held and e.key in held else Action.CREATE, e)
+                for e in written
+                if isinstance(e, Route)
             ]
             ops += removal_ops(e for e in stale if e.key not in rewritten)
             await self._send_with_rollback(ops)
@@ -157,13 +171,46 @@ class PeerProgrammer(abc.ABC):
 
     async def _send_with_rollback(self, ops: list[Op]) -> int:
         failures = await self._send(ops)
+        writes = len(ops)
+        taken = [f for f in failures if f.op.action is Action.CREATE and f.errno == errno.EEXIST]
+        foreign: list[OpFailure] = []
+        if taken:
+            retries, foreign = await self._sort_out(taken)
+            failures = [f for f in failures if f not in taken] + foreign
+            failures += await self._send(retries)
+            writes += len(retries)
         for failure in failures:
-            log.error("Netlink write failed: %s", failure)
-        failed = {f.op.entry for f in failures if f.op.action is Action.REPLACE}
+            if failure not in foreign:  # those are logged as such
+                log.error("Netlink write failed: %s", failure)
+        failed = {f.op.entry for f in failures if f.op.action is not Action.DELETE}
         rollback = self._rollback_failed_peers(failed)
         for failure in await self._send(rollback):
             log.warning("Rollback: %s", failure)
-        return len(ops) + len(rollback)
+        return writes + len(rollback)
+
+    async def _sort_out(self, taken: Sequence[OpFailure]) -> tuple[list[Op], list[OpFailure]]:
+        """Routes whose creation found the key taken: replaces where the route there is ours
+        (left by an earlier run, say), the failures where it is not."""
+        ownership = self.ownership()
+        actual = await self.kernel(lambda ipr: owned_state(ipr, ownership))
+        owned = {r.key for r in actual.routes}
+        retries: list[Op] = []
+        foreign: list[OpFailure] = []
+        for failure in taken:
+            route = failure.op.entry
+            if route.key in owned:
+                retries.append(Op(Action.REPLACE, route))
+                continue
+            assert isinstance(route, Route)
+            log.warning(
+                "Not adding the route to %s via %s: the kernel has a route to %s that is not "
+                "flannel's; leaving it alone",
+                route.dst,
+                route.gateway,
+                route.dst,
+            )
+            foreign.append(failure)
+        return retries, foreign
 
     def _rollback_failed_peers(self, failed: set[Entry]) -> list[Op]:
         """A peer is programmed whole or not at all (flannel removes the neighbour when the FDB

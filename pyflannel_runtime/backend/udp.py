@@ -33,20 +33,19 @@ from pathlib import Path
 from pyroute2.netlink.exceptions import NetlinkError
 
 from pyflannel_runtime.backend.base import AcquireLease, BackendError
+from pyflannel_runtime.backend.options import UdpOptions
 from pyflannel_runtime.backend.udp_packet import Command, CommandMessage, Peer, encode_command
 from pyflannel_runtime.backend.udp_worker import COUNTERS_PER_WORKER, READY, UDP_GRO, Counter
-from pyflannel_runtime.iface import ExternalInterface, backend_mtu
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.model.netconf import NetworkConfig
+from pyflannel_runtime.netdev.types import ExternalInterface
 from pyflannel_runtime.netlink.netns import iproute, run_in_netns, write_sysctl
 
 log = logging.getLogger("pyflannel.backend.udp")
 
-DEFAULT_PORT = 8285
 TUN_NAME_TEMPLATE = "flannel%d"
 TUN_TXQUEUELEN = 10000  # the default 500 drops TCP bursts in the TUN queue (lab-recipes §2)
 SOCKET_BUFFER = 4 << 20
-DEFAULT_QUEUES = 1
 _WORKER_MODULE = "pyflannel_runtime.backend.udp_worker"
 _READY_TIMEOUT = 30.0
 _STOP_TIMEOUT = 2.0
@@ -373,12 +372,13 @@ class UdpBackend:
             raise BackendError("the udp backend supports IPv4 networks only")
         if ext.iface_addr is None or ext.ext_addr is None:
             raise BackendError(f"interface {ext.name} has no IPv4 address for the udp backend")
-        port = _int_option(config, "Port", DEFAULT_PORT)
-        queues = self.queues or _int_option(config, "Queues", DEFAULT_QUEUES)
+        opts = UdpOptions.of(config)
+        port = opts.port
+        queues = self.queues or opts.queues
         lease = await acquire(LeaseAttrs(public_ip=ext.ext_addr))
         if lease.subnet is None:
             raise BackendError("failed to configure interface flannel0: the lease has no IPv4")
-        mtu = backend_mtu("udp", ext.mtu)
+        mtu = opts.device_mtu(ext.mtu)
         # the tunnel's subnet is the whole overlay (e.g. /16), not this host's /24
         network = IPv4Network((lease.subnet.network_address, config.network.prefixlen), False)
         datapath = await asyncio.to_thread(
@@ -441,10 +441,3 @@ class UdpBackend:
                 raise BackendError(f"failed to configure interface {name}: {err}") from err
             raise
         return datapath
-
-
-def _int_option(config: NetworkConfig, name: str, default: int) -> int:
-    value = config.backend_option(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise BackendError(f"error decoding UDP backend config: bad {name} {value!r}")
-    return value

@@ -10,7 +10,7 @@ one TCP stream in order, with every inner checksum valid, `coalesce_tcp4` joins 
 single super-packet the kernel takes through flannel0 as one TSO packet.
 
 Summing payload bytes in Python is the costly part; `udp_offload_numpy` does the same work as
-array operations and is used when numpy is installed (`best_offload`).
+array operations and is used when numpy is installed (`udp_worker.best_offload`).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ _TCP_SYN = 0x02
 _TCP_RST = 0x04
 _TCP_PSH = 0x08
 _TCP_URG = 0x20
-_TCP_CWR = 0x80
-_LAST_ONLY = _TCP_FIN | _TCP_PSH
-_NOT_COALESCED = _TCP_SYN | _TCP_RST | _TCP_URG | _TCP_FIN
-_TCP_CSUM_OFFSET = 16
+TCP_CWR = 0x80
+LAST_ONLY = _TCP_FIN | _TCP_PSH
+NOT_COALESCED = _TCP_SYN | _TCP_RST | _TCP_URG | _TCP_FIN
+TCP_CSUM_OFFSET = 16
 
 # version/IHL ... destination, then ports, seq, ack, offset, flags, window, checksum, urgent
 _IP_TCP = struct.Struct("!BBHHHBBH4s4sHHIIBBHHH")
@@ -64,15 +64,6 @@ class Offload:
 
 def python_offload() -> Offload:
     return Offload(segment_tcp4, coalesce_tcp4, vectorized=False)
-
-
-def best_offload() -> Offload:
-    """numpy's when it is installed: summing payloads in Python costs ~8 us per segment."""
-    try:
-        from pyflannel_runtime.backend import udp_offload_numpy
-    except ImportError:
-        return python_offload()
-    return Offload(udp_offload_numpy.segment_tcp4, udp_offload_numpy.coalesce_tcp4, True)
 
 
 def complete_checksum(packet: bytearray | memoryview, csum_start: int, csum_offset: int) -> None:
@@ -143,9 +134,9 @@ def segment_tcp4(packet: memoryview, mss: int) -> Segments | None:
         seg_seq = (seq + i * mss) & 0xFFFFFFFF
         seg_flags = flags
         if i:
-            seg_flags &= ~_TCP_CWR
+            seg_flags &= ~TCP_CWR
         if i != last:
-            seg_flags &= ~_LAST_ONLY
+            seg_flags &= ~LAST_ONLY
         tcp[4:8] = seg_seq.to_bytes(4, "big")
         tcp[13] = seg_flags
         tcp_check = (
@@ -189,11 +180,11 @@ def coalesce_tcp4(buf: memoryview, size: int) -> bytearray | None:
         or ttl <= 1
         or frag0 & 0x3FFF
         or mss <= 0
-        or flags0 & _NOT_COALESCED
+        or flags0 & NOT_COALESCED
     ):
         return None
     options = bytes(buf[40:hlen])
-    steady = flags0 & ~(_LAST_ONLY | _TCP_CWR)
+    steady = flags0 & ~(LAST_ONLY | TCP_CWR)
     last = count - 1
     last_flags = flags0
     for i in range(count):
@@ -216,9 +207,9 @@ def coalesce_tcp4(buf: memoryview, size: int) -> bytearray | None:
             or ak != ack
             or do != doff
             or sq != (seq0 + i * mss) & 0xFFFFFFFF
-            or fl & ~(_LAST_ONLY | _TCP_CWR) != steady
-            or (i and fl & _TCP_CWR)
-            or (i != last and fl & _LAST_ONLY)
+            or fl & ~(LAST_ONLY | TCP_CWR) != steady
+            or (i and fl & TCP_CWR)
+            or (i != last and fl & LAST_ONLY)
             or seg_len <= hlen
             or (thl > 20 and buf[off + 40 : off + hlen] != options)
         ):
@@ -232,7 +223,7 @@ def coalesce_tcp4(buf: memoryview, size: int) -> bytearray | None:
     header[8] = ttl - 1
     header[10:12] = b"\0\0"
     header[10:12] = (~ones_sum(header[:20]) & 0xFFFF).to_bytes(2, "big")
-    header[33] = (flags0 & ~_LAST_ONLY) | (last_flags & _LAST_ONLY)
+    header[33] = (flags0 & ~LAST_ONLY) | (last_flags & LAST_ONLY)
     # CHECKSUM_PARTIAL: the field carries the pseudo-header sum, the kernel adds the rest
     pseudo = fold(
         int.from_bytes(src[:2], "big")
@@ -243,8 +234,8 @@ def coalesce_tcp4(buf: memoryview, size: int) -> bytearray | None:
         + thl
         + payload
     )
-    header[20 + _TCP_CSUM_OFFSET : 20 + _TCP_CSUM_OFFSET + 2] = pseudo.to_bytes(2, "big")
-    out = bytearray(VNET_HDR.pack(VNET_F_NEEDS_CSUM, GSO_TCPV4, hlen, mss, 20, _TCP_CSUM_OFFSET))
+    header[20 + TCP_CSUM_OFFSET : 20 + TCP_CSUM_OFFSET + 2] = pseudo.to_bytes(2, "big")
+    out = bytearray(VNET_HDR.pack(VNET_F_NEEDS_CSUM, GSO_TCPV4, hlen, mss, 20, TCP_CSUM_OFFSET))
     out += header
     for off in range(hlen, total, size):
         out += buf[off : off + mss]

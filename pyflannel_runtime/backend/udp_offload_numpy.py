@@ -10,11 +10,11 @@ import numpy as np  # type: ignore[import-not-found, unused-ignore]
 
 from pyflannel_runtime.backend import udp_offload
 from pyflannel_runtime.backend.udp_offload import (
-    _LAST_ONLY,
-    _NOT_COALESCED,
-    _TCP_CSUM_OFFSET,
-    _TCP_CWR,
     GSO_TCPV4,
+    LAST_ONLY,
+    NOT_COALESCED,
+    TCP_CSUM_OFFSET,
+    TCP_CWR,
     VNET_F_NEEDS_CSUM,
     VNET_HDR,
     Segments,
@@ -71,9 +71,9 @@ def segment_tcp4(packet: memoryview, mss: int) -> Segments | None:
         0xFFFFFFFF
     )
     flags0 = packet[ihl + 13]
-    flags = np.full(count, flags0 & ~(_LAST_ONLY | _TCP_CWR), dtype=_U64)
-    flags[0] |= flags0 & _TCP_CWR
-    flags[-1] |= flags0 & _LAST_ONLY
+    flags = np.full(count, flags0 & ~(LAST_ONLY | TCP_CWR), dtype=_U64)
+    flags[0] |= flags0 & TCP_CWR
+    flags[-1] |= flags0 & LAST_ONLY
     size = lengths + _U64(hlen)
     rows[:, 8] = ttl - 1
     for at in (2, 4, 10, ihl + 4, ihl + 6, ihl + 16):
@@ -118,7 +118,7 @@ def coalesce_tcp4(buf: memoryview, size: int) -> bytearray | None:
     mss = size - hlen
     flags0 = buf[33]
     last_len = total - (count - 1) * size
-    if mss <= 0 or last_len <= hlen or buf[8] <= 1 or flags0 & _NOT_COALESCED:
+    if mss <= 0 or last_len <= hlen or buf[8] <= 1 or flags0 & NOT_COALESCED:
         return None
     width = -(-size // 4) * 4
     rows = np.zeros((count, width), dtype=np.uint8)
@@ -138,13 +138,13 @@ def coalesce_tcp4(buf: memoryview, size: int) -> bytearray | None:
     seq = (words[:, 12].astype(_U64) << _U64(16)) | words[:, 13]
     expected = (seq[0] + np.arange(count, dtype=_U64) * _U64(mss)) & _U64(0xFFFFFFFF)
     flags = rows[:, 33]
-    varying = 0xFF & ~(_LAST_ONLY | _TCP_CWR)
+    varying = 0xFF & ~(LAST_ONLY | TCP_CWR)
     if (
         (words[:, 1] != lengths).any()
         or (seq != expected).any()
         or (flags & varying != flags0 & varying).any()
-        or (flags[1:] & _TCP_CWR).any()
-        or (flags[:-1] & _LAST_ONLY).any()
+        or (flags[1:] & TCP_CWR).any()
+        or (flags[:-1] & LAST_ONLY).any()
     ):
         return None
     pseudo = _U64(ones_sum(buf[12:20]) + PROTO_TCP) + lengths - _U64(20)
@@ -158,10 +158,10 @@ def coalesce_tcp4(buf: memoryview, size: int) -> bytearray | None:
     header[8] -= 1
     header[10:12] = b"\0\0"
     header[10:12] = (~ones_sum(header[:20]) & 0xFFFF).to_bytes(2, "big")
-    header[33] = (flags0 & ~_LAST_ONLY) | (int(flags[-1]) & _LAST_ONLY)
+    header[33] = (flags0 & ~LAST_ONLY) | (int(flags[-1]) & LAST_ONLY)
     partial = fold(ones_sum(buf[12:20]) + PROTO_TCP + thl + payload)
-    header[20 + _TCP_CSUM_OFFSET : 22 + _TCP_CSUM_OFFSET] = partial.to_bytes(2, "big")
-    out = bytearray(VNET_HDR.pack(VNET_F_NEEDS_CSUM, GSO_TCPV4, hlen, mss, 20, _TCP_CSUM_OFFSET))
+    header[20 + TCP_CSUM_OFFSET : 22 + TCP_CSUM_OFFSET] = partial.to_bytes(2, "big")
+    out = bytearray(VNET_HDR.pack(VNET_F_NEEDS_CSUM, GSO_TCPV4, hlen, mss, 20, TCP_CSUM_OFFSET))
     out += header
     out += rows[:, hlen:size].tobytes()
     del out[len(out) - (size - last_len) :]

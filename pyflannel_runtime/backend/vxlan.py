@@ -18,8 +18,11 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from pyflannel_runtime.backend.base import AcquireLease, BackendError
+from pyflannel_runtime.backend.host import direct_oif
+from pyflannel_runtime.backend.options import VxlanOptions
 from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
 from pyflannel_runtime.backend.programmer import PeerProgrammer
+from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
 from pyflannel_runtime.backend.vxlan_device import (
     Device,
     VxlanDeviceSpec,
@@ -28,9 +31,9 @@ from pyflannel_runtime.backend.vxlan_device import (
     random_vtep_mac,
     verify_mac,
 )
-from pyflannel_runtime.iface import ExternalInterface, backend_mtu
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs, vxlan_backend_data
-from pyflannel_runtime.model.netconf import NetworkConfig, VxlanOptions, vxlan_options
+from pyflannel_runtime.model.lease import Lease, LeaseAttrs
+from pyflannel_runtime.model.netconf import NetworkConfig
+from pyflannel_runtime.netdev.types import ExternalInterface
 from pyflannel_runtime.netlink.dump import Ownership
 from pyflannel_runtime.netlink.entries import Entry, IPAddress, IPNetwork
 from pyflannel_runtime.netlink.linkwatch import open_link_monitor, parse_link_events
@@ -63,8 +66,8 @@ class VxlanBackend:
         acquire: AcquireLease,
         stored_macs: tuple[str, str] = ("", ""),
     ) -> VxlanNetwork:
-        opts = vxlan_options(config)
-        mtu = backend_mtu("vxlan", ext.mtu, opts.mtu)
+        opts = VxlanOptions.of(config)
+        mtu = opts.device_mtu(ext.mtu)
         families: dict[int, _Family] = {}
         if config.enable_ipv4:
             if ext.ext_addr is None:
@@ -202,7 +205,7 @@ class VxlanNetwork(PeerProgrammer):
         wanted = [ip for ip in ips if ip is not None]
 
         def resolve(ipr: IPRoute) -> dict[IPAddress, int | None]:
-            return {ip: _direct_oif(ipr, ip) for ip in wanted}
+            return {ip: direct_oif(ipr, ip) for ip in wanted}
 
         for ip, oif in (await self.kernel(resolve)).items():
             if oif is None:
@@ -277,15 +280,3 @@ class VxlanNetwork(PeerProgrammer):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._healer
         await self.close_kernel()
-
-
-def _direct_oif(ipr: IPRoute, ip: IPAddress) -> int | None:
-    """DirectRouting applies when `ip route get <ip>` gives exactly one route, gateway-less."""
-    try:
-        routes = ipr.route("get", dst=str(ip))
-    except NetlinkError:
-        return None
-    if len(routes) != 1 or routes[0].get("gateway") is not None:
-        return None
-    oif = routes[0].get("oif")
-    return oif if isinstance(oif, int) else None

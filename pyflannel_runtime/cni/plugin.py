@@ -12,7 +12,7 @@ import sys
 
 from pyflannel_runtime import __version__
 from pyflannel_runtime.cni import skel
-from pyflannel_runtime.cni.gojson import GoJSONError, decode
+from pyflannel_runtime.cni.commands import cmd_add, cmd_del
 from pyflannel_runtime.cni.skel import CniError
 
 TYPE_CHECKING = False
@@ -20,122 +20,12 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import BinaryIO
 
-    from pyflannel_runtime.model.subnet_env import CniSubnetEnv
-
 _GO_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le"}
-_SUBNET_ENV_HINT = ". Check the flannel pod log for this node."
 
 
 def about() -> str:
     machine = os.uname().machine
     return f"CNI Plugin flannel version {__version__} (linux/{_GO_ARCH.get(machine, machine)}) commit unknown"
-
-
-def _plain(msg: str) -> CniError:
-    """A plain Go error returned from cmdAdd/cmdDel: skel reports it as an internal error."""
-    return CniError(skel.ERR_INTERNAL, msg)
-
-
-def _load_subnet_env(path: str) -> CniSubnetEnv:
-    from pyflannel_runtime.model.subnet_env import parse_cni_subnet_env
-
-    try:
-        with open(path, "rb") as handle:
-            text = handle.read().decode("utf-8", errors="replace")
-    except IsADirectoryError:
-        raise ValueError(f"read {path}: is a directory") from None
-    except OSError as err:
-        raise ValueError(f"open {path}: {(err.strerror or str(err)).lower()}") from None
-    return parse_cni_subnet_env(text, path)
-
-
-def cmd_add(environ: Mapping[str, str], stdin: bytes, stdout: BinaryIO, stderr: BinaryIO) -> None:
-    from pyflannel_runtime.cni.delegate import (
-        DelegateError,
-        build_delegate,
-        check_delegate,
-        encode_delegate,
-    )
-    from pyflannel_runtime.cni.invoke import InvokeError, exec_plugin, find_in_path
-    from pyflannel_runtime.cni.netconf import NetConfError, parse_netconf
-    from pyflannel_runtime.cni.state import save_config
-
-    try:
-        conf = parse_netconf(stdin)
-    except NetConfError as err:
-        raise _plain(f"failed to load flannel netconf file: {err}") from None
-    try:
-        subnet_env = _load_subnet_env(conf.subnet_file)
-    except ValueError as err:  # SubnetEnvError is a ValueError
-        raise _plain(f"failed to load flannel 'subnet.env' file: {err}{_SUBNET_ENV_HINT}") from None
-    try:
-        if conf.delegate is not None:
-            check_delegate(conf.delegate)
-        delegate = build_delegate(conf, subnet_env)
-    except DelegateError as err:
-        raise _plain(str(err)) from None
-
-    config = encode_delegate(delegate)
-    stderr.write(b"delegateAdd: netconf sent to delegate plugin:\n" + config)
-    container_id = environ["CNI_CONTAINERID"]
-    try:
-        save_config(conf.data_dir, container_id, config)
-    except OSError as err:
-        raise _plain(str(err)) from None
-    try:
-        plugin = find_in_path(str(delegate["type"]), environ.get("CNI_PATH", ""))
-    except InvokeError as err:
-        raise _plain(f"failed to delegate add: {err}") from None
-    result, plugin_stderr = exec_plugin("ADD", plugin, config, environ)
-    stderr.write(plugin_stderr)
-    _check_result(result)
-    stdout.write(result)
-
-
-def _check_result(result: bytes) -> None:
-    """libcni parses the delegate's result; one that does not parse fails the ADD."""
-    try:
-        parsed = decode(result)
-    except GoJSONError as err:
-        raise _plain(
-            f"failed to delegate add: decoding version from network config: {err}"
-        ) from None
-    if not isinstance(parsed, dict):
-        raise _plain("failed to delegate add: delegate returned a result that is not an object")
-
-
-def cmd_del(environ: Mapping[str, str], stdin: bytes, stderr: BinaryIO) -> None:
-    from pyflannel_runtime.cni.invoke import InvokeError, exec_plugin, find_in_path
-    from pyflannel_runtime.cni.netconf import NetConfError, parse_netconf, saved_delegate_type
-    from pyflannel_runtime.cni.state import read_config, remove_config
-
-    try:
-        conf = parse_netconf(stdin)
-    except NetConfError as err:
-        raise _plain(str(err)) from None
-    container_id = environ["CNI_CONTAINERID"]
-    try:
-        saved = read_config(conf.data_dir, container_id)
-    except OSError as err:
-        raise _plain(str(err)) from None
-    if saved is None:
-        return  # already deleted, or never added: DEL must succeed
-    try:
-        plugin_type = saved_delegate_type(saved)
-    except NetConfError as err:
-        # flannel leaves the file and the interface; a reboot cleans them up
-        stderr.write(f"failed to parse netconf: {err}".encode())
-        return
-    try:
-        try:
-            plugin = find_in_path(plugin_type, environ.get("CNI_PATH", ""))
-        except InvokeError as err:
-            raise _plain(str(err)) from None
-        _, plugin_stderr = exec_plugin("DEL", plugin, saved, environ)
-        stderr.write(plugin_stderr)
-    finally:
-        # flannel removes the file even when the delegate's DEL fails
-        remove_config(conf.data_dir, container_id)
 
 
 def _check_netns(environ: Mapping[str, str]) -> None:
@@ -183,7 +73,15 @@ def dispatch(
     elif command in ("CHECK", "GC", "STATUS"):
         version = skel.config_version(data)
         skel.check_version_at_least(version, "0.4.0" if command == "CHECK" else "1.1.0", command)
-        skel.check_version_supported(version)  # flannel's CHECK, GC and STATUS do nothing more
+        skel.check_version_supported(version)  # flannel's CHECK does nothing more
+        if command == "GC":
+            from pyflannel_runtime.cni.gc import cmd_gc
+
+            cmd_gc(environ, data, stderr)
+        elif command == "STATUS":
+            from pyflannel_runtime.cni.status_check import cmd_status
+
+            cmd_status(environ, data, stderr)
     else:
         raise CniError(skel.ERR_INVALID_ENVIRONMENT_VARIABLES, f"unknown CNI_COMMAND: {command}")
 

@@ -30,16 +30,17 @@ from pydantic import (
     StrictBool,
     StrictInt,
     ValidationError,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
 from pyflannel_runtime import DEFAULT_SUBNET_FILE
+from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend.options import Option, UdpOptions, VxlanOptions
 from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, check_network_config
 
-# Encapsulation overhead per backend: FLANNEL_MTU = underlay MTU - overhead (spec §5).
-MTU_OVERHEAD = {"vxlan": 50, "udp": 28, "host-gw": 0}
 ASSUMED_INTERFACE_MTU = 1500
 _MIN_MTU_IPV4 = 68
 _MIN_MTU_IPV6 = 1280
@@ -147,8 +148,32 @@ V4Addr = Annotated[IPv4Address, _address(4)]
 V6Addr = Annotated[IPv6Address, _address(6)]
 AnyAddress = Annotated[IPv4Address | IPv6Address, _address(None)]
 Endpoint = Annotated[str, AfterValidator(_endpoint)]
-Port = Annotated[StrictInt, Field(ge=1, le=65535)]
 Mtu = Annotated[StrictInt, Field(ge=576, le=65535)]
+
+
+def _known_backend(value: Any) -> Any:
+    if not isinstance(value, str) or value not in registry.BACKENDS:
+        known = [repr(name) for name in registry.names()]
+        choices = f"{', '.join(known[:-1])} or {known[-1]}" if len(known) > 1 else known[0]
+        raise PydanticCustomError("literal_error", f"Input should be {choices}")
+    return value
+
+
+def _option_range(option: Option) -> Any:
+    """The range the backend accepts (a default the option's 0 may stand for is the setting
+    left out here)."""
+    return Field(ge=option.minimum, le=option.maximum)
+
+
+BackendType = Annotated[
+    str,
+    BeforeValidator(_known_backend),
+    WithJsonSchema({"type": "string", "enum": list(registry.names())}),
+]
+VxlanVni = Annotated[StrictInt, _option_range(VxlanOptions.option("VNI"))]
+VxlanPort = Annotated[StrictInt, _option_range(VxlanOptions.option("Port"))]
+VxlanMtu = Annotated[StrictInt, _option_range(VxlanOptions.option("MTU"))]
+UdpPort = Annotated[StrictInt, _option_range(UdpOptions.option("Port"))]
 
 
 class NodeOverrides(BaseModel):
@@ -174,13 +199,13 @@ class ClusterModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # backend (kubespray names)
-    flannel_backend_type: Literal["vxlan", "host-gw", "udp"] = "vxlan"
-    flannel_vxlan_vni: Annotated[StrictInt, Field(ge=0, le=16777215)] | None = None
-    flannel_vxlan_port: Port | None = None
+    flannel_backend_type: BackendType = "vxlan"
+    flannel_vxlan_vni: VxlanVni | None = None
+    flannel_vxlan_port: VxlanPort | None = None
     flannel_vxlan_direct_routing: StrictBool | None = None
-    flannel_udp_port: Port | None = None
+    flannel_udp_port: UdpPort | None = None
     # Backend.MTU: the underlay MTU the vxlan device is sized from (flannel subtracts 50).
-    flannel_mtu: Mtu | None = None
+    flannel_mtu: VxlanMtu | None = None
 
     # interface selection and public addresses (cluster defaults; nodes may override)
     flannel_interface: Text | None = None
@@ -285,21 +310,23 @@ class ClusterModel(BaseModel):
     def backend_options(self) -> dict[str, Any]:
         """net-conf's Backend object, in the order it is rendered; only what was set."""
         options: dict[str, Any] = {"Type": self.flannel_backend_type}
-        for key, value in (
-            ("VNI", self.flannel_vxlan_vni),
-            ("Port", self.flannel_vxlan_port),
-            ("MTU", self.flannel_mtu),
-            ("DirectRouting", self.flannel_vxlan_direct_routing),
-            ("Port", self.flannel_udp_port),
-        ):
-            if value is not None:
+        for setting, (backend, key) in BACKEND_SETTINGS.items():
+            value = getattr(self, setting)
+            if backend == self.flannel_backend_type and value is not None:
                 options[key] = value
         return options
 
 
 # --- cross-field rules ------------------------------------------------------------------------
 
-_VXLAN_ONLY = ("flannel_vxlan_vni", "flannel_vxlan_port", "flannel_vxlan_direct_routing")
+# The settings that are a backend's option in net-conf (kubespray's names), in rendering order.
+BACKEND_SETTINGS = {
+    "flannel_vxlan_vni": ("vxlan", "VNI"),
+    "flannel_vxlan_port": ("vxlan", "Port"),
+    "flannel_mtu": ("vxlan", "MTU"),
+    "flannel_vxlan_direct_routing": ("vxlan", "DirectRouting"),
+    "flannel_udp_port": ("udp", "Port"),
+}
 _ETCD_ONLY = (
     "flannel_etcd_endpoints",
     "flannel_etcd_prefix",
@@ -331,13 +358,13 @@ def _unused(model: BaseModel, names: Sequence[str], reason: str) -> list[str]:
 
 def _backend_problems(m: ClusterModel) -> list[str]:
     backend = m.flannel_backend_type
-    problems: list[str] = []
-    if backend != "vxlan":
-        problems += _unused(m, (*_VXLAN_ONLY, "flannel_mtu"), f"with vxlan (backend is {backend})")
-    if backend != "udp":
-        problems += _unused(m, ("flannel_udp_port",), f"with udp (backend is {backend})")
-    if backend == "udp" and m.flannel_enable_ipv6:
-        problems.append("flannel_enable_ipv6: the udp backend carries IPv4 only")
+    problems = [
+        f"{setting}: only used with {owner} (backend is {backend})"
+        for setting, (owner, _) in BACKEND_SETTINGS.items()
+        if owner != backend and _given(m, setting)
+    ]
+    if m.flannel_enable_ipv6 and not registry.get(backend).dual_stack:
+        problems.append(f"flannel_enable_ipv6: the {backend} backend carries IPv4 only")
     return problems
 
 
@@ -517,14 +544,10 @@ class ClusterPlan:
 def _expected_mtu(m: ClusterModel, name: str, node: NodeOverrides) -> tuple[int, int, list[str]]:
     interface_mtu = node.mtu or ASSUMED_INTERFACE_MTU
     problems: list[str] = []
-    base = interface_mtu
-    if m.flannel_mtu is not None:
-        base = m.flannel_mtu
-        if node.mtu is not None and m.flannel_mtu > node.mtu:
-            problems.append(
-                f"nodes.{name}.mtu: {node.mtu} is smaller than flannel_mtu {m.flannel_mtu}"
-            )
-    mtu = base - MTU_OVERHEAD[m.flannel_backend_type]
+    if m.flannel_mtu is not None and node.mtu is not None and m.flannel_mtu > node.mtu:
+        problems.append(f"nodes.{name}.mtu: {node.mtu} is smaller than flannel_mtu {m.flannel_mtu}")
+    options = registry.get(m.flannel_backend_type).options.decode(m.backend_options())
+    mtu = options.device_mtu(interface_mtu)
     minimum, family = (_MIN_MTU_IPV6, "IPv6") if m.flannel_enable_ipv6 else (_MIN_MTU_IPV4, "IPv4")
     if mtu < minimum:
         problems.append(

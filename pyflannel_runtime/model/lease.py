@@ -186,31 +186,3 @@ def parse_subnet_key(key: str) -> tuple[IPv4Network, IPv6Network | None]:
     except ValueError:
         raise LeaseError(f"invalid subnet key: {key}") from None
     return subnet, ipv6_subnet
-
-
-# --- backend data ---------------------------------------------------------------------------
-
-
-def vxlan_backend_data(vni: int, vtep_mac: str) -> str:
-    return f'{{"VNI":{vni},"VtepMAC":"{vtep_mac.lower()}"}}'
-
-
-@dataclass(frozen=True)
-class VxlanBackendData:
-    vni: int
-    vtep_mac: str
-
-
-def parse_vxlan_backend_data(raw: str | None) -> VxlanBackendData:
-    if raw is None:
-        raise LeaseError("lease has no vxlan backend data")
-    try:
-        folded = gojson.fold_object(gojson.loads_pairs(raw), ("VNI", "VtepMAC"), "vxlanLeaseAttrs")
-        vni, mac = folded.get("VNI", 0), folded.get("VtepMAC")
-        if not isinstance(vni, int) or not isinstance(mac, str):
-            raise LeaseError(f"error decoding VXLAN backend data: {raw}")
-        if not re.fullmatch(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}", mac):
-            raise LeaseError(f"invalid VtepMAC in backend data: {mac}")
-    except gojson.GoJSONError as err:
-        raise LeaseError(f"error decoding VXLAN backend data: {err}") from None
-    return VxlanBackendData(vni, mac.lower())

@@ -12,13 +12,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
-from typing import Any, TypeVar
+from typing import Any
 
 from pyflannel_runtime.model import gojson
-
-T = TypeVar("T")
-
-SUPPORTED_BACKENDS = ("vxlan", "host-gw", "udp")
 
 _FIELDS = (
     "EnableIPv4",
@@ -56,10 +52,6 @@ class NetworkConfig:
     ipv6_subnet_max: IPv6Address | None = None
     backend_type: str = "udp"
     backend: Mapping[str, Any] = field(default_factory=dict)
-
-    def backend_option(self, name: str, default: T) -> T:
-        value = gojson.lookup(self.backend, name)
-        return default if value is None else value
 
 
 # --- decoding --------------------------------------------------------------------------------
@@ -197,14 +189,6 @@ def parse_config(data: str | bytes) -> NetworkConfig:
     return NetworkConfig(**values)
 
 
-def require_supported_backend(cfg: NetworkConfig) -> None:
-    if cfg.backend_type not in SUPPORTED_BACKENDS:
-        raise ConfigError(
-            f"unknown backend type: {cfg.backend_type} "
-            f"(pyflannel supports {', '.join(SUPPORTED_BACKENDS)})"
-        )
-
-
 # --- validation (CheckNetworkConfig) -----------------------------------------------------------
 
 
@@ -332,61 +316,3 @@ def config_to_dict(cfg: NetworkConfig) -> dict[str, Any]:
 
 def encode_config(cfg: NetworkConfig) -> str:
     return json.dumps(config_to_dict(cfg), indent=2) + "\n"
-
-
-# --- backend options (§1.4) ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class VxlanOptions:
-    vni: int = 1
-    port: int = 0  # 0: let the kernel pick its default, 8472
-    mtu: int = 0  # 0: the external interface's MTU
-    gbp: bool = False
-    learning: bool = False
-    direct_routing: bool = False
-
-
-@dataclass(frozen=True)
-class UdpOptions:
-    port: int = 8285
-
-
-def _backend_fields(cfg: NetworkConfig, spec: dict[str, type], label: str) -> dict[str, Any]:
-    folded: dict[str, Any] = {}
-    for key, value in cfg.backend.items():
-        name = gojson.match_field(key, spec)
-        if name is None or value is None:
-            continue
-        want = spec[name]
-        ok = (
-            isinstance(value, bool)
-            if want is bool
-            else (isinstance(value, int) and not isinstance(value, bool))
-        )
-        if not ok:
-            raise ConfigError(
-                f"error decoding {label} backend config: json: cannot unmarshal "
-                f"{gojson.go_kind(value)} into Go struct field .{name} of type {want.__name__}"
-            )
-        folded[name] = value
-    return folded
-
-
-def vxlan_options(cfg: NetworkConfig) -> VxlanOptions:
-    spec = {"VNI": int, "Port": int, "MTU": int, "GBP": bool, "Learning": bool}
-    spec["DirectRouting"] = bool
-    v = _backend_fields(cfg, spec, "VXLAN")
-    return VxlanOptions(
-        vni=v.get("VNI", 1),
-        port=v.get("Port", 0),
-        mtu=v.get("MTU", 0),
-        gbp=v.get("GBP", False),
-        learning=v.get("Learning", False),
-        direct_routing=v.get("DirectRouting", False),
-    )
-
-
-def udp_options(cfg: NetworkConfig) -> UdpOptions:
-    v = _backend_fields(cfg, {"Port": int}, "UDP")
-    return UdpOptions(port=v.get("Port", 8285))

@@ -1,9 +1,12 @@
 """Planning the fewest writes that turn the owned kernel state into the desired one.
 
 Writes are replaces (kernel replace semantics: a route or neighbour with the same key is
-overwritten in place, so a changed peer never loses connectivity) and deletes. Order follows
-flannel per peer: neighbour, FDB, then route, so the kernel never resolves a gateway it has
-no neighbour for; removals use the same order.
+overwritten in place, so a changed peer never loses connectivity) and deletes. A route whose
+key no owned route holds is created instead (`Action.CREATE`): the kernel may hold a route
+there that is not flannel's (the host's connected route, an operator's static one), and a
+replace would take it over. Neighbours and FDB entries live on flannel's own devices, where
+everything is flannel's. Order follows flannel per peer: neighbour, FDB, then route, so the
+kernel never resolves a gateway it has no neighbour for; removals use the same order.
 """
 
 from __future__ import annotations
@@ -46,17 +49,22 @@ def plan(desired: DatapathState, actual: DatapathState) -> list[Op]:
     """
     route_keys = {r.key for r in desired.routes}
     neigh_keys = {n.key for n in desired.neighs}
-    upserts: list[Entry] = [
-        *_ordered(desired.neighs - actual.neighs),
-        *_ordered(desired.fdbs - actual.fdbs),
-        *_ordered(desired.routes - actual.routes),
+    new_routes = desired.routes - actual.routes
+    owned_route_keys = {r.key for r in actual.routes} if new_routes else set()
+    upserts: list[Op] = [
+        *(Op(Action.REPLACE, e) for e in _ordered(desired.neighs - actual.neighs)),
+        *(Op(Action.REPLACE, e) for e in _ordered(desired.fdbs - actual.fdbs)),
+        *(
+            Op(Action.REPLACE if r.key in owned_route_keys else Action.CREATE, r)
+            for r in _ordered(new_routes)
+        ),
     ]
     deletes: list[Entry] = [
         *_ordered(n for n in actual.neighs if n.key not in neigh_keys),
         *_ordered(actual.fdbs - desired.fdbs),
         *_ordered(r for r in actual.routes if r.key not in route_keys),
     ]
-    return [Op(Action.REPLACE, e) for e in upserts] + [Op(Action.DELETE, e) for e in deletes]
+    return upserts + [Op(Action.DELETE, e) for e in deletes]
 
 
 def removal_ops(entries: Iterable[Entry]) -> list[Op]:

@@ -20,6 +20,7 @@ NLMSG_ERROR = 2
 NLM_F_REQUEST = 0x1
 NLM_F_ACK = 0x4
 NLM_F_REPLACE = 0x100
+NLM_F_EXCL = 0x200
 NLM_F_CREATE = 0x400
 NLM_F_CAPPED = 0x100  # in an ACK: the echoed request is only its header
 NLM_F_ACK_TLVS = 0x200  # in an ACK: extended-ack attributes follow
@@ -55,7 +56,9 @@ _NLATTR = struct.Struct("=HH")
 _U32_ATTR = struct.Struct("=HHI")
 _NLMSGERR = struct.Struct("=i")
 
-_NEW_FLAGS = NLM_F_REQUEST | NLM_F_CREATE | NLM_F_REPLACE
+_REPLACE_FLAGS = NLM_F_REQUEST | NLM_F_CREATE | NLM_F_REPLACE
+# EXCL also stops IPv6 from appending the route as another next hop of an existing one.
+_CREATE_FLAGS = NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL
 _DEL_FLAGS = NLM_F_REQUEST
 
 
@@ -82,11 +85,12 @@ def _message(msg_type: int, flags: int, seq: int, ack: bool, body: bytes) -> byt
 
 
 def encode_route(route: Route, action: Action, seq: int, ack: bool = True) -> bytes:
-    """`ip route replace <dst> via <gw> dev <oif> [onlink]` or the delete of its key."""
+    """`ip route replace|add <dst> via <gw> dev <oif> [onlink]` or the delete of its key."""
     family = _family(route.dst.network_address)
     dst = _attr(RTA_DST, route.dst.network_address.packed)
     prio = _u32(RTA_PRIORITY, route.priority) if route.priority else b""
-    if action is Action.REPLACE:
+    if action is not Action.DELETE:
+        new = _REPLACE_FLAGS if action is Action.REPLACE else _CREATE_FLAGS
         flags = RTNH_F_ONLINK if route.onlink else 0
         header = _RTMSG.pack(
             family,
@@ -101,7 +105,7 @@ def encode_route(route: Route, action: Action, seq: int, ack: bool = True) -> by
         )
         gateway = _attr(RTA_GATEWAY, route.gateway.packed) if route.gateway is not None else b""
         attrs = dst + prio + gateway + _u32(RTA_OIF, route.oif)
-        return _message(RTM_NEWROUTE, _NEW_FLAGS, seq, ack, header + attrs)
+        return _message(RTM_NEWROUTE, new, seq, ack, header + attrs)
     # A delete names only the key (dst, table, metric); scope NOWHERE is the kernel's wildcard.
     header = _RTMSG.pack(
         family, route.dst.prefixlen, 0, 0, RT_TABLE_MAIN, 0, RT_SCOPE_NOWHERE, 0, 0
@@ -110,24 +114,26 @@ def encode_route(route: Route, action: Action, seq: int, ack: bool = True) -> by
 
 
 def encode_neigh(neigh: Neigh, action: Action, seq: int, ack: bool = True) -> bytes:
-    """`ip neigh replace <ip> lladdr <mac> dev <ifindex> nud permanent` or its delete."""
+    """`ip neigh replace|add <ip> lladdr <mac> dev <ifindex> nud permanent` or its delete."""
     family = _family(neigh.ip)
     dst = _attr(NDA_DST, neigh.ip.packed)
-    if action is Action.REPLACE:
+    if action is not Action.DELETE:
         header = _NDMSG.pack(family, neigh.ifindex, NUD_PERMANENT, 0, RTN_UNICAST)
         body = header + dst + _attr(NDA_LLADDR, mac_bytes(neigh.lladdr))
-        return _message(RTM_NEWNEIGH, _NEW_FLAGS, seq, ack, body)
+        new = _REPLACE_FLAGS if action is Action.REPLACE else _CREATE_FLAGS
+        return _message(RTM_NEWNEIGH, new, seq, ack, body)
     header = _NDMSG.pack(family, neigh.ifindex, 0, 0, 0)
     return _message(RTM_DELNEIGH, _DEL_FLAGS, seq, ack, header + dst)
 
 
 def encode_fdb(fdb: Fdb, action: Action, seq: int, ack: bool = True) -> bytes:
-    """`bridge fdb replace <mac> dev <ifindex> dst <ip> self permanent` or the delete of that
-    one remote (naming the dst deletes only it when the MAC has several)."""
+    """`bridge fdb replace|add <mac> dev <ifindex> dst <ip> self permanent` or the delete of
+    that one remote (naming the dst deletes only it when the MAC has several)."""
     header = _NDMSG.pack(AF_BRIDGE, fdb.ifindex, NUD_PERMANENT, NTF_SELF, 0)
     body = header + _attr(NDA_LLADDR, mac_bytes(fdb.lladdr)) + _attr(NDA_DST, fdb.dst.packed)
-    if action is Action.REPLACE:
-        return _message(RTM_NEWNEIGH, _NEW_FLAGS, seq, ack, body)
+    if action is not Action.DELETE:
+        new = _REPLACE_FLAGS if action is Action.REPLACE else _CREATE_FLAGS
+        return _message(RTM_NEWNEIGH, new, seq, ack, body)
     return _message(RTM_DELNEIGH, _DEL_FLAGS, seq, ack, body)
 
 

@@ -60,7 +60,8 @@ Entry = Route | Neigh | Fdb
 
 
 class Action(enum.Enum):
-    REPLACE = "replace"
+    REPLACE = "replace"  # overwrite whatever holds the key: only for what the datapath owns
+    CREATE = "create"  # fails with EEXIST when anything holds the key: never takes one over
     DELETE = "delete"
 
 

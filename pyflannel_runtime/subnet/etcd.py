@@ -60,7 +60,13 @@ from pyflannel_runtime.subnet.etcd_client import (
     prefix_range_end,
     tls_context,
 )
-from pyflannel_runtime.subnet.manager import LeaseRevoked, LeaseWatchBatch
+from pyflannel_runtime.subnet.manager import (
+    LeaseListing,
+    LeaseRevoked,
+    LeaseWatchBatch,
+    ListedLease,
+    UnreadableLease,
+)
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +100,7 @@ class EtcdSettings:
     keyfile: str = ""
     cafile: str = ""
     username: str = ""
-    password: str = ""
+    password: str = field(default="", repr=False)
     subnet_lease_ttl: int = SUBNET_TTL  # pyflannel's --subnet-lease-ttl; flannel: fixed 24 h
     renew_margin_minutes: int = 60  # --subnet-lease-renew-margin
     # Tests only: a renewal margin in seconds, overriding the minutes.
@@ -280,21 +286,27 @@ class EtcdSubnetManager:
         ttls = await asyncio.gather(*(self._time_to_live(i) for i in ids))
         return dict(zip(ids, ttls, strict=True))
 
-    async def _list_leases(self, *, with_expiry: bool) -> tuple[list[Lease], int]:
-        """All parseable leases and the revision they were read at. Without ``with_expiry``,
-        leased keys get an unknown (infinite) expiry: neither the datapath nor the allocation
-        needs it, and one TTL request per key is most of the cost of listing thousands."""
+    async def _list_leases(
+        self, *, with_expiry: bool
+    ) -> tuple[list[Lease], list[UnreadableLease], int]:
+        """All leases and the revision they were read at; the keys that do not parse are
+        skipped with a warning. Without ``with_expiry``, leased keys get an unknown (infinite)
+        expiry: neither the datapath nor the allocation needs it, and one TTL request per key
+        is most of the cost of listing thousands."""
         prefix = self._subnets_dir
         kvs, revision = await self._call(lambda c: c.range(prefix, prefix_range_end(prefix)))
         ttls = await self._lease_ttls(kvs) if with_expiry else {}
         leases = []
+        unreadable = []
         for kv in kvs:
             ttl = None if kv.lease == 0 else ttls.get(kv.lease, UNKNOWN_TTL)
             try:
                 leases.append(_lease_from_kv(kv.key, kv.value, ttl, kv.mod_revision))
             except LeaseError as err:
                 log.warning("Ignoring bad subnet node %s: %s", kv.key.decode(errors="replace"), err)
-        return leases, revision
+                name = kv.key.removeprefix(prefix).decode(errors="replace")
+                unreadable.append(UnreadableLease(name, str(err)))
+        return leases, unreadable, revision
 
     # -- SubnetManager --
 
@@ -310,7 +322,7 @@ class EtcdSubnetManager:
     async def acquire_lease(self, attrs: LeaseAttrs) -> Lease:
         for _ in range(RACE_RETRIES):
             cfg = await self.get_network_config()
-            leases, revision = await self._list_leases(with_expiry=False)
+            leases, _, revision = await self._list_leases(with_expiry=False)
             self._allocation_view = (leases, revision)
             try:
                 return await self._try_acquire(cfg, leases, attrs)
@@ -423,13 +435,14 @@ class EtcdSubnetManager:
         ):
             yield batch
 
-    async def list_leases(self) -> list[Lease]:
-        """Every lease under the prefix, with its expiry (for operators: `pyflannel status`)."""
-        leases, _ = await self._list_leases(with_expiry=True)
-        return leases
+    async def list_leases(self) -> LeaseListing:
+        """Every lease under the prefix with its expiry, and the keys that do not parse (for
+        operators: `pyflannel status`)."""
+        leases, unreadable, _ = await self._list_leases(with_expiry=True)
+        return LeaseListing(tuple(ListedLease(lease) for lease in leases), tuple(unreadable))
 
     async def _snapshot(self) -> tuple[LeaseWatchBatch, int]:
-        leases, revision = await self._list_leases(with_expiry=False)
+        leases, _, revision = await self._list_leases(with_expiry=False)
         return LeaseWatchBatch(snapshot=tuple(leases)), revision
 
     def _lease_event(self, event: WatchEvent) -> LeaseEvent:

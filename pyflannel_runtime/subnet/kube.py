@@ -14,6 +14,7 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -23,12 +24,19 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch import watch as k8s_watch
 
+from pyflannel_runtime.backend.vxlan_data import advertised_vtep_mac
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs
 from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, parse_config
 from pyflannel_runtime.subnet import kube_nodes
 from pyflannel_runtime.subnet.annotations import DEFAULT_PREFIX, Annotations
 from pyflannel_runtime.subnet.kube_nodes import NodeLeaseError, NodeLeaseTracker, go_quote
-from pyflannel_runtime.subnet.manager import LeaseWatchBatch, Unimplemented
+from pyflannel_runtime.subnet.manager import (
+    LeaseListing,
+    LeaseWatchBatch,
+    ListedLease,
+    Unimplemented,
+    UnreadableLease,
+)
 from pyflannel_runtime.subnet.node_queue import NodeQueue, NodeSnapshot
 
 log = logging.getLogger(__name__)
@@ -42,6 +50,20 @@ _iter_resp_lines: Callable[[Any], Iterator[str]] = k8s_watch.iter_resp_lines
 DEFAULT_NET_CONFIG_PATH = "/etc/kube-flannel/net-conf.json"
 LEASE_DURATION = 24 * 3600.0  # kube leases are never renewed; flannel still stamps 24 h
 REQUEST_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    """The API server, net-conf.json and annotations flanneld's --kube-* flags describe."""
+
+    api_url: str = ""
+    kubeconfig_file: str = ""
+    net_config_path: str = DEFAULT_NET_CONFIG_PATH
+    annotation_prefix: str = DEFAULT_PREFIX
+    set_node_network_unavailable: bool = True
+    request_timeout: float = REQUEST_TIMEOUT
+    retry_interval: float = 3.0  # patches of the own node are retried this often ...
+    retry_timeout: float = 30.0  # ... for this long
 
 
 class KubeSubnetError(RuntimeError):
@@ -93,9 +115,12 @@ def build_api_client(kube_api_url: str, kubeconfig_file: str) -> kubernetes.clie
 class _NodeApi:
     """The few Kubernetes calls flannel makes, returning decoded JSON. Blocking."""
 
-    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
+    def __init__(
+        self, api_client: kubernetes.client.ApiClient, timeout: float = REQUEST_TIMEOUT
+    ) -> None:
         self.api_client: Any = api_client
         self._core = kubernetes.client.CoreV1Api(api_client)
+        self._timeout = timeout
 
     @staticmethod
     def _decode(response: Any) -> Any:
@@ -105,20 +130,20 @@ class _NodeApi:
 
     def read_node(self, name: str) -> dict[str, Any]:
         response = self._core.read_node(
-            name, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            name, _preload_content=False, _request_timeout=self._timeout
         )
         node: dict[str, Any] = self._decode(response)
         return node
 
     def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
         response = self._core.read_namespaced_pod(
-            name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            name, namespace, _preload_content=False, _request_timeout=self._timeout
         )
         pod: dict[str, Any] = self._decode(response)
         return pod
 
     def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
-        response = self._core.list_node(_preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+        response = self._core.list_node(_preload_content=False, _request_timeout=self._timeout)
         listing = self._decode(response)
         return list(listing.get("items") or []), str(listing["metadata"]["resourceVersion"])
 
@@ -130,7 +155,7 @@ class _NodeApi:
             timeout_seconds=timeout_seconds,
             allow_watch_bookmarks=True,
             _preload_content=False,
-            _request_timeout=(REQUEST_TIMEOUT, timeout_seconds + REQUEST_TIMEOUT),
+            _request_timeout=(self._timeout, timeout_seconds + self._timeout),
         )
 
     def patch_node_status(self, name: str, body: Mapping[str, Any]) -> None:
@@ -140,7 +165,7 @@ class _NodeApi:
             dict(body),
             _content_type="application/strategic-merge-patch+json",
             _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT,
+            _request_timeout=self._timeout,
         )
         self._decode(response)
 
@@ -188,21 +213,16 @@ class KubeSubnetManager:
         api_client: kubernetes.client.ApiClient,
         node_name: str,
         config: NetworkConfig,
-        keys: Annotations,
+        settings: KubeSettings,
         *,
-        set_node_network_unavailable: bool = True,
-        retry_interval: float = 3.0,
-        retry_timeout: float = 30.0,
         watch_timeout: int = 300,
     ) -> None:
         self.node_name = node_name
-        self.keys = keys
-        self._api = _NodeApi(api_client)
+        self.keys = Annotations.for_prefix(settings.annotation_prefix)
+        self._api = _NodeApi(api_client, settings.request_timeout)
         self._config = config
-        self._set_node_network_unavailable = set_node_network_unavailable
-        self._retry_interval = retry_interval
-        self._retry_timeout = retry_timeout
-        self._tracker = NodeLeaseTracker(keys, config.enable_ipv4, config.enable_ipv6)
+        self._settings = settings
+        self._tracker = NodeLeaseTracker(self.keys, config.enable_ipv4, config.enable_ipv6)
         self._queue = NodeQueue()
         self._watch: _NodeWatch | None = None
         self._watch_timeout = watch_timeout
@@ -210,41 +230,55 @@ class KubeSubnetManager:
     @classmethod
     async def create(
         cls,
+        settings: KubeSettings,
         *,
-        kube_api_url: str = "",
-        kubeconfig_file: str = "",
-        net_config_path: str = DEFAULT_NET_CONFIG_PATH,
-        annotation_prefix: str = DEFAULT_PREFIX,
-        set_node_network_unavailable: bool = True,
         environ: Mapping[str, str] | None = None,
-        retry_interval: float = 3.0,
-        retry_timeout: float = 30.0,
+        own_node: bool = True,
     ) -> KubeSubnetManager:
-        keys = Annotations.for_prefix(annotation_prefix)
-        api_client: Any = build_api_client(kube_api_url, kubeconfig_file)
+        """The manager for this node (NODE_NAME, or the pod's node). `own_node=False`: one that
+        only reads (`get_network_config`, `list_leases`), for no node, so no name is looked up.
+        Raises KubeSubnetError, or AnnotationPrefixError for a bad prefix."""
+        Annotations.for_prefix(settings.annotation_prefix)  # a bad one fails before the client
+        api_client: Any = build_api_client(settings.api_url, settings.kubeconfig_file)
         try:
-            env = os.environ if environ is None else environ
-            node_name = await asyncio.to_thread(resolve_node_name, _NodeApi(api_client), env)
-            config = read_net_config(net_config_path)
+            node_name = ""
+            if own_node:
+                env = os.environ if environ is None else environ
+                api = _NodeApi(api_client, settings.request_timeout)
+                node_name = await asyncio.to_thread(resolve_node_name, api, env)
+            config = read_net_config(settings.net_config_path)
         except BaseException:
             api_client.close()
             raise
-        return cls(
-            api_client,
-            node_name,
-            config,
-            keys,
-            set_node_network_unavailable=set_node_network_unavailable,
-            retry_interval=retry_interval,
-            retry_timeout=retry_timeout,
-        )
+        return cls(api_client, node_name, config, settings)
 
     async def get_network_config(self) -> NetworkConfig:
         return self._config
 
+    async def list_leases(self) -> LeaseListing:
+        """The flannel nodes' leases, by node name; a flannel node whose annotations cannot
+        be read is listed as unreadable."""
+        nodes, _ = await asyncio.to_thread(self._api.list_nodes)
+        config = self._config
+        leases: list[ListedLease] = []
+        unreadable: list[UnreadableLease] = []
+        for node in sorted(nodes, key=kube_nodes.node_name):
+            if not kube_nodes.is_flannel_node(node, self.keys):
+                continue
+            name = kube_nodes.node_name(node)
+            try:
+                lease = kube_nodes.node_to_lease(
+                    node, self.keys, config.enable_ipv4, config.enable_ipv6
+                )
+            except NodeLeaseError as err:
+                unreadable.append(UnreadableLease(name, str(err)))
+                continue
+            leases.append(ListedLease(lease, name))
+        return LeaseListing(tuple(leases), tuple(unreadable))
+
     async def _retry(self, call: Callable[[], Awaitable[T]], what: str) -> T:
         """flannel's PollUntilContextTimeout: try now, then every interval until the timeout."""
-        deadline = time.monotonic() + self._retry_timeout
+        deadline = time.monotonic() + self._settings.retry_timeout
         while True:
             try:
                 return await call()
@@ -252,12 +286,12 @@ class KubeSubnetManager:
                 log.warning(
                     "Failed to %s node %s: %s", what, go_quote(self.node_name), api_error_text(err)
                 )
-                if time.monotonic() + self._retry_interval > deadline:
+                if time.monotonic() + self._settings.retry_interval > deadline:
                     raise KubeSubnetError(
                         f"timeout contacting kube-api, failed to patch node "
                         f"{go_quote(self.node_name)}. Error: {api_error_text(err)}"
                     ) from None
-            await asyncio.sleep(self._retry_interval)
+            await asyncio.sleep(self._settings.retry_interval)
 
     async def _read_own_node(self) -> dict[str, Any]:
         return await asyncio.to_thread(self._api.read_node, self.node_name)
@@ -296,7 +330,7 @@ class KubeSubnetManager:
         raise Unimplemented()
 
     async def complete_lease(self, lease: Lease) -> None:
-        if not self._set_node_network_unavailable:
+        if not self._settings.set_node_network_unavailable:
             return
         body = kube_nodes.network_available_patch(datetime.now(UTC))
         try:
@@ -317,8 +351,8 @@ class KubeSubnetManager:
         # annotation whenever the prefix has a name part; the normalised keys always match.
         annotations = await self._own_annotations()
         return (
-            kube_nodes.vtep_mac(annotations.get(self.keys.backend_data)),
-            kube_nodes.vtep_mac(annotations.get(self.keys.backend_v6_data)),
+            advertised_vtep_mac(annotations.get(self.keys.backend_data)),
+            advertised_vtep_mac(annotations.get(self.keys.backend_v6_data)),
         )
 
     async def _own_annotations(self) -> Mapping[str, str]:

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_network
 from typing import Any, TypeVar
 
+from pyflannel_runtime.backend import registry
 from pyflannel_runtime.model import gojson
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.subnet.annotations import Annotations
@@ -20,11 +21,7 @@ Node = Mapping[str, Any]
 _Address = TypeVar("_Address", IPv4Address, IPv6Address)
 _Network = TypeVar("_Network", IPv4Network, IPv6Network)
 
-# Backends whose own lease keeps the config's address families; the others are forced to v4.
-DUAL_STACK_BACKENDS = ("vxlan", "host-gw", "wireguard")
-
 _PREFIX_LEN_RE = re.compile(r"[0-9]+")
-_MAC_RE = re.compile(r"[0-9a-fA-F]{2}(?::[0-9a-fA-F]{2}){5}")
 
 
 class NodeLeaseError(ValueError):
@@ -248,7 +245,9 @@ def own_lease(
                 f"{go_quote(name)} node"
             )
         ipv6_subnet = v6
-    if backend_type in DUAL_STACK_BACKENDS:
+    # A dual-stack backend's own lease keeps the config's families; the others are forced to v4.
+    spec = registry.find(backend_type)
+    if spec is not None and spec.dual_stack:
         flags = (subnet is not None, ipv6_subnet is not None)
     else:
         flags = (True, False)
@@ -277,27 +276,6 @@ def network_available_patch(now: datetime) -> dict[str, Any]:
         "message": "Flannel is running on this node",
     }
     return {"status": {"conditions": [condition]}}
-
-
-# --- GetStoredMacAddresses --------------------------------------------------------------------
-
-
-def vtep_mac(backend_data: str | None) -> str:
-    """The VtepMAC a vxlan backend-data annotation carries, or "" when there is none.
-
-    flannel cuts the text apart at ``:"``, which misreads any other layout (and wireguard's
-    data); decoding the JSON gives the same answer for flannel's own annotations.
-    """
-    if not backend_data:
-        return ""
-    try:
-        decoded = gojson.to_plain(gojson.loads_pairs(backend_data))
-    except gojson.GoJSONError:
-        return ""
-    mac = gojson.lookup(decoded, "VtepMAC") if isinstance(decoded, dict) else None
-    if isinstance(mac, str) and _MAC_RE.fullmatch(mac):
-        return mac.lower()
-    return ""
 
 
 # --- the peers' leases, one per node name -----------------------------------------------------

@@ -19,6 +19,28 @@ class LeaseWatchBatch:
     snapshot: tuple[Lease, ...] | None = None
 
 
+@dataclass(frozen=True)
+class UnreadableLease:
+    """A lease in the store that could not be read: skipped, and reported."""
+
+    name: str  # the etcd key below the subnets prefix, or the node's name
+    reason: str
+
+
+@dataclass(frozen=True)
+class ListedLease:
+    lease: Lease
+    node: str = ""  # the node's name (Kubernetes); etcd leases have none
+
+
+@dataclass(frozen=True)
+class LeaseListing:
+    """Every lease in the store at one moment, and what could not be read."""
+
+    leases: tuple[ListedLease, ...]
+    unreadable: tuple[UnreadableLease, ...] = ()
+
+
 class LeaseRevoked(Exception):
     """The own lease was deleted or expired: flanneld shuts down (and exits 0) to re-acquire."""
 
@@ -39,6 +61,10 @@ class SubnetManager(Protocol):
 
     def watch_leases(self) -> AsyncIterator[LeaseWatchBatch]:
         """Peers' leases: usually a snapshot first, then events; runs until cancelled."""
+        ...
+
+    async def list_leases(self) -> LeaseListing:
+        """All leases, with expiry where the store has one (for operators, not the agent)."""
         ...
 
     async def complete_lease(self, lease: Lease) -> None:

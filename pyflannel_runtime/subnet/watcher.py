@@ -10,20 +10,97 @@ Differences from flannel, all deliberate:
   learnt through a re-list was never programmed).
 * Removals are reported before additions, so a backend never deletes state it just installed
   for a peer that moved to another subnet.
+* A lease is a peer only inside the configured network (see ``LeaseScope``): anything else
+  is skipped with a warning and never reaches a backend, in snapshots and events alike.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network
 
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseEvent
+from pyflannel_runtime.model.netconf import NetworkConfig
 from pyflannel_runtime.subnet.manager import LeaseWatchBatch
 
 log = logging.getLogger(__name__)
 
 PeerId = IPv4Network | IPv6Network | None
+Network = IPv4Network | IPv6Network
+
+
+def _inside(subnet: Network, network: Network) -> bool:
+    shift = subnet.max_prefixlen - network.prefixlen
+    return (
+        subnet.prefixlen >= network.prefixlen
+        and int(subnet.network_address) >> shift == int(network.network_address) >> shift
+    )
+
+
+def _family_rejection(
+    subnet: Network, network: Network, length: int, own: Network | None, label: str
+) -> str | None:
+    if not _inside(subnet, network):
+        return f"{label} {subnet} is outside the network {network}"
+    prefixlen = subnet.prefixlen
+    if length and prefixlen != length:
+        return f"{label} {subnet} is not a /{length} (the configured subnet length)"
+    # Aligned subnets of one length are equal or apart: only other lengths can overlap.
+    if (
+        own is not None
+        and prefixlen != own.prefixlen
+        and (_inside(subnet, own) or _inside(own, subnet))
+    ):
+        return f"{label} {subnet} overlaps this node's subnet {own}"
+    return None
+
+
+@dataclass(frozen=True)
+class LeaseScope:
+    """Where a peer's subnets may lie: inside the configured network of each family this node
+    programs, of the configured length where the store allocates them (etcd), and clear of
+    this node's own subnet. flannel programs whatever a lease names, so a lease for the host's
+    underlay subnet replaced its connected route.
+
+    Lengths: in etcd mode a node keeps its lease only while the lease has exactly SubnetLen
+    (flannel's isSubnetConfigCompat), so a lease of another length is no current node's, and a
+    longer one inside a peer's subnet would take part of that peer's traffic (the kernel
+    prefers the longer prefix). In Kubernetes mode the length is the controller's node CIDR
+    size (flannel ignores SubnetLen there) and podCIDRs cannot overlap, so it is not checked.
+    """
+
+    network: IPv4Network | None = None  # None: this node does not program IPv4
+    ipv6_network: IPv6Network | None = None
+    subnet_len: int = 0  # 0: any length
+    ipv6_subnet_len: int = 0
+
+    @classmethod
+    def of(cls, config: NetworkConfig, *, check_lengths: bool) -> LeaseScope:
+        """`check_lengths`: the store allocates SubnetLen-sized leases (etcd mode)."""
+        return cls(
+            network=config.network if config.enable_ipv4 else None,
+            ipv6_network=config.ipv6_network if config.enable_ipv6 else None,
+            subnet_len=config.subnet_len if check_lengths else 0,
+            ipv6_subnet_len=config.ipv6_subnet_len if check_lengths else 0,
+        )
+
+    def rejection(self, lease: Lease, own: Lease | None = None) -> str | None:
+        """Why this node must not program the lease, or None when it may. A family this
+        node does not program never reaches its kernel, and is not looked at."""
+        # Spelled out per family: thousands of leases are checked at start-up.
+        subnet, network = lease.subnet, self.network
+        if subnet is not None and network is not None:
+            own_subnet = own.subnet if own is not None else None
+            why = _family_rejection(subnet, network, self.subnet_len, own_subnet, "subnet")
+            if why is not None:
+                return why
+        subnet6, network6 = lease.ipv6_subnet, self.ipv6_network
+        if subnet6 is not None and network6 is not None:
+            own6 = own.ipv6_subnet if own is not None else None
+            return _family_rejection(subnet6, network6, self.ipv6_subnet_len, own6, "IPv6 subnet")
+        return None
 
 
 def peer_id(lease: Lease) -> PeerId:
@@ -40,9 +117,11 @@ def _same_lease(a: Lease, b: Lease) -> bool:
 
 
 class LeaseWatcher:
-    def __init__(self, own_lease: Lease) -> None:
+    def __init__(self, own_lease: Lease, scope: LeaseScope) -> None:
         self._own = own_lease
+        self._scope = scope
         self._leases: dict[PeerId, Lease] = {}
+        self._rejected: dict[str, str] = {}  # lease key -> why, warned about once
 
     @property
     def leases(self) -> tuple[Lease, ...]:
@@ -60,6 +139,17 @@ class LeaseWatcher:
             return self.reset(batch.snapshot) + self.update(batch.events)
         return self.update(batch.events)
 
+    def _rejected_now(self, lease: Lease, warned: Mapping[str, str]) -> bool:
+        """True when the lease is out of scope; warns unless `warned` has that reason."""
+        why = self._scope.rejection(lease, self._own)
+        if why is None:
+            return False
+        key = lease.key()
+        if warned.get(key) != why:
+            log.warning("Ignoring lease %s: %s", key, why)
+        self._rejected[key] = why
+        return True
+
     def update(self, events: Iterable[LeaseEvent]) -> list[LeaseEvent]:
         out: list[LeaseEvent] = []
         for event in events:
@@ -67,12 +157,17 @@ class LeaseWatcher:
                 continue
             key = peer_id(event.lease)
             if event.type is EventType.ADDED:
+                if self._rejected_now(event.lease, self._rejected):
+                    continue
                 old = self._leases.get(key)
                 if old is not None and not _same_subnets(old, event.lease):
                     # The peer's other family moved: undo the routes of the old one.
                     out.append(LeaseEvent(EventType.REMOVED, old))
                 self._leases[key] = event.lease
                 out.append(event)
+                continue
+            if self._scope.rejection(event.lease, self._own) is not None:
+                self._rejected.pop(event.lease.key(), None)
                 continue
             stored = self._leases.pop(key, None)
             if stored is None:
@@ -85,8 +180,9 @@ class LeaseWatcher:
 
     def reset(self, snapshot: Iterable[Lease]) -> list[LeaseEvent]:
         fresh: dict[PeerId, Lease] = {}
+        warned, self._rejected = self._rejected, {}
         for lease in snapshot:
-            if not self.is_own(lease):
+            if not self.is_own(lease) and not self._rejected_now(lease, warned):
                 fresh[peer_id(lease)] = lease
         removed = [
             LeaseEvent(EventType.REMOVED, old)

@@ -225,14 +225,8 @@ class AgentLab:
                 link.symlink_to(Path(CNI_PLUGINS) / plugin)
         return bin_dir
 
-    def add_cni_pod(self, host: LabHost, name: str) -> str:
-        """A pod netns wired by `flannel` ADD (as kubelet's runtime calls it); returns its IP."""
-        bin_dir = self.workdir / "cni-bin"
-        if not bin_dir.exists():
-            self.install_cni()
-        pod_ns = f"{self.net.token}-{name}"
-        subprocess.run(["ip", "netns", "add", pod_ns], check=True)
-        self.net.adopt(pod_ns)
+    def cni_config(self, host: LabHost, **extra: Any) -> dict[str, Any]:
+        """The flannel plugin's config on ``host``, as a runtime passes it (conflist keys merged)."""
         state = self.workdir / host.ns
         config = {
             "cniVersion": "0.3.1",
@@ -243,20 +237,42 @@ class AgentLab:
             "delegate": {"hairpinMode": True, "isDefaultGateway": True},
             "ipam": {"dataDir": str(state / "cni-ipam")},
         }
-        env = {
+        config.update(extra)
+        return config
+
+    def run_cni(
+        self, host: LabHost, command: str, config: dict[str, Any], **env: str
+    ) -> subprocess.CompletedProcess[bytes]:
+        """The installed `flannel` plugin run in ``host``'s namespace, as a runtime runs it."""
+        bin_dir = self.workdir / "cni-bin"
+        if not bin_dir.exists():
+            self.install_cni()
+        environ = {
             "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-            "CNI_COMMAND": "ADD",
-            "CNI_CONTAINERID": pod_ns,
-            "CNI_NETNS": f"/run/netns/{pod_ns}",
-            "CNI_IFNAME": "eth0",
+            "CNI_COMMAND": command,
             "CNI_PATH": str(bin_dir),
+            **env,
         }
-        done = subprocess.run(
+        return subprocess.run(
             ["ip", "netns", "exec", host.ns, str(bin_dir / "flannel")],
             input=json.dumps(config).encode(),
-            env=env,
+            env=environ,
             capture_output=True,
             check=False,
+        )
+
+    def add_cni_pod(self, host: LabHost, name: str) -> str:
+        """A pod netns wired by `flannel` ADD (as kubelet's runtime calls it); returns its IP."""
+        pod_ns = f"{self.net.token}-{name}"
+        subprocess.run(["ip", "netns", "add", pod_ns], check=True)
+        self.net.adopt(pod_ns)
+        done = self.run_cni(
+            host,
+            "ADD",
+            self.cni_config(host),
+            CNI_CONTAINERID=pod_ns,
+            CNI_NETNS=f"/run/netns/{pod_ns}",
+            CNI_IFNAME="eth0",
         )
         if done.returncode != 0:
             raise RuntimeError(f"flannel ADD failed: {done.stdout.decode()} {done.stderr.decode()}")

@@ -24,8 +24,9 @@ sys.path[:0] = [str(_ROOT), str(_ROOT / "tests" / "integration")]  # runnable as
 
 from agentlab import AgentLab  # noqa: E402
 
+from pyflannel_runtime.backend import registry  # noqa: E402
+
 STATE = Path(os.environ.get("PYFLANNEL_LAB_STATE", _ROOT / ".lab" / "state.json"))
-BACKENDS = ("vxlan", "host-gw", "udp")
 
 
 def _write_state(lab: AgentLab, pods: dict[str, dict[str, str]]) -> None:
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/lab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     up_cmd = sub.add_parser("up", help="start the lab and print its state")
-    up_cmd.add_argument("--backend", choices=BACKENDS, default="vxlan")
+    up_cmd.add_argument("--backend", choices=registry.names(), default="vxlan")
     up_cmd.add_argument("--hosts", type=int, default=3)
     sub.add_parser("down", help="remove the lab")
     args = parser.parse_args(argv)

@@ -23,11 +23,12 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_add
 from types import TracebackType
 from typing import Any
 
-from pyflannel_runtime.backend.base import Network, get_backend
+from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend.base import Network
 from pyflannel_runtime.backend.udp import UdpNetwork
-from pyflannel_runtime.iface import ExternalInterface
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config
+from pyflannel_runtime.netdev.types import ExternalInterface
 
 
 @dataclass(frozen=True)
@@ -285,7 +286,7 @@ def added(leases: Iterable[Lease]) -> list[LeaseEvent]:
 async def register_backend(lab: NetLab, n: int, backend: Mapping[str, Any]) -> Network:
     """Host n's network for net-conf's Backend, with the host's lab subnet as its lease."""
     host = lab.hosts[n - 1]
-    return await get_backend(str(backend["Type"]), netns=host.ns).register_network(
+    return await registry.create(str(backend["Type"]), netns=host.ns).register_network(
         lab_config(dict(backend), ipv6=lab.ipv6),
         external_interface(lab, host),
         lease_acquirer(host, ipv6=lab.ipv6),

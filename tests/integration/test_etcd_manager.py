@@ -20,10 +20,11 @@ import aetcd
 import pytest
 from etcd_fixture import EtcdServer, free_port, make_tls_material
 
-from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, vxlan_backend_data
+from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
+from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs
 from pyflannel_runtime.model.subnet_env import SubnetEnv, read_previous_subnets
 from pyflannel_runtime.subnet.etcd import ETCD_ERRORS, EtcdError, EtcdSettings, EtcdSubnetManager
-from pyflannel_runtime.subnet.manager import LeaseRevoked, LeaseWatchBatch
+from pyflannel_runtime.subnet.manager import LeaseListing, LeaseRevoked, LeaseWatchBatch
 
 pytestmark = pytest.mark.etcd
 
@@ -298,6 +299,18 @@ def test_unparseable_leases_are_skipped_with_a_warning(
     }
     assert warned == {f"{prefix}/subnets/not-a-subnet", f"{prefix}/subnets/10.244.1.0-24"}
 
+    async def listing() -> LeaseListing:
+        manager = EtcdSubnetManager(settings(server, prefix))
+        try:
+            return await manager.list_leases()
+        finally:
+            await manager.close()
+
+    # Operators see them: `pyflannel status` lists what the listing could not read.
+    unreadable = {u.name: u.reason for u in run(listing()).unreadable}
+    assert set(unreadable) == {"not-a-subnet", "10.244.1.0-24"}
+    assert unreadable["not-a-subnet"] == f"invalid subnet key: {prefix}/subnets/not-a-subnet"
+
 
 # --- renewal and revocation --------------------------------------------------------------------
 
@@ -422,7 +435,8 @@ def test_watch_reports_peers_added_updated_and_removed(configured: tuple[EtcdSer
                 # The watch does not look up TTLs (the datapath never needs them) ...
                 assert added.lease.expiration == math.inf
                 # ... while the listing operators see does.
-                listed = {lease.subnet: lease for lease in await manager.list_leases()}
+                listing = await manager.list_leases()
+                listed = {row.lease.subnet: row.lease for row in listing.leases}
                 expiry = listed[IPv4Network("10.244.9.0/24")].expiration
                 assert expiry is not None
                 assert time.time() + 590 < expiry <= time.time() + 601

@@ -119,3 +119,28 @@ def test_dual_stack(lab6: NetLab) -> None:
             await close_all(networks)
 
     asyncio.run(scenario())
+
+
+def test_a_route_that_is_not_flannels_is_left_alone(lab: NetLab) -> None:
+    h1, h3 = lab.hosts[0], lab.hosts[2]
+    # An operator's static route for host 3's subnet: flannel must not take it over.
+    lab.ip(h1.ns, "route", "add", str(h3.subnet), "via", "192.0.2.99", "dev", "eth0",
+           "proto", "static")  # fmt: skip
+    static = lab.ip(h1.ns, "route", "show", str(h3.subnet)).strip()
+
+    async def scenario() -> None:
+        networks = [await register(lab, n) for n in (1, 2, 3)]
+        try:
+            await mesh(networks)
+            assert lab.ip(h1.ns, "route", "show", str(h3.subnet)).strip() == static
+            assert lab.ping(h1.pod_ns, lab.hosts[1].pod_ip)
+            peers = [networks[1].lease, networks[2].lease]
+            await networks[0].reconcile(peers)
+            assert lab.ip(h1.ns, "route", "show", str(h3.subnet)).strip() == static
+            lab.ip(h1.ns, "route", "del", str(h3.subnet))
+            assert await networks[0].reconcile(peers) == 1
+            assert lab.ping(h1.pod_ns, h3.pod_ip)
+        finally:
+            await close_all(networks)
+
+    asyncio.run(scenario())

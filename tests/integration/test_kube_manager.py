@@ -8,22 +8,18 @@ import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pyflannel_runtime.model.lease import (
-    EventType,
-    Lease,
-    LeaseAttrs,
-    LeaseEvent,
-    vxlan_backend_data,
-)
-from pyflannel_runtime.subnet.kube import KubeSubnetError, KubeSubnetManager
+from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
+from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
+from pyflannel_runtime.subnet.kube import KubeSettings, KubeSubnetError, KubeSubnetManager
 from pyflannel_runtime.subnet.manager import LeaseWatchBatch, Unimplemented
-from pyflannel_runtime.subnet.watcher import LeaseWatcher
+from pyflannel_runtime.subnet.watcher import LeaseScope, LeaseWatcher
 from tests.fakes.kube_api import STRATEGIC_MERGE, FakeKubeApi
 
 P = "flannel.alpha.coreos.com/"
@@ -52,14 +48,15 @@ def net_conf(tmp_path: Path) -> Path:
 async def manager(
     api: FakeKubeApi, net_conf: Path, environ: dict[str, str] | None = None, **kw: Any
 ) -> AsyncIterator[KubeSubnetManager]:
-    sm = await KubeSubnetManager.create(
-        kube_api_url=api.url,
+    settings = KubeSettings(
+        api_url=api.url,
         net_config_path=str(net_conf),
-        environ={"NODE_NAME": NODE} if environ is None else environ,
         retry_interval=0.05,
         retry_timeout=1.0,
         **kw,
     )
+    environ = {"NODE_NAME": NODE} if environ is None else environ
+    sm = await KubeSubnetManager.create(settings, environ=environ)
     try:
         yield sm
     finally:
@@ -373,7 +370,7 @@ class Peers:
     """Consumes watch_leases into a LeaseWatcher, as the backend will."""
 
     def __init__(self, sm: KubeSubnetManager, own: Lease) -> None:
-        self.watcher = LeaseWatcher(own)
+        self.watcher = LeaseWatcher(own, LeaseScope(IPv4Network("10.244.0.0/16")))
         self.batches: list[LeaseWatchBatch] = []
         self.events: list[LeaseEvent] = []
         self._incoming: asyncio.Queue[LeaseWatchBatch] = asyncio.Queue()
@@ -574,12 +571,8 @@ def test_a_kubeconfig_file_is_used_and_the_api_url_overrides_its_server(
         )
 
     async def scenario(**kw: str) -> None:
-        sm = await KubeSubnetManager.create(
-            net_config_path=str(net_conf),
-            kubeconfig_file=str(kubeconfig),
-            environ={"NODE_NAME": NODE},
-            **kw,
-        )
+        settings = KubeSettings(net_config_path=str(net_conf), kubeconfig_file=str(kubeconfig))
+        sm = await KubeSubnetManager.create(replace(settings, **kw), environ={"NODE_NAME": NODE})
         try:
             await sm.get_stored_public_ip()
         finally:
@@ -588,7 +581,7 @@ def test_a_kubeconfig_file_is_used_and_the_api_url_overrides_its_server(
     write(api.url)
     asyncio.run(scenario())
     write("http://127.0.0.1:9")  # a dead server: only the URL override can reach the double
-    asyncio.run(scenario(kube_api_url=api.url))
+    asyncio.run(scenario(api_url=api.url))
     reads = api.requests("GET", f"/api/v1/nodes/{NODE}")
     assert [r.authorization for r in reads] == ["Bearer secret-token"] * 2
 
@@ -600,7 +593,8 @@ def test_in_cluster_config_needs_the_service_environment(
     monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
 
     async def scenario() -> None:
-        await KubeSubnetManager.create(net_config_path=str(net_conf), environ={"NODE_NAME": NODE})
+        settings = KubeSettings(net_config_path=str(net_conf))
+        await KubeSubnetManager.create(settings, environ={"NODE_NAME": NODE})
 
     with pytest.raises(KubeSubnetError, match=r"^fail to create kubernetes config: "):
         asyncio.run(scenario())

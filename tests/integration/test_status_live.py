@@ -16,6 +16,7 @@ from agentlab import AgentLab
 from netlab import LabHost
 
 from pyflannel_runtime.cli import main
+from pyflannel_runtime.netlink.netns import run_in_netns
 from tests.fakes.kube_api import FakeKubeApi
 
 RUN_CLI = "import sys; from pyflannel_runtime.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -91,6 +92,27 @@ def test_a_route_deleted_by_hand_shows_missing_until_the_agent_repairs_it(lab: A
     assert status(lab, host).returncode == 0, "the agent's reconcile repairs both"
 
 
+@pytest.mark.root
+@pytest.mark.etcd
+def test_unreadable_leases_are_listed_as_rejected(lab: AgentLab) -> None:
+    host = lab.net.hosts[0]
+    key = "/coreos.com/network/subnets/10.244.15.0-24"
+    lab.etcdctl("put", key, "{not json")
+    try:
+        done = status(lab, host)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "\nRejected (never programmed):\n  10.244.15.0-24: " in done.stdout
+        assert done.stdout.endswith(
+            "3 leases, 2 peers programmed, 0 missing, 0 stale, 1 rejected\n"
+        )
+        report = json.loads(status(lab, host, "--output=json").stdout)
+        assert [u["name"] for u in report["unreadable"]] == ["10.244.15.0-24"]
+        assert report["summary"]["rejected"] == 1 and report["ok"] is False
+    finally:
+        lab.etcdctl("del", key)
+    assert status(lab, host).returncode == 0
+
+
 def test_unreachable_etcd_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["status", "--etcd-endpoints=http://127.0.0.1:1", "--timeout=3", "--leases-only"])
     assert code == 2
@@ -133,15 +155,19 @@ def test_kube_mode_names_nodes_and_reports_a_missing_device(
 ) -> None:
     conf = tmp_path / "net-conf.json"
     conf.write_text('{"Network": "10.244.0.0/16", "Backend": {"Type": "vxlan"}}')
-    with FakeKubeApi() as api:
+    # Everything status does for --netns happens in that namespace, the API requests too.
+    subprocess.run(["ip", "-n", bare_ns, "link", "set", "lo", "up"], check=True)
+    with run_in_netns(bare_ns, FakeKubeApi) as api:
         add_flannel_node(api, "node-a", 1)
         add_flannel_node(api, "node-b", 2)
         api.add_node("not-flannel", pod_cidr="10.244.7.0/24", annotations={})
         base = ["status", "--kube-subnet-mgr", f"--kube-api-url={api.url}",
                 f"--net-config-path={conf}", "--public-ip=192.0.2.11"]  # fmt: skip
-        assert main([*base, "--leases-only"]) == 0
+        assert main([*base, f"--netns={bare_ns}", "--leases-only"]) == 0
         listing = capsys.readouterr().out
         assert "| node-a | 10.244.1.0/24 |" in listing and "not-flannel" not in listing
+        api.add_node("broken", pod_cidr="10.244.8.0/24", annotations={
+            P + "kube-subnet-manager": "true", P + "public-ip": "not-an-ip"})  # fmt: skip
         assert main([*base, f"--netns={bare_ns}", "--output=json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert [(lease["node"], lease["datapath"]) for lease in report["leases"]] == [
@@ -149,6 +175,7 @@ def test_kube_mode_names_nodes_and_reports_a_missing_device(
         ("node-b", "missing"),
     ]
     assert report["problems"] == ["device flannel.1 does not exist"]
+    assert report["unreadable"] == [{"name": "broken", "reason": 'invalid IP address: "not-an-ip"'}]
     assert (
         "route 10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink" in report["leases"][1]["missing"]
     )

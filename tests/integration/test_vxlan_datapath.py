@@ -19,9 +19,11 @@ from netlab import (
     register_backend,
 )
 
-from pyflannel_runtime.backend.base import Network, get_backend
+from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend.base import Network
 from pyflannel_runtime.backend.vxlan import VxlanNetwork
-from pyflannel_runtime.model.lease import EventType, LeaseEvent, parse_vxlan_backend_data
+from pyflannel_runtime.backend.vxlan_data import parse_vxlan_backend_data
+from pyflannel_runtime.model.lease import EventType, LeaseEvent
 
 pytestmark = pytest.mark.root
 
@@ -104,7 +106,7 @@ def test_device_has_flannels_exact_attributes(lab: NetLab) -> None:
 def test_stored_mac_is_used_and_compatible_device_reused(lab: NetLab) -> None:
     async def scenario() -> None:
         h = lab.hosts[0]
-        first = await get_backend("vxlan", netns=h.ns).register_network(
+        first = await registry.create("vxlan", netns=h.ns).register_network(
             lab_config(VXLAN), external_interface(lab, h), lease_acquirer(h),
             ("0a:58:0a:f4:01:00", ""),
         )  # fmt: skip
@@ -227,7 +229,8 @@ def test_mixed_cluster_with_a_go_flanneld_host(lab: NetLab) -> None:
         try:
             await mesh(networks)
             go_lease = lease_acquirer(lab.hosts[2])
-            from pyflannel_runtime.model.lease import LeaseAttrs, vxlan_backend_data
+            from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
+            from pyflannel_runtime.model.lease import LeaseAttrs
 
             lease3 = await go_lease(
                 LeaseAttrs(lab.hosts[2].underlay_ip, None, "vxlan", vxlan_backend_data(1, go_mac))
@@ -278,6 +281,34 @@ def test_direct_routing_uses_the_underlay_for_same_segment_peers(lab: NetLab) ->
             assert lab.ip(h1.ns, "neigh", "show", "dev", "flannel.1").strip() == ""
             assert lab.ping(h1.pod_ns, h2.pod_ip) and lab.ping(h2.pod_ns, h1.pod_ip)
             assert await networks[0].reconcile([networks[1].lease]) == 0
+        finally:
+            await close_all(networks)
+
+    asyncio.run(scenario())
+
+
+def test_routes_that_are_not_flannels_are_left_alone_and_its_own_replaced(lab: NetLab) -> None:
+    h1, h2, h3 = lab.hosts
+    # Host 1 has host 3's subnet on a local bridge (a connected route, the kernel's), and a
+    # route for host 2 left by an earlier run through flannel.1, with an outdated gateway.
+    lab.ip(h1.ns, "link", "add", "br-x", "type", "bridge")
+    lab.ip(h1.ns, "addr", "add", f"{h3.subnet.network_address + 1}/24", "dev", "br-x")
+    lab.ip(h1.ns, "link", "set", "br-x", "up")
+    connected = lab.ip(h1.ns, "route", "show", str(h3.subnet)).strip()
+    assert "proto kernel" in connected
+
+    async def scenario() -> None:
+        networks = [await register(lab, n) for n in (1, 2, 3)]
+        try:
+            lab.ip(h1.ns, "route", "add", str(h2.subnet), "via", "10.244.2.9", "dev",
+                   "flannel.1", "onlink")  # fmt: skip
+            await mesh(networks)
+            assert lab.ip(h1.ns, "route", "show", str(h3.subnet)).strip() == connected
+            assert peer_entries_on(lab, 1, 3) == ("", "", connected)  # rolled back whole
+            assert "via 10.244.2.0 dev flannel.1" in peer_entries_on(lab, 1, 2)[2]
+            assert lab.ping(h1.pod_ns, h2.pod_ip)
+            await networks[0].reconcile([networks[1].lease, networks[2].lease])
+            assert lab.ip(h1.ns, "route", "show", str(h3.subnet)).strip() == connected
         finally:
             await close_all(networks)
 

@@ -12,6 +12,9 @@ import pytest
 from pyflannel_runtime.agent.datapath import DatapathLoop
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.subnet.manager import LeaseWatchBatch
+from pyflannel_runtime.subnet.watcher import LeaseScope
+
+SCOPE = LeaseScope(IPv4Network("10.244.0.0/16"))
 
 
 def lease(n: int) -> Lease:
@@ -56,7 +59,7 @@ def added(*ns: int) -> LeaseWatchBatch:
 def test_snapshot_reconciles_then_queued_events_are_applied_together() -> None:
     network = RecordingNetwork()
     batches = [LeaseWatchBatch(snapshot=(lease(1), lease(2)))] + [added(n) for n in range(3, 13)]
-    loop = DatapathLoop(ScriptedManager(batches), network, reconcile_interval=0)  # type: ignore[arg-type]
+    loop = DatapathLoop(ScriptedManager(batches), network, SCOPE, reconcile_interval=0)  # type: ignore[arg-type]
     asyncio.run(loop.run())
     assert network.calls[0] == ("reconcile", 1)  # the own lease is not a peer
     applied = [n for kind, n in network.calls[1:] if kind == "events"]
@@ -67,7 +70,7 @@ def test_snapshot_reconciles_then_queued_events_are_applied_together() -> None:
 def test_a_watch_error_ends_the_loop_with_that_error() -> None:
     network = RecordingNetwork()
     manager = ScriptedManager([added(2), added(3)], error=RuntimeError("watch broke"))
-    loop = DatapathLoop(manager, network, reconcile_interval=0)  # type: ignore[arg-type]
+    loop = DatapathLoop(manager, network, SCOPE, reconcile_interval=0)  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match="watch broke"):
         asyncio.run(loop.run())
     assert sum(n for _, n in network.calls) == 2

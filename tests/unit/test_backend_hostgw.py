@@ -7,10 +7,11 @@ from ipaddress import IPv4Address, IPv4Network
 
 import pytest
 
-from pyflannel_runtime.backend.base import BackendError, get_backend
-from pyflannel_runtime.iface import ExternalInterface
+from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend.base import BackendError
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs
 from pyflannel_runtime.model.netconf import NetworkConfig
+from pyflannel_runtime.netdev.types import ExternalInterface
 
 CONFIG = NetworkConfig(network=IPv4Network("10.244.0.0/16"), subnet_len=24, backend_type="host-gw")
 
@@ -23,13 +24,8 @@ def test_nat_is_refused_with_flannels_message() -> None:
         raise AssertionError("no lease may be asked for")
 
     with pytest.raises(BackendError) as err:
-        asyncio.run(get_backend("host-gw").register_network(CONFIG, ext, acquire))
+        asyncio.run(registry.create("host-gw").register_network(CONFIG, ext, acquire))
     assert str(err.value) == (
         "your PublicIP differs from interface IP, meaning that probably you're on a NAT, "
         "which is not supported by host-gw backend"
     )
-
-
-def test_unknown_backend() -> None:
-    with pytest.raises(BackendError, match="unknown backend type: ipsec"):
-        get_backend("ipsec")

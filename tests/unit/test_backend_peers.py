@@ -12,7 +12,8 @@ from pyflannel_runtime.backend.peers import (
     hostgw_peer_entries,
     vxlan_peer_entries,
 )
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs, vxlan_backend_data
+from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
+from pyflannel_runtime.model.lease import Lease, LeaseAttrs
 from pyflannel_runtime.netlink.dump import Ownership, RouteFacts, owns_route
 from pyflannel_runtime.netlink.entries import Fdb, Neigh, Route
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import Callable, Sequence
 from ipaddress import IPv4Address, IPv4Network
 from typing import Any, TypeVar
@@ -11,11 +12,11 @@ from test_netlink_diff import FakeKernel
 
 from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
 from pyflannel_runtime.backend.programmer import PeerProgrammer
+from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data as data
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
-from pyflannel_runtime.model.lease import vxlan_backend_data as data
 from pyflannel_runtime.netlink.batch import OpFailure
 from pyflannel_runtime.netlink.dump import Ownership
-from pyflannel_runtime.netlink.entries import Action, Entry, Fdb, Op
+from pyflannel_runtime.netlink.entries import Action, Entry, Fdb, Op, Route
 
 T = TypeVar("T")
 DEV = 4
@@ -46,9 +47,9 @@ class ModelNetwork(PeerProgrammer):
         failures = []
         for op in ops:
             if op.entry in self.refuse:
-                failures.append(OpFailure(op, 22, ""))
-            else:
-                self.model.apply(op)
+                failures.append(OpFailure(op, errno.EINVAL, ""))
+            elif not self.model.apply(op):
+                failures.append(OpFailure(op, errno.EEXIST, ""))
         return failures
 
 
@@ -144,5 +145,48 @@ def test_reconcile_recomputes_only_changed_leases() -> None:
         calls.clear()
         assert await net.reconcile(leases) == 0
         assert len(calls) == len(leases)
+
+    asyncio.run(scenario())
+
+
+def route_of(lease: Lease) -> Route:
+    (route,) = (e for e in entries_of(lease) if isinstance(e, Route))
+    return route
+
+
+def test_a_route_that_is_not_flannels_is_never_taken_over() -> None:
+    async def scenario() -> None:
+        net = ModelNetwork()
+        # The kernel routes peer 3's subnet some other way (a connected or static route).
+        foreign = Route(route_of(peer(3)).dst, IPv4Address("192.0.2.1"), 2)
+        net.model.foreign[foreign.key] = foreign
+        await net.handle_events([LeaseEvent(EventType.ADDED, peer(n)) for n in (2, 3)])
+        assert net.model.foreign == {foreign.key: foreign}
+        assert net.model.state().entries() == entries_of(peer(2))  # peer 3 rolled back whole
+        assert Op(Action.REPLACE, route_of(peer(3))) not in net.sent
+        # Reconciles try again, and leave it alone again.
+        await net.reconcile([peer(2), peer(3)])
+        assert net.model.foreign == {foreign.key: foreign}
+        assert net.model.state().entries() == entries_of(peer(2))
+        # Once the other route is gone, the peer is programmed.
+        del net.model.foreign[foreign.key]
+        await net.reconcile([peer(2), peer(3)])
+        assert net.model.state().entries() == entries_of(peer(2)) | entries_of(peer(3))
+
+    asyncio.run(scenario())
+
+
+def test_a_route_of_flannels_own_is_replaced_when_an_event_finds_it() -> None:
+    async def scenario() -> None:
+        net = ModelNetwork()
+        # Left by an earlier run through flannel's device, before any reconcile.
+        left = Route(route_of(peer(2)).dst, IPv4Address("10.244.2.9"), DEV, onlink=True)
+        net.model.apply(Op(Action.REPLACE, left))
+        await net.handle_events([LeaseEvent(EventType.ADDED, peer(2))])
+        assert net.model.state().entries() == entries_of(peer(2))
+        assert [op.action for op in net.sent if op.entry.key == left.key] == [
+            Action.CREATE,
+            Action.REPLACE,
+        ]
 
     asyncio.run(scenario())

@@ -90,6 +90,44 @@ def test_config_check_fails_with_flannels_message(
     assert capsys.readouterr() == ("", message + "\n")
 
 
+@pytest.mark.parametrize(
+    ("backend", "message"),
+    [
+        ('"Port": 70000', "Port must be between 0 and 65535, got 70000"),
+        ('"VNI": 99999999999999999999999', "json: cannot unmarshal number "
+         "99999999999999999999999 into Go struct field .VNI of type int"),
+        ('"VNI": -5', "VNI must be between 0 and 16777215, got -5"),
+        ('"Port": "abc"', "json: cannot unmarshal string into Go struct field .Port of type int"),
+        ('"VNI": "1"', "json: cannot unmarshal string into Go struct field .VNI of type int"),
+    ],
+)  # fmt: skip
+def test_config_check_refuses_the_backend_options_the_agent_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], backend: str, message: str
+) -> None:
+    conf = tmp_path / "net-conf.json"
+    conf.write_text(f'{{"Network": "10.244.0.0/16", "Backend": {{"Type": "vxlan", {backend}}}}}')
+    assert main(["config", "check", str(conf)]) == 1
+    assert capsys.readouterr() == ("", f"error decoding VXLAN backend config: {message}\n")
+
+
+def test_config_check_stays_light(tmp_path: Path) -> None:
+    conf = tmp_path / "net-conf.json"
+    conf.write_text('{"Network": "10.244.0.0/16", "Backend": {"Type": "vxlan", "VNI": 7}}')
+    probe = (
+        "import sys\n"
+        "from pyflannel_runtime.cli import main\n"
+        "code = main(['config', 'check', sys.argv[1]])\n"
+        "print(code, ' '.join(sorted(sys.modules)), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(conf)], capture_output=True, text=True, check=True
+    )
+    code, modules = done.stderr.split(" ", 1)
+    assert code == "0"
+    loaded = {name.split(".")[0] for name in modules.split()}
+    assert not {"pyroute2", "pydantic", "kubernetes", "numpy"} & loaded
+
+
 def test_config_check_of_a_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "absent.json"
     assert main(["config", "check", str(missing)]) == 1

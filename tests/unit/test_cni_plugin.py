@@ -380,11 +380,11 @@ def test_installed_plugin_runs_and_stays_import_light(lab: Lab, tmp_path: Path) 
         "status = run(env, sys.stdin.buffer, out, err)\n"
         "print(status, ' '.join(sorted(sys.modules)))\n"
     )
-    for command in ("ADD", "DEL"):
+    for command in ("ADD", "DEL", "STATUS"):
         env = lab.env(command)
         probe_run = subprocess.run(
             [sys.executable, "-IS", "-c", probe, *(f"{k}={v}" for k, v in env.items())],
-            input=lab.conf(),
+            input=lab.conf(cniVersion="1.1.0") if command == "STATUS" else lab.conf(),
             capture_output=True,
             check=True,
         )

@@ -21,7 +21,6 @@ from pyflannel_runtime.subnet.kube_nodes import (
     node_to_lease,
     own_lease,
     own_pod_cidrs,
-    vtep_mac,
 )
 
 KEYS = Annotations.for_prefix()
@@ -261,23 +260,6 @@ def test_network_available_patch_is_flannels_exact_body() -> None:
     assert network_available_patch(datetime(2026, 1, 1, tzinfo=UTC))["status"]["conditions"][0][
         "lastHeartbeatTime"
     ] == ("2026-01-01T00:00:00Z")
-
-
-@pytest.mark.parametrize(
-    ("data", "mac"),
-    [
-        (DATA1, MAC1),
-        ('{"VtepMAC":"12:C6:65:89:B4:E3","VNI":1}', MAC1),
-        ('{"PublicKey":"abc=","Port":51820}', ""),
-        ("null", ""),
-        ("", ""),
-        (None, ""),
-        ("{broken", ""),
-        ('{"VNI":1,"VtepMAC":"not-a-mac"}', ""),
-    ],
-)
-def test_vtep_mac(data: str | None, mac: str) -> None:
-    assert vtep_mac(data) == mac
 
 
 # --- the update filter and the per-node cache -------------------------------------------------

@@ -8,13 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
 from pyflannel_runtime.model.lease import (
     LeaseAttrs,
     LeaseError,
     make_subnet_key,
     parse_subnet_key,
-    parse_vxlan_backend_data,
-    vxlan_backend_data,
 )
 
 RESERVATIONS_EXAMPLE = (
@@ -116,14 +115,6 @@ def test_subnet_key_round_trip(v4: int, len4: int, v6: tuple[int, int] | None) -
     sn4 = IPv4Network((v4, len4), strict=False)
     sn6 = IPv6Network(v6, strict=False) if v6 else None
     assert parse_subnet_key(make_subnet_key(sn4, sn6)) == (sn4, sn6)
-
-
-def test_vxlan_backend_data_parse() -> None:
-    data = parse_vxlan_backend_data('{"VNI":1,"VtepMAC":"C6:D2:32:6F:8F:44"}')
-    assert (data.vni, data.vtep_mac) == (1, "c6:d2:32:6f:8f:44")
-    for bad in (None, "null", '{"VNI":1}', '{"VNI":1,"VtepMAC":"zz"}', "{"):
-        with pytest.raises(LeaseError):
-            parse_vxlan_backend_data(bad)
 
 
 @given(

@@ -9,14 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend.options import UdpOptions, VxlanOptions
 from pyflannel_runtime.model.netconf import (
     ConfigError,
     check_network_config,
     encode_config,
     parse_config,
-    require_supported_backend,
-    udp_options,
-    vxlan_options,
 )
 
 
@@ -49,7 +48,7 @@ def test_documentation_example_keeps_explicit_values() -> None:
         "10.10.0.0",
         "10.99.0.0",
     )
-    assert udp_options(cfg).port == 7890
+    assert UdpOptions.of(cfg).port == 7890
 
 
 def test_keys_are_case_insensitive_and_last_duplicate_wins() -> None:
@@ -75,12 +74,12 @@ def test_defaults_enable_ipv4_and_udp_backend() -> None:
 def test_backend_type_is_lowercased_and_options_case_insensitive() -> None:
     cfg = parse_config('{"Network":"10.244.0.0/16","backend":{"type":"VXLAN","vni":4,"port":4789}}')
     assert cfg.backend_type == "vxlan"
-    opts = vxlan_options(cfg)
+    opts = VxlanOptions.of(cfg)
     assert (opts.vni, opts.port, opts.mtu, opts.direct_routing) == (4, 4789, 0, False)
 
 
 def test_vxlan_defaults() -> None:
-    opts = vxlan_options(parse_config('{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}'))
+    opts = VxlanOptions.of(parse_config('{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}'))
     assert (opts.vni, opts.port, opts.gbp, opts.learning) == (1, 0, False, False)
 
 
@@ -88,13 +87,13 @@ def test_backend_without_type_is_unknown() -> None:
     cfg = parse_config('{"Network":"10.244.0.0/16","Backend":{}}')
     assert cfg.backend_type == ""
     with pytest.raises(ConfigError, match=r"^unknown backend type: "):
-        require_supported_backend(cfg)
+        registry.validate(cfg)
 
 
 def test_unsupported_backend_names_the_supported_ones() -> None:
     cfg = parse_config('{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard"}}')
     with pytest.raises(ConfigError) as err:
-        require_supported_backend(cfg)
+        registry.validate(cfg)
     assert "unknown backend type: wireguard" in str(err.value)
     assert "vxlan, host-gw, udp" in str(err.value)
 
@@ -199,7 +198,7 @@ def test_invalid_json_is_a_config_error() -> None:
 def test_vxlan_option_type_error() -> None:
     cfg = parse_config('{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan","VNI":"1"}}')
     with pytest.raises(ConfigError, match="error decoding VXLAN backend config"):
-        vxlan_options(cfg)
+        VxlanOptions.of(cfg)
 
 
 def test_dual_stack_config() -> None:

@@ -23,29 +23,35 @@ from pyflannel_runtime.netlink.entries import (
 
 @dataclass
 class FakeKernel:
-    """Kernel semantics for what we send: replace overwrites by key; a vxlan MAC may hold
-    several remotes, a replace rewrites its first one, a delete removes the named one."""
+    """Kernel semantics for what we send: replace overwrites by key, create fails (False)
+    where anything holds the key; a vxlan MAC may hold several remotes, a replace rewrites its
+    first one, a delete removes the named one. `foreign` routes are the kernel's or an
+    operator's: a dump of what flannel owns does not show them, but they hold their keys."""
 
     routes: dict[object, Route] = field(default_factory=dict)
     neighs: dict[object, Neigh] = field(default_factory=dict)
     fdb: dict[tuple[int, str], list[IPAddress]] = field(default_factory=dict)
+    foreign: dict[object, Route] = field(default_factory=dict)
 
-    def apply(self, op: Op) -> None:
+    def apply(self, op: Op) -> bool:
         e = op.entry
-        replace = op.action is Action.REPLACE
+        write = op.action is not Action.DELETE
         if isinstance(e, Route):
-            if replace:
+            if op.action is Action.CREATE and (e.key in self.routes or e.key in self.foreign):
+                return False
+            if write:
+                self.foreign.pop(e.key, None)
                 self.routes[e.key] = e
             else:
                 self.routes.pop(e.key, None)
         elif isinstance(e, Neigh):
-            if replace:
+            if write:
                 self.neighs[e.key] = e
             else:
                 self.neighs.pop(e.key, None)
         else:
             remotes = self.fdb.get(e.key)
-            if replace:
+            if write:
                 if remotes is None:
                     self.fdb[e.key] = [e.dst]
                 elif e.dst not in remotes:
@@ -54,6 +60,7 @@ class FakeKernel:
                 remotes.remove(e.dst)
                 if not remotes:
                     del self.fdb[e.key]
+        return True
 
     def state(self) -> DatapathState:
         fdbs = {Fdb(i, mac, dst) for (i, mac), dsts in self.fdb.items() for dst in dsts}
@@ -99,8 +106,22 @@ def test_applying_the_plan_yields_the_desired_state(
 ) -> None:
     desired = desired_state(wanted)
     for op in plan(desired, kernel.state()):
-        kernel.apply(op)
+        assert kernel.apply(op), op
     assert kernel.state() == desired
+
+
+@given(entries, kernels(), st.lists(routes, max_size=5))
+def test_the_plan_never_takes_over_a_route_that_is_not_owned(
+    wanted: list[Entry], kernel: FakeKernel, foreign: list[Route]
+) -> None:
+    owned = kernel.state()
+    for route in foreign:
+        if route.key not in kernel.routes:
+            kernel.foreign[route.key] = route
+    held = dict(kernel.foreign)
+    for op in plan(desired_state(wanted), owned):
+        kernel.apply(op)
+    assert kernel.foreign == held
 
 
 @given(entries)
@@ -135,6 +156,17 @@ def test_desired_state_keeps_the_later_of_two_entries_of_each_kind() -> None:
     ]
     for first, later in pairs:
         assert desired_state([first, later]).entries() == {later}
+
+
+def test_a_route_is_created_unless_an_owned_one_holds_its_key() -> None:
+    new = Route(ip_network("10.244.2.0/24"), ip_address("192.0.2.3"), 3)
+    other = Route(ip_network("10.244.3.0/24"), ip_address("192.0.2.3"), 3)
+    neigh = Neigh(3, ip_address("10.244.2.0"), MACS[0])
+    desired = DatapathState(routes=frozenset({new, other}), neighs=frozenset({neigh}))
+    owned = DatapathState(routes=frozenset({Route(other.dst, ip_address("192.0.2.9"), 3)}))
+    ops = plan(desired, owned)
+    assert ops[0] == Op(Action.REPLACE, neigh)  # on flannel's own devices: always flannel's
+    assert set(ops[1:]) == {Op(Action.CREATE, new), Op(Action.REPLACE, other)}
 
 
 def test_changed_peer_is_replaced_not_deleted() -> None:

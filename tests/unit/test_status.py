@@ -8,25 +8,24 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Network, ip_address, ip_netw
 
 import pytest
 
+from pyflannel_runtime.backend.host import HostDatapath
 from pyflannel_runtime.backend.peers import VxlanDevices, hostgw_peer_entries, vxlan_peer_entries
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs, vxlan_backend_data
+from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
+from pyflannel_runtime.model.lease import Lease, LeaseAttrs
 from pyflannel_runtime.netlink.entries import DatapathState, Fdb, Neigh, Route
+from pyflannel_runtime.ops.verify import Datapath, compare, describe, find_own_lease
 from pyflannel_runtime.status import (
-    Datapath,
-    HostDatapath,
-    LeaseRow,
     StatusError,
     add_arguments,
     agent_options,
-    compare,
-    describe,
-    find_own_lease,
     remaining,
     render_json,
     render_table,
     report_dict,
     summary,
 )
+from pyflannel_runtime.subnet.manager import ListedLease, UnreadableLease
+from pyflannel_runtime.subnet.watcher import LeaseScope
 
 DEV, ETH0 = 4, 2
 NAMES = {DEV: "flannel.1", ETH0: "eth0"}
@@ -46,8 +45,8 @@ def hostgw_lease(n: int) -> Lease:
                  None, "host-gw"))  # fmt: skip
 
 
-def rows(*leases: Lease) -> list[LeaseRow]:
-    return [LeaseRow(lease) for lease in leases]
+def rows(*leases: Lease) -> list[ListedLease]:
+    return [ListedLease(lease) for lease in leases]
 
 
 def vxlan_entries(lease: Lease) -> set[Route | Neigh | Fdb]:
@@ -182,7 +181,7 @@ def test_the_table_has_aligned_columns_details_and_the_summary_last() -> None:
 
 def test_kube_tables_name_the_nodes() -> None:
     own, peer = vxlan_lease(1), vxlan_lease(2)
-    listing = [LeaseRow(own, "node-a"), LeaseRow(peer, "node-b")]
+    listing = [ListedLease(own, "node-a"), ListedLease(peer, "node-b")]
     report = compare(listing, own, VXLAN_HOST, DatapathState.of(vxlan_entries(peer)), "kube")
     lines = render_table(report, 0).splitlines()
     assert lines[1].split("|")[1:3] == [" NODE   ", " SUBNET        "]
@@ -213,7 +212,14 @@ def test_json_output_for_scripts() -> None:
     }
     assert data["leases"][1]["datapath"] == "programmed"
     assert data["stale"] == ["route 10.244.9.0/24 via 10.244.9.0 dev flannel.1 onlink"]
-    assert data["summary"] == {"leases": 2, "programmed": 1, "missing": 0, "stale": 1, "skipped": 0}
+    assert data["summary"] == {
+        "leases": 2,
+        "programmed": 1,
+        "missing": 0,
+        "stale": 1,
+        "skipped": 0,
+        "rejected": 0,
+    }
     assert data["ok"] is False
 
 
@@ -237,3 +243,47 @@ def test_settings_default_to_the_agents_environment_and_flags_win() -> None:
     assert agent_options(parse(), {}).subnet_file == "/run/flannel/subnet.env"
     with pytest.raises(StatusError, match="FLANNELD_KUBE_SUBNET_MGR"):
         agent_options(parse(), {"FLANNELD_KUBE_SUBNET_MGR": "maybe"})
+
+
+def test_leases_outside_the_network_and_unreadable_ones_are_rejected() -> None:
+    own, peer = vxlan_lease(1), vxlan_lease(2)
+    underlay = Lease(IPv4Network("192.0.2.0/24"), None, vxlan_lease(9).attrs)
+    scope = LeaseScope(IPv4Network("10.244.0.0/16"))
+    bad = UnreadableLease("10.244.15.0-24", "invalid character 'x' looking for beginning of value")
+    actual = DatapathState.of(vxlan_entries(peer))
+    report = compare(
+        rows(own, peer, underlay), own, VXLAN_HOST, actual, "etcd", scope=scope, unreadable=[bad]
+    )
+    assert [s.datapath for s in report.leases] == [
+        Datapath.OWN,
+        Datapath.PROGRAMMED,
+        Datapath.REJECTED,
+    ]
+    assert report.rejected == 2 and not report.ok
+    table = render_table(report, 0)
+    assert (
+        "| 192.0.2.0/24  | 192.0.2.19 | vxlan   | 0a:58:0a:f4:09:00 | never   |     | rejected"
+        in table
+    )
+    assert table.endswith(
+        "\nRejected (never programmed):\n"
+        "  192.0.2.0/24: subnet 192.0.2.0/24 is outside the network 10.244.0.0/16\n"
+        "  10.244.15.0-24: invalid character 'x' looking for beginning of value\n"
+        "\n"
+        "3 leases, 1 peer programmed, 0 missing, 0 stale, 2 rejected\n"
+    )
+    data = report_dict(report)
+    assert data["summary"]["rejected"] == 2 and data["ok"] is False
+    assert data["unreadable"] == [
+        {"name": "10.244.15.0-24", "reason": "invalid character 'x' looking for beginning of value"}
+    ]
+    assert data["leases"][2]["datapath"] == "rejected"
+    assert data["leases"][2]["note"] == "subnet 192.0.2.0/24 is outside the network 10.244.0.0/16"
+
+
+def test_leases_only_still_rejects_what_lies_outside_the_network() -> None:
+    stray = Lease(IPv4Network("10.99.0.0/24"), None, vxlan_lease(9).attrs)
+    scope = LeaseScope(IPv4Network("10.244.0.0/16"))
+    report = compare(rows(vxlan_lease(1), stray), None, None, None, "etcd", scope=scope)
+    assert [s.datapath for s in report.leases] == [Datapath.UNCHECKED, Datapath.REJECTED]
+    assert summary(report) == "2 leases, 0 peers programmed, 0 missing, 0 stale, 1 rejected"

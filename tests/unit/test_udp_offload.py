@@ -15,7 +15,6 @@ from pyflannel_runtime.backend.udp_offload import (
     VNET_HDR,
     VNET_HDR_LEN,
     Offload,
-    best_offload,
     complete_checksum,
     python_offload,
 )
@@ -25,6 +24,7 @@ from pyflannel_runtime.backend.udp_packet import (
     ones_sum,
     pseudo_header_sum,
 )
+from pyflannel_runtime.backend.udp_worker import best_offload
 
 SRC = IPv4Address("10.244.1.10")
 DST = IPv4Address("10.244.2.10")

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from ipaddress import IPv4Address, IPv4Network, IPv6Network
+from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
+from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config
 from pyflannel_runtime.subnet.manager import LeaseWatchBatch
-from pyflannel_runtime.subnet.watcher import LeaseWatcher, PeerId, peer_id
+from pyflannel_runtime.subnet.watcher import LeaseScope, LeaseWatcher, PeerId, peer_id
 
+SCOPE = LeaseScope(IPv4Network("10.244.0.0/16"), IPv6Network("fd00::/48"))
 OWN = Lease(
     IPv4Network("10.244.0.0/24"),
     IPv6Network("fd00::/64"),
@@ -74,20 +80,26 @@ def state(watcher: LeaseWatcher) -> dict[PeerId, Lease]:
     return {peer_id(lease): lease for lease in watcher.leases}
 
 
-@given(operations)
-def test_the_events_reproduce_the_cache_and_never_mention_our_own_lease(ops) -> None:
-    watcher = LeaseWatcher(OWN)
+def drive(ops: list[tuple[str, Any]]) -> Iterator[tuple[LeaseWatcher, list[LeaseEvent]]]:
+    """Run the operations, checking after each that replaying the events gives the cache."""
+    watcher = LeaseWatcher(OWN, SCOPE)
     replica: dict[PeerId, Lease] = {}
     for kind, payload in ops:
         emitted = watcher.update(payload) if kind == "update" else watcher.reset(payload)
-        assert not any(watcher.is_own(e.lease) for e in emitted)
+        yield watcher, emitted
         replay(replica, emitted)
         assert replica == state(watcher)
 
 
+@given(operations)
+def test_the_events_reproduce_the_cache_and_never_mention_our_own_lease(ops) -> None:
+    for watcher, emitted in drive(ops):
+        assert not any(watcher.is_own(e.lease) for e in emitted)
+
+
 @given(st.lists(leases, max_size=8), st.lists(leases, max_size=8))
 def test_reset_makes_the_cache_the_snapshot_and_is_idempotent(first, second) -> None:
-    watcher = LeaseWatcher(OWN)
+    watcher = LeaseWatcher(OWN, SCOPE)
     watcher.reset(first)
     watcher.reset(second)
     expected = {peer_id(lease): lease for lease in second if not watcher.is_own(lease)}
@@ -96,13 +108,13 @@ def test_reset_makes_the_cache_the_snapshot_and_is_idempotent(first, second) -> 
 
 
 def test_events_for_our_own_subnet_are_ignored() -> None:
-    watcher = LeaseWatcher(OWN)
+    watcher = LeaseWatcher(OWN, SCOPE)
     assert watcher.update([added(lease(0)), added(lease(None, 0)), added(lease(7, 0))]) == []
     assert watcher.leases == ()
 
 
 def test_removed_event_is_answered_with_the_stored_attrs() -> None:
-    watcher = LeaseWatcher(OWN)
+    watcher = LeaseWatcher(OWN, SCOPE)
     full = lease(1, ip=2, mac=9)
     watcher.update([added(full)])
     bare = Lease(full.subnet, None, LeaseAttrs())  # an etcd DELETE knows only the key
@@ -111,32 +123,129 @@ def test_removed_event_is_answered_with_the_stored_attrs() -> None:
 
 
 def test_removal_of_an_unknown_subnet_is_passed_on() -> None:
-    watcher = LeaseWatcher(OWN)
+    watcher = LeaseWatcher(OWN, SCOPE)
     assert watcher.update([removed(lease(3))]) == [removed(lease(3))]
 
 
 def test_reset_reports_changed_attributes() -> None:
-    watcher = LeaseWatcher(OWN)
+    watcher = LeaseWatcher(OWN, SCOPE)
     watcher.reset([lease(1, mac=1), lease(2)])
     # flannel's Reset stays silent about the new MAC of 10.244.1.0/24; here it is an Added.
     assert watcher.reset([lease(1, mac=2), lease(2)]) == [added(lease(1, mac=2))]
 
 
 def test_reset_removes_vanished_peers_before_adding_new_ones() -> None:
-    watcher = LeaseWatcher(OWN)
+    watcher = LeaseWatcher(OWN, SCOPE)
     watcher.reset([lease(1), lease(2)])
     assert watcher.reset([lease(2), lease(3)]) == [removed(lease(1)), added(lease(3))]
 
 
 def test_a_peer_whose_ipv6_subnet_moved_is_removed_then_added() -> None:
-    watcher = LeaseWatcher(OWN)
+    watcher = LeaseWatcher(OWN, SCOPE)
     watcher.update([added(lease(1, 1))])
     assert watcher.update([added(lease(1, 2))]) == [removed(lease(1, 1)), added(lease(1, 2))]
 
 
 def test_apply_handles_snapshots_and_events() -> None:
-    watcher = LeaseWatcher(OWN)
+    watcher = LeaseWatcher(OWN, SCOPE)
     batch = LeaseWatchBatch(snapshot=(lease(1), lease(2)))
     assert watcher.apply(batch) == [added(lease(1)), added(lease(2))]
     assert watcher.apply(LeaseWatchBatch(events=(removed(lease(1)),))) == [removed(lease(1))]
     assert watcher.leases == (lease(2),)
+
+
+# --- containment: only leases inside the network are peers -------------------------------------
+
+
+def odd_lease(v4: str | None, v6: str | None = None) -> Lease:
+    return Lease(
+        IPv4Network(v4) if v4 else None,
+        IPv6Network(v6) if v6 else None,
+        LeaseAttrs(IPv4Address("192.0.2.20"), backend_type="vxlan"),
+        enable_ipv4=v4 is not None,
+        enable_ipv6=v6 is not None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("v4", "v6", "why"),
+    [
+        ("192.0.2.0/24", None, "subnet 192.0.2.0/24 is outside the network 10.244.0.0/16"),
+        ("10.99.0.0/24", None, "subnet 10.99.0.0/24 is outside the network 10.244.0.0/16"),
+        ("10.0.0.0/8", None, "subnet 10.0.0.0/8 is outside the network 10.244.0.0/16"),
+        ("10.244.0.0/16", None, "subnet 10.244.0.0/16 overlaps this node's subnet 10.244.0.0/24"),
+        ("10.244.0.128/25", None, "subnet 10.244.0.128/25 overlaps this node's subnet "
+                                  "10.244.0.0/24"),
+        ("10.244.5.0/24", "fd01::/64", "IPv6 subnet fd01::/64 is outside the network fd00::/48"),
+        (None, "fd00::/40", "IPv6 subnet fd00::/40 is outside the network fd00::/48"),
+        (None, "fd00::/56", "IPv6 subnet fd00::/56 overlaps this node's subnet fd00::/64"),
+        ("10.244.5.0/24", "fd00:0:0:5::/64", None),
+        ("10.244.5.0/25", None, None),  # no length is configured (Kubernetes mode)
+    ],
+)  # fmt: skip
+def test_scope_rejections(v4: str | None, v6: str | None, why: str | None) -> None:
+    assert SCOPE.rejection(odd_lease(v4, v6), OWN) == why
+
+
+def test_in_etcd_mode_a_lease_must_have_the_configured_length() -> None:
+    config = NetworkConfig(
+        network=IPv4Network("10.244.0.0/16"),
+        enable_ipv6=True,
+        ipv6_network=IPv6Network("fd00::/48"),
+    )
+    checked = check_network_config(config)
+    etcd = LeaseScope.of(checked, check_lengths=True)
+    kube = LeaseScope.of(checked, check_lengths=False)
+    narrow = odd_lease("10.244.2.128/25")  # inside a peer's /24: would take half its traffic
+    assert etcd.rejection(narrow, OWN) == (
+        "subnet 10.244.2.128/25 is not a /24 (the configured subnet length)"
+    )
+    assert kube.rejection(narrow, OWN) is None
+    assert etcd.rejection(odd_lease("10.244.2.0/24", "fd00:0:0:2::/80"), OWN) == (
+        "IPv6 subnet fd00:0:0:2::/80 is not a /64 (the configured subnet length)"
+    )
+    assert etcd.rejection(odd_lease("10.244.2.0/24", "fd00:0:0:2::/64"), OWN) is None
+
+
+def test_a_family_this_node_does_not_program_is_not_checked() -> None:
+    v4_only = LeaseScope(IPv4Network("10.244.0.0/16"))
+    assert v4_only.rejection(odd_lease("10.244.5.0/24", "fd99::/64"), OWN) is None
+    assert v4_only.rejection(odd_lease(None, "fd99::/64")) is None
+
+
+OUTSIDE = [odd_lease("192.0.2.0/24"), odd_lease("10.99.0.0/24"), odd_lease("10.244.0.0/25")]
+mixed = st.one_of(leases, st.sampled_from(OUTSIDE))
+mixed_operations = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("update"), st.lists(st.builds(LeaseEvent, st.sampled_from(EventType), mixed))
+        ),
+        st.tuples(st.just("reset"), st.lists(mixed, max_size=6)),
+    ),
+    max_size=12,
+)
+
+
+@given(mixed_operations)
+def test_no_event_ever_carries_a_lease_outside_the_scope(ops) -> None:
+    for watcher, emitted in drive(ops):
+        assert all(SCOPE.rejection(e.lease, OWN) is None for e in emitted)
+        assert all(SCOPE.rejection(lease, OWN) is None for lease in watcher.leases)
+
+
+def test_a_rejected_lease_is_warned_about_once(caplog: pytest.LogCaptureFixture) -> None:
+    watcher = LeaseWatcher(OWN, SCOPE)
+    hostile = odd_lease("192.0.2.0/24")
+    with caplog.at_level(logging.WARNING):
+        assert watcher.reset([hostile, lease(1)]) == [added(lease(1))]
+        assert watcher.update([added(hostile)]) == []
+        assert watcher.reset([hostile, lease(1)]) == []
+        assert watcher.update([removed(Lease(hostile.subnet, None, LeaseAttrs()))]) == []
+        assert watcher.update([added(hostile)]) == []
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert (
+        warnings
+        == ["Ignoring lease 192.0.2.0-24: subnet 192.0.2.0/24 is outside the network 10.244.0.0/16"]
+        * 2
+    )  # once, and again after its removal
+    assert watcher.leases == (lease(1),)

@@ -1,0 +1,128 @@
+"""The flannel plugin's ADD and DEL, as flannel's Go plugin (flannel-io/cni-plugin
+flannel_linux.go: doCmdAdd, cmdDel); GC and STATUS replay DEL and read subnet.env through here.
+
+Loaded at every pod operation: only cheap standard-library modules at the top, the rest inside
+the command that needs it.
+"""
+
+from __future__ import annotations
+
+from pyflannel_runtime.cni import skel
+from pyflannel_runtime.cni.gojson import GoJSONError, decode
+from pyflannel_runtime.cni.skel import CniError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import BinaryIO
+
+    from pyflannel_runtime.model.subnet_env import CniSubnetEnv
+
+_SUBNET_ENV_HINT = ". Check the flannel pod log for this node."
+
+
+def _plain(msg: str) -> CniError:
+    """A plain Go error returned from cmdAdd/cmdDel: skel reports it as an internal error."""
+    return CniError(skel.ERR_INTERNAL, msg)
+
+
+def load_subnet_env(path: str) -> CniSubnetEnv:
+    from pyflannel_runtime.model.subnet_env import parse_cni_subnet_env
+
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read().decode("utf-8", errors="replace")
+    except IsADirectoryError:
+        raise ValueError(f"read {path}: is a directory") from None
+    except OSError as err:
+        raise ValueError(f"open {path}: {(err.strerror or str(err)).lower()}") from None
+    return parse_cni_subnet_env(text, path)
+
+
+def cmd_add(environ: Mapping[str, str], stdin: bytes, stdout: BinaryIO, stderr: BinaryIO) -> None:
+    from pyflannel_runtime.cni.delegate import (
+        DelegateError,
+        build_delegate,
+        check_delegate,
+        encode_delegate,
+    )
+    from pyflannel_runtime.cni.invoke import InvokeError, exec_plugin, find_in_path
+    from pyflannel_runtime.cni.netconf import NetConfError, parse_netconf
+    from pyflannel_runtime.cni.state import save_config
+
+    try:
+        conf = parse_netconf(stdin)
+    except NetConfError as err:
+        raise _plain(f"failed to load flannel netconf file: {err}") from None
+    try:
+        subnet_env = load_subnet_env(conf.subnet_file)
+    except ValueError as err:  # SubnetEnvError is a ValueError
+        raise _plain(f"failed to load flannel 'subnet.env' file: {err}{_SUBNET_ENV_HINT}") from None
+    try:
+        if conf.delegate is not None:
+            check_delegate(conf.delegate)
+        delegate = build_delegate(conf, subnet_env)
+    except DelegateError as err:
+        raise _plain(str(err)) from None
+
+    config = encode_delegate(delegate)
+    stderr.write(b"delegateAdd: netconf sent to delegate plugin:\n" + config)
+    container_id = environ["CNI_CONTAINERID"]
+    try:
+        save_config(conf.data_dir, container_id, config)
+    except OSError as err:
+        raise _plain(str(err)) from None
+    try:
+        plugin = find_in_path(str(delegate["type"]), environ.get("CNI_PATH", ""))
+    except InvokeError as err:
+        raise _plain(f"failed to delegate add: {err}") from None
+    result, plugin_stderr = exec_plugin("ADD", plugin, config, environ)
+    stderr.write(plugin_stderr)
+    _check_result(result)
+    stdout.write(result)
+
+
+def _check_result(result: bytes) -> None:
+    """libcni parses the delegate's result; one that does not parse fails the ADD."""
+    try:
+        parsed = decode(result)
+    except GoJSONError as err:
+        raise _plain(
+            f"failed to delegate add: decoding version from network config: {err}"
+        ) from None
+    if not isinstance(parsed, dict):
+        raise _plain("failed to delegate add: delegate returned a result that is not an object")
+
+
+def cmd_del(environ: Mapping[str, str], stdin: bytes, stderr: BinaryIO) -> None:
+    from pyflannel_runtime.cni.invoke import InvokeError, exec_plugin, find_in_path
+    from pyflannel_runtime.cni.netconf import NetConfError, parse_netconf, saved_delegate_type
+    from pyflannel_runtime.cni.state import read_config, remove_config
+
+    try:
+        conf = parse_netconf(stdin)
+    except NetConfError as err:
+        raise _plain(str(err)) from None
+    container_id = environ["CNI_CONTAINERID"]
+    try:
+        saved = read_config(conf.data_dir, container_id)
+    except OSError as err:
+        raise _plain(str(err)) from None
+    if saved is None:
+        return  # already deleted, or never added: DEL must succeed
+    try:
+        plugin_type = saved_delegate_type(saved)
+    except NetConfError as err:
+        # flannel leaves the file and the interface; a reboot cleans them up
+        stderr.write(f"failed to parse netconf: {err}".encode())
+        return
+    try:
+        try:
+            plugin = find_in_path(plugin_type, environ.get("CNI_PATH", ""))
+        except InvokeError as err:
+            raise _plain(str(err)) from None
+        _, plugin_stderr = exec_plugin("DEL", plugin, saved, environ)
+        stderr.write(plugin_stderr)
+    finally:
+        # flannel removes the file even when the delegate's DEL fails
+        remove_config(conf.data_dir, container_id)

@@ -1,0 +1,1 @@
+"""One node's pod addresses: reading host-local's allocations, finding leaks, releasing them."""
