@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
@@ -150,6 +151,20 @@ def test_unsupported_backend_names_the_supported_ones() -> None:
             '"IPv6SubnetMin":"fc00:0:0:1::1"}',
             "IPv6SubnetMin is not on a SubnetLen boundary: fc00:0:0:1::1",
         ),
+        (
+            '{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fc00::/48",'
+            '"IPv6SubnetMax":"fc00:1::"}',
+            "IPv6SubnetMax is not in the range of the IPv6Network",
+        ),
+        (
+            '{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fc00::/48",'
+            '"IPv6SubnetMax":"fc00:0:0:9::1"}',
+            "IPv6SubnetMax is not on a SubnetLen boundary: fc00:0:0:9::1",
+        ),
+        (
+            '{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fc00::/48","IPv6SubnetLen":49}',
+            "network must be able to accommodate at least four subnets",
+        ),
     ],
 )
 def test_validation_messages_are_flannels(text: str, message: str) -> None:
@@ -210,6 +225,84 @@ def test_dual_stack_config() -> None:
     assert cfg.ipv6_subnet_len == 64
     assert cfg.ipv6_subnet_min == IPv6Address("2001:cafe:42:1::")
     assert cfg.ipv6_subnet_max == IPv6Address("2001:cafe:42:ff::")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"Network":"10.0.0.0/16","SubnetLen":0}',
+        '{"Network":"10.0.0.0/16","SubnetLen":0.0}',
+        '{"EnableIPv6":true,"Network":"10.0.0.0/16","IPv6Network":"fc00::/48","IPv6SubnetLen":0}',
+    ],
+)
+def test_an_explicit_zero_subnet_len_is_the_default(text: str) -> None:
+    """Go cannot tell "SubnetLen":0 from an absent SubnetLen: both get the default."""
+    cfg = checked(text)
+    assert cfg.subnet_len == 24
+    assert cfg.ipv6_subnet_len in (0, 64)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "subnet_len"), [(120, 122), (120, 126), (60, 62), (62, 64), (63, 65), (124, 126)]
+)
+def test_ipv6_subnet_len_bounds_and_defaults(prefix: int, subnet_len: int) -> None:
+    net = f"fc00::/{prefix}"
+    explicit = checked(
+        json.dumps(
+            {
+                "EnableIPv4": False,
+                "EnableIPv6": True,
+                "IPv6Network": net,
+                "IPv6SubnetLen": subnet_len,
+            }
+        )
+    )
+    assert explicit.ipv6_subnet_len == subnet_len
+    default = checked(json.dumps({"EnableIPv4": False, "EnableIPv6": True, "IPv6Network": net}))
+    assert default.ipv6_subnet_len == (64 if prefix <= 62 else prefix + 2)
+
+
+networks4 = st.builds(
+    lambda a, p: IPv4Network((a, p), strict=False), st.integers(0, 2**32 - 1), st.integers(8, 28)
+)
+networks6 = st.builds(
+    lambda a, p: IPv6Network((a, p), strict=False),
+    st.integers(0, 2**128 - 1),
+    st.integers(8, 124),
+)
+
+
+@given(
+    ipv4=st.one_of(st.none(), networks4),
+    ipv6=st.one_of(st.none(), networks6),
+    nftables=st.booleans(),
+    backend=st.sampled_from([None, {"Type": "vxlan", "VNI": 7}, {"Type": "host-gw"}]),
+)
+def test_encoded_config_parses_back_to_itself(
+    ipv4: IPv4Network | None,
+    ipv6: IPv6Network | None,
+    nftables: bool,
+    backend: dict[str, object] | None,
+) -> None:
+    """v4-only, v6-only and dual-stack, every flag and default kept (the encoding is what
+    `pyflannel config` publishes to etcd for Go flanneld to read)."""
+    if ipv4 is None and ipv6 is None:
+        return
+    fields: dict[str, object] = {"EnableIPv4": ipv4 is not None, "EnableIPv6": ipv6 is not None}
+    fields["EnableNFTables"] = nftables
+    if backend is not None:
+        fields["Backend"] = backend
+    if ipv4 is not None:
+        fields["Network"] = str(ipv4)
+    if ipv6 is not None:
+        fields["IPv6Network"] = str(ipv6)
+    cfg = checked(json.dumps(fields))
+    encoded = encode_config(cfg)
+    again = check_network_config(parse_config(encoded))
+    # An absent Backend is written as {"Type": "udp"}; the raw Backend object is all that differs.
+    assert dataclasses.replace(again, backend={}) == dataclasses.replace(cfg, backend={})
+    assert encode_config(again) == encoded
+    assert json.loads(encoded)["EnableNFTables"] is nftables
 
 
 def test_encode_round_trips_through_parse() -> None:
