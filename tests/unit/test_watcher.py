@@ -70,6 +70,13 @@ def replay(replica: dict[PeerId, Lease], emitted: list[LeaseEvent]) -> None:
     for event in emitted:
         key = peer_id(event.lease)
         if event.type is EventType.ADDED:
+            old = replica.get(key)
+            # A backend installs an Added peer's routes over what it has; a route for another
+            # subnet of the same peer stays behind unless a Removed came first.
+            assert old is None or (old.subnet, old.ipv6_subnet) == (
+                event.lease.subnet,
+                event.lease.ipv6_subnet,
+            )
             replica[key] = event.lease
         elif key in replica:
             # A removal carries the full lease known for the peer: its attrs undo its state.
@@ -80,9 +87,20 @@ def state(watcher: LeaseWatcher) -> dict[PeerId, Lease]:
     return {peer_id(lease): lease for lease in watcher.leases}
 
 
-def drive(ops: list[tuple[str, Any]]) -> Iterator[tuple[LeaseWatcher, list[LeaseEvent]]]:
+# This node as dual-stack, v4-only and v6-only, each with the scope it programs.
+NODES = [
+    (OWN, SCOPE),
+    (lease(0), LeaseScope(SCOPE.network)),
+    (lease(None, 0), LeaseScope(None, SCOPE.ipv6_network)),
+]
+nodes = st.sampled_from(NODES)
+
+
+def drive(
+    ops: list[tuple[str, Any]], node: tuple[Lease, LeaseScope] = (OWN, SCOPE)
+) -> Iterator[tuple[LeaseWatcher, list[LeaseEvent]]]:
     """Run the operations, checking after each that replaying the events gives the cache."""
-    watcher = LeaseWatcher(OWN, SCOPE)
+    watcher = LeaseWatcher(*node)
     replica: dict[PeerId, Lease] = {}
     for kind, payload in ops:
         emitted = watcher.update(payload) if kind == "update" else watcher.reset(payload)
@@ -91,15 +109,18 @@ def drive(ops: list[tuple[str, Any]]) -> Iterator[tuple[LeaseWatcher, list[Lease
         assert replica == state(watcher)
 
 
-@given(operations)
-def test_the_events_reproduce_the_cache_and_never_mention_our_own_lease(ops) -> None:
-    for watcher, emitted in drive(ops):
-        assert not any(watcher.is_own(e.lease) for e in emitted)
+@given(operations, nodes)
+def test_the_events_reproduce_the_cache_and_never_mention_our_own_lease(ops, node) -> None:
+    own = node[0]
+    for _, emitted in drive(ops, node):
+        for event in emitted:
+            shares = [(event.lease.subnet, own.subnet), (event.lease.ipv6_subnet, own.ipv6_subnet)]
+            assert not any(mine is not None and theirs == mine for theirs, mine in shares)
 
 
-@given(st.lists(leases, max_size=8), st.lists(leases, max_size=8))
-def test_reset_makes_the_cache_the_snapshot_and_is_idempotent(first, second) -> None:
-    watcher = LeaseWatcher(OWN, SCOPE)
+@given(st.lists(leases, max_size=8), st.lists(leases, max_size=8), nodes)
+def test_reset_makes_the_cache_the_snapshot_and_is_idempotent(first, second, node) -> None:
+    watcher = LeaseWatcher(*node)
     watcher.reset(first)
     watcher.reset(second)
     expected = {peer_id(lease): lease for lease in second if not watcher.is_own(lease)}
@@ -144,6 +165,29 @@ def test_a_peer_whose_ipv6_subnet_moved_is_removed_then_added() -> None:
     watcher = LeaseWatcher(OWN, SCOPE)
     watcher.update([added(lease(1, 1))])
     assert watcher.update([added(lease(1, 2))]) == [removed(lease(1, 1)), added(lease(1, 2))]
+
+
+def test_reset_removes_a_peer_whose_ipv6_subnet_moved_before_adding_it() -> None:
+    watcher = LeaseWatcher(OWN, SCOPE)
+    watcher.reset([lease(1, 1), lease(2, 2)])
+    assert watcher.reset([lease(1, 3), lease(2, 2)]) == [removed(lease(1, 1)), added(lease(1, 3))]
+
+
+@pytest.mark.parametrize("node", NODES, ids=["dual-stack", "v4-only", "v6-only"])
+def test_peers_of_every_kind_are_not_taken_for_this_node(node: tuple[Lease, LeaseScope]) -> None:
+    """A v6-only node has no IPv4 subnet: a v6-only peer has none either, and is still a peer
+    (likewise without IPv6)."""
+    watcher = LeaseWatcher(*node)
+    peers = [lease(1), lease(None, 1), lease(2, 2)]
+    assert not any(watcher.is_own(peer) for peer in peers)
+    assert watcher.update([added(peer) for peer in peers]) == [added(peer) for peer in peers]
+
+
+def test_a_snapshot_batch_also_delivers_its_events() -> None:
+    watcher = LeaseWatcher(OWN, SCOPE)
+    batch = LeaseWatchBatch(snapshot=(lease(1), lease(2)), events=(removed(lease(2)),))
+    assert watcher.apply(batch) == [added(lease(1)), added(lease(2)), removed(lease(2))]
+    assert watcher.leases == (lease(1),)
 
 
 def test_apply_handles_snapshots_and_events() -> None:
