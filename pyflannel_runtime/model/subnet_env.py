@@ -240,7 +240,31 @@ def masked_cidr(value: str) -> tuple[int, str]:
     prefix = int(length)
     mask = ((1 << prefix) - 1) << (bits - prefix)
     network = (int.from_bytes(packed, "big") & mask).to_bytes(bits // 8, "big")
-    return (6 if family == AF_INET6 else 4), f"{inet_ntop(family, network)}/{prefix}"
+    text = inet_ntop(family, network)
+    if family == AF_INET6 and "." in text and not network.startswith(_IPV4_MAPPED):
+        text = _ipv6_hex(network)
+    return (6 if family == AF_INET6 else 4), f"{text}/{prefix}"
+
+
+_IPV4_MAPPED = bytes(10) + b"\xff\xff"
+
+
+def _ipv6_hex(packed: bytes) -> str:
+    """Go's text of an IPv6 address (netip's string6: RFC 5952, the first longest run of two
+    or more zero groups as ``::``). glibc's inet_ntop agrees except for ``::a.b.c.d``, which it
+    prints in the deprecated IPv4-compatible form."""
+    groups = [int.from_bytes(packed[i : i + 2], "big") for i in range(0, 16, 2)]
+    start = end = 0
+    for i in range(8):
+        j = i
+        while j < 8 and groups[j] == 0:
+            j += 1
+        if j - i >= 2 and j - i > end - start:
+            start, end = i, j
+    hexes = [f"{g:x}" for g in groups]
+    if end == start:
+        return ":".join(hexes)
+    return ":".join(hexes[:start]) + "::" + ":".join(hexes[end:])
 
 
 def _cidr_list(value: str, version: int) -> list[str]:

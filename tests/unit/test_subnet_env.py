@@ -216,6 +216,23 @@ def test_masked_cidr_agrees_with_ipaddress(address: IPv4Address | IPv6Address, p
 
 
 @pytest.mark.parametrize(
+    ("cidr", "text"),
+    [
+        ("::1ff:f0ff/116", "::1ff:f000/116"),  # glibc: ::1.255.240.0
+        ("::10.0.0.1/128", "::a00:1/128"),
+        ("::2/128", "::2/128"),
+        ("1:0:0:1::/64", "1:0:0:1::/64"),
+        ("1::1:0:0:0/128", "1::1:0:0:0/128"),  # the first of two equal runs is compressed
+        ("1:0:0:2:0:0:3:4/128", "1::2:0:0:3:4/128"),
+        ("1:0:2:3:4:5:6:7/128", "1:0:2:3:4:5:6:7/128"),  # a single zero group stays
+    ],
+)
+def test_masked_ipv6_is_printed_as_go_prints_it(cidr: str, text: str) -> None:
+    assert masked_cidr(cidr) == (6, text)
+    assert str(ip_network(cidr, strict=False)) == text
+
+
+@pytest.mark.parametrize(
     "bad",
     ["10.0.0.0", "10.0.0.0/33", "10.0.0.01/8", "fe80::/129", "x/8", "10.0.0.0/+8", "10.0.0.0/"],
 )
