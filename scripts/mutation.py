@@ -7,8 +7,10 @@ has already imported everything, so a mutant costs a fraction of a second. Equiv
 ``scripts/mutation-equivalents.toml`` and left out of the score.
 
     scripts/mutation                       # every module, from scratch
-    scripts/mutation -m subnet/allocation  # one module (repeatable; a path fragment)
+    scripts/mutation -m subnet/allocation  # one module afresh (repeatable; a path fragment);
+                                           # the other modules' last results are kept
     scripts/mutation --resume              # keep results; retry survivors and changed code
+    scripts/mutation --report-only         # the last results again
     scripts/mutation -j 2                  # two workers (default: half the cores, at least 1)
 
 Prints the score per module and every surviving mutant as a diff line; exits 1 when a module
@@ -125,13 +127,22 @@ def output_to(log: Path) -> Iterator[None]:
             os.close(saved[1])
 
 
-def prepare_resume(paths: list[str]) -> None:
-    """Regenerate the selected modules' mutants (results of unchanged functions are kept) and
-    forget survivors, so that mutmut tries them again against the current tests."""
+def prepare(paths: list[str], resume: bool) -> None:
+    """Have mutmut regenerate the selected modules' mutants, keeping other modules' results.
+
+    Fresh, their results go; resumed, results of unchanged functions stay and only survivors
+    are forgotten, so mutmut tries them again against the current tests. mutmut's record of
+    which test calls which function is rebuilt every time: it keeps only the modules of its
+    last run.
+    """
+    (WORK / "mutmut-stats.json").unlink(missing_ok=True)
     for path in paths:
         (WORK / path).unlink(missing_ok=True)
         meta_path = WORK / f"{path}.meta"
         if not meta_path.exists():
+            continue
+        if not resume:
+            meta_path.unlink()
             continue
         meta = json.loads(meta_path.read_text())
         codes = meta["exit_code_by_key"]
@@ -141,11 +152,11 @@ def prepare_resume(paths: list[str]) -> None:
         meta_path.write_text(json.dumps(meta, indent=4))
 
 
-def run_mutmut(paths: list[str], workers: int, resume: bool) -> None:
-    if resume and WORK.exists():
-        prepare_resume(paths)
-    else:
+def run_mutmut(paths: list[str], workers: int, resume: bool, everything: bool) -> None:
+    if everything and not resume:
         shutil.rmtree(WORK, ignore_errors=True)
+    elif WORK.exists():
+        prepare(paths, resume)
     WORK.mkdir(exist_ok=True)
     # Imported here: mutmut sets the fork start method when imported.
     from mutmut.__main__ import cli
@@ -278,7 +289,7 @@ def main() -> int:
     equivalents = load_equivalents()
     started = time.monotonic()
     if not args.report_only:
-        run_mutmut(paths, args.jobs, args.resume)
+        run_mutmut(paths, args.jobs, args.resume, everything=not args.module)
     scores, used = score(paths, equivalents)
     checked = set(paths)
     stale = [e for e in equivalents if e.path in checked and e not in used]
