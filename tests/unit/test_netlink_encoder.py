@@ -186,6 +186,7 @@ MSG, OFFS = 1, 2
             "Invalid prefix MAX",
         ),
         (tlv(9, b"") + tlv(MSG, b"after an empty one\0"), "after an empty one"),
+        (tlv(OFFS, b"1234") + tlv(9, b"abcdefgh") + tlv(MSG, b"third\0"), "third"),
         (tlv(MSG, b"bad \xff byte\0"), "bad \ufffd byte"),
         (tlv(OFFS, struct.pack("=I", 20)), ""),
         (struct.pack("=HH", 2, MSG) + b"junk", ""),  # a length under the header: stop
@@ -203,4 +204,5 @@ def test_other_messages_and_short_errors_are_read_past() -> None:
     short = struct.pack("=IHHII", 20, 2, 0, 4, 0) + struct.pack("=i", -1)
     data = noop + short + capped_ack(5, 0, b"")
     assert list(parse_acks(data)) == [Ack(4, 1), Ack(5, 0)]
+    assert list(parse_acks(short)) == [Ack(4, 1)]  # no extended-ack flag: nothing more is read
     assert list(parse_acks(struct.pack("=IHHII", 8, 2, 0, 6, 0) + bytes(8))) == []
