@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
@@ -441,3 +442,54 @@ def test_v6_only_chooses_no_ipv4() -> None:
     chosen = choose_new_subnets(cfg, [], PreviousSubnets(), random.Random(1))
     assert chosen.subnet is None
     assert chosen.ipv6_subnet is not None and chosen.ipv6_subnet.prefixlen == 64
+
+
+def test_reuse_and_refusal_are_logged_per_family(caplog: pytest.LogCaptureFixture) -> None:
+    cfg = v6_config("fd00:10::/56", 64, enable_ipv4=True)
+    with caplog.at_level(logging.INFO):
+        choose_new_subnets(
+            cfg,
+            [],
+            PreviousSubnets(
+                subnet=IPv4Network("10.244.7.0/24"), ipv6_subnet=IPv6Network("fd00:10:0:9::/64")
+            ),
+            random.Random(1),
+        )
+        choose_new_subnets(
+            cfg, [], PreviousSubnets(ipv6_subnet=IPv6Network("fd99::/64")), random.Random(1)
+        )
+    assert caplog.messages == [
+        "Found previously leased subnet (10.244.7.0/24), reusing",
+        "Found previously leased ipv6 subnet (fd00:10:0:9::/64), reusing",
+        "Found previously leased ipv6 subnet (fd99::/64) that is not compatible with the Etcd "
+        "network config, ignoring",
+    ]
+
+
+def test_no_previous_subnet_is_no_news(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO):
+        choose_new_subnets(
+            v6_config("fd00:10::/56", 64, enable_ipv4=True), [], PreviousSubnets(), random.Random(1)
+        )
+    assert caplog.messages == []
+
+
+@pytest.mark.parametrize(
+    ("subnet", "fits"),
+    [
+        ("fd00:10:0:ff::/64", True),  # SubnetMax itself
+        ("fd00:10:0:1::/64", True),  # SubnetMin itself
+        ("fd00:10::/64", False),  # below SubnetMin
+        ("fd00:10:0:1::/80", False),  # in range, wrong length
+        ("fd00:11::/64", False),  # outside the network
+    ],
+)
+def test_ipv6_subnet_fits_bounds_and_length(subnet: str, fits: bool) -> None:
+    assert ipv6_subnet_fits(IPv6Network(subnet), v6_config("fd00:10::/56", 64)) is fits
+
+
+def test_an_unchecked_config_without_bounds_fits_nothing() -> None:
+    half4 = NetworkConfig(network=IPv4Network("10.0.0.0/8"), subnet_max=IPv4Address("10.9.0.0"))
+    assert not subnet_fits(IPv4Network("10.1.0.0/24"), half4)
+    half6 = NetworkConfig(ipv6_subnet_max=IPv6Address("fd00::"), ipv6_subnet_len=64)
+    assert not ipv6_subnet_fits(IPv6Network("fd00::/64"), half6)
