@@ -191,7 +191,7 @@ def annotation_changes(
 
 def _advertised(current: Mapping[str, str], key: str, overwrite_key: str, local: str) -> str:
     """The public IP peers should use: the user's overwrite annotation wins over the local IP."""
-    overwrite = current.get(overwrite_key, "")
+    overwrite = current.get(overwrite_key)
     if not overwrite:
         return local
     if current.get(key) != overwrite:

@@ -103,9 +103,15 @@ def test_node_to_lease_without_data_or_with_null_data() -> None:
 @pytest.mark.parametrize(
     ("n", "message"),
     [
-        (node(annotations=flannel_annotations(public_ip="192.0.2.300")), "invalid IP address"),
-        (node(annotations=flannel_annotations(public_ip="")), "invalid IP address"),
-        (node(annotations=flannel_annotations(backend_data="{oops")), "is not valid JSON"),
+        (
+            node(annotations=flannel_annotations(public_ip="192.0.2.300")),
+            'invalid IP address: "192.0.2.300"',
+        ),
+        (node(annotations=flannel_annotations(public_ip="")), 'invalid IP address: ""'),
+        (
+            node(annotations=flannel_annotations(backend_data="{oops")),
+            "annotation flannel.alpha.coreos.com/backend-data is not valid JSON: {oops",
+        ),
         (
             node(pod_cidr=None, annotations=flannel_annotations()),
             "missing IPv4 address on n.Spec.PodCIDRs",
@@ -117,8 +123,9 @@ def test_node_to_lease_without_data_or_with_null_data() -> None:
     ],
 )
 def test_node_to_lease_failures(n: dict[str, Any], message: str) -> None:
-    with pytest.raises(NodeLeaseError, match=message):
+    with pytest.raises(NodeLeaseError) as err:
         node_to_lease(n, KEYS, True, False)
+    assert str(err.value) == message
 
 
 # --- AcquireLease -----------------------------------------------------------------------------
@@ -333,7 +340,10 @@ def test_a_malformed_node_is_skipped_with_a_warning_and_keeps_its_last_lease(
     with caplog.at_level(logging.WARNING):
         assert t.update("n1", bad) == []
         assert t.update("n3", node("n3", annotations=flannel_annotations(public_ip="x"))) == []
-    assert 'Error turning node "n1" to lease: invalid IP address: "not-an-ip"' in caplog.text
+    assert caplog.messages == [
+        'Error turning node "n1" to lease: invalid IP address: "not-an-ip"',
+        'Error turning node "n3" to lease: invalid IP address: "x"',
+    ]
     # A re-list keeps the last good lease of n1 and every other peer.
     snapshot = t.reset(
         [bad, node("n2", pod_cidr="10.244.2.0/24", annotations=flannel_annotations())]
@@ -390,11 +400,39 @@ def test_each_stale_annotation_alone_is_patched(
     assert annotation_changes(dual_annotations(), dual_attrs(), KEYS) == {}
 
 
+@pytest.mark.parametrize(
+    ("stale", "patch"),
+    [
+        ({"backend_data": "null"}, {"backend-data": DATA1}),
+        ({"backend_type": "udp"}, {"backend-type": "vxlan"}),
+        ({"public_ip": "192.0.2.9"}, {"public-ip": "192.0.2.1"}),
+        ({"kube_subnet_manager": "false"}, {"kube-subnet-manager": "true"}),
+        ({"public_ip_overwrite": "203.0.113.5"}, {"public-ip": "203.0.113.5"}),
+    ],
+)
+def test_each_stale_annotation_alone_is_patched_on_a_v4_node(
+    stale: dict[str, str], patch: dict[str, str]
+) -> None:
+    current = flannel_annotations(**stale)
+    assert annotation_changes(current, vxlan_attrs(), KEYS) == {P + k: v for k, v in patch.items()}
+
+
+def test_an_absent_annotation_equals_an_empty_wanted_one() -> None:
+    """flannel reads a missing annotation as "": a udp node (BackendType "") needs no patch."""
+    attrs = LeaseAttrs(IPv4Address("192.0.2.1"), backend_v6_data=V6DATA)
+    current = {P + "kube-subnet-manager": "true", P + "backend-data": "null"}
+    current[P + "public-ip"] = "192.0.2.1"
+    assert annotation_changes(current, attrs, KEYS) == {}
+
+
 def test_without_a_public_ipv6_the_ipv6_keys_do_not_make_a_node_stale() -> None:
     """flannel compares the IPv6 annotations only for a node with a public IPv6: a node up to
     date for IPv4 is left alone even though a patch would also carry IPv6 data."""
     attrs = vxlan_attrs(backend_v6_data=V6DATA)
     assert annotation_changes(flannel_annotations(), attrs, KEYS) == {}
+    # An overwrite equal to the local IP is no reason to patch either.
+    same = flannel_annotations(public_ip_overwrite="192.0.2.1")
+    assert annotation_changes(same, attrs, KEYS) == {}
     assert (
         annotation_changes(flannel_annotations(public_ipv6_overwrite="2001:db8::5"), attrs, KEYS)
         == {}
@@ -443,6 +481,12 @@ def test_an_overwritten_public_ip_is_logged_once(caplog: pytest.LogCaptureFixtur
         "Overriding public ip with '203.0.113.5' from node annotation "
         "'flannel.alpha.coreos.com/public-ip-overwrite'"
     ]
+    caplog.clear()
+    v6 = dual_annotations(public_ipv6_overwrite="2001:db8::5", public_ipv6="2001:db8::5")
+    v6[P + "backend-type"] = "udp"
+    with caplog.at_level(logging.INFO):
+        annotation_changes(v6, dual_attrs(), KEYS)
+    assert caplog.messages == []
     caplog.clear()
     current = flannel_annotations(public_ip="203.0.113.5", public_ip_overwrite="203.0.113.5")
     current[P + "backend-type"] = "udp"  # stale, but the advertised IP is already in place
@@ -528,6 +572,15 @@ def test_nodes_without_metadata_have_no_name_and_no_annotations() -> None:
     )
     with pytest.raises(NodeLeaseError, match=r'^node "" pod cidr not assigned$'):
         own_pod_cidrs({"spec": {}})
+
+
+def test_own_pod_cidrs_of_a_v6_only_node() -> None:
+    assert own_pod_cidrs(node(pod_cidr="fd00:1::/64")) == (None, IPv6Network("fd00:1::/64"))
+
+
+def test_own_lease_without_an_ipv6_network_names_the_whole_space() -> None:
+    with pytest.raises(NodeLeaseError, match=re.escape('subnet "::/0" specified')):
+        _own("10.244.1.0/24", "fd00:0:0:1::/64", ipv6_network=None)
 
 
 def test_the_patch_holds_only_the_annotations() -> None:
