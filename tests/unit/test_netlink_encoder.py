@@ -206,3 +206,13 @@ def test_other_messages_and_short_errors_are_read_past() -> None:
     assert list(parse_acks(data)) == [Ack(4, 1), Ack(5, 0)]
     assert list(parse_acks(short)) == [Ack(4, 1)]  # no extended-ack flag: nothing more is read
     assert list(parse_acks(struct.pack("=IHHII", 8, 2, 0, 6, 0) + bytes(8))) == []
+
+
+def test_create_refuses_to_overwrite_and_replace_overwrites() -> None:
+    """CREATE asks for EXCL (an IPv6 route is not appended as a second next hop), REPLACE for
+    REPLACE, whatever the entry."""
+    for entry in (V4_ROUTE, V6_ROUTE, Neigh(4, ip_address("10.244.2.0"), "0a:58:0a:f4:02:00"),
+                  Fdb(4, "0a:58:0a:f4:02:00", ip_address("192.0.2.12"))):  # fmt: skip
+        create = struct.unpack_from("=H", encode_op(Op(Action.CREATE, entry), 1), 6)[0]
+        replace = struct.unpack_from("=H", encode_op(Op(Action.REPLACE, entry), 1), 6)[0]
+        assert (create, replace) == (0x1 | 0x4 | 0x400 | 0x200, 0x1 | 0x4 | 0x400 | 0x100)
