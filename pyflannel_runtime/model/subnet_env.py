@@ -135,22 +135,28 @@ def _dotenv_value(value: str) -> str | None:
     return value.strip(_DOTENV_BLANKS)
 
 
+_EXPORT_PREFIXES = tuple(f"export{blank}" for blank in _DOTENV_BLANKS)
+
+
 def parse_dotenv(text: str) -> dict[str, str]:
     """A godotenv-compatible subset: `export`, comments, single/double quotes, `=` or `:`;
-    no escapes or ``$`` expansion inside double quotes (flanneld writes neither)."""
+    no escapes or ``$`` expansion inside double quotes (flanneld writes neither).
+
+    As in godotenv's parser: lines end at LF or CR; a statement may start after any Unicode
+    space, its key is right-trimmed of Unicode spaces, its value trimmed of blanks only. A
+    comment line yields only keys that start with ``#``, which nobody reads.
+    """
     values: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip(_DOTENV_BLANKS)
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export") and line[6:7] and line[6] in _DOTENV_BLANKS:
+    for raw in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        line = raw.lstrip()
+        if line.startswith(_EXPORT_PREFIXES):
             line = line[len("export") :].lstrip(_DOTENV_BLANKS)
         sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
         if sep <= 0:
             continue
         value = _dotenv_value(line[sep + 1 :].lstrip(_DOTENV_BLANKS))
         if value is not None:
-            values[line[:sep].rstrip(_DOTENV_BLANKS)] = value
+            values[line[:sep].rstrip()] = value
     return values
 
 

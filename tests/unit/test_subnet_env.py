@@ -14,11 +14,13 @@ from pyflannel_runtime.model.subnet_env import (
     PreviousSubnets,
     SubnetEnv,
     SubnetEnvError,
+    _ipv6_hex,
     masked_cidr,
     parse_cni_subnet_env,
     read_previous_subnets,
 )
 
+UNIT = "FLANNEL_NETWORK=10.1.0.0/16\nFLANNEL_SUBNET=10.1.17.1/24\nFLANNEL_MTU=1472\nFLANNEL_IPMASQ=true\n"
 DUAL_STACK_EXAMPLE = (
     "FLANNEL_NETWORK=10.42.0.0/16\n"
     "FLANNEL_SUBNET=10.42.0.1/24\n"
@@ -65,6 +67,88 @@ def test_lenient_reader_masks_and_accepts_quotes_export_comments() -> None:
 @pytest.mark.parametrize("value", ["", "garbage", "10.1.0.0/24,10.2.0.0/24", "10.1.0.1"])
 def test_lenient_reader_needs_exactly_one_valid_cidr(value: str) -> None:
     assert read_previous_subnets(f"FLANNEL_SUBNET={value}\n").subnet is None
+
+
+def test_lenient_reader_ends_lines_at_lf_and_cr_only() -> None:
+    """godotenv's rule; str.splitlines() would also split at \\x1c, \\v and more."""
+    for other in ("\x1c", "\x0b", "\u2028"):
+        prev = read_previous_subnets(
+            f"FLANNEL_SUBNET=10.244.1.1/24{other}FLANNEL_NETWORK=10.0.0.0/8\n"
+        )
+        assert (prev.subnet, prev.network) == (None, None)
+    prev = read_previous_subnets("FLANNEL_SUBNET=10.244.1.1/24\rFLANNEL_NETWORK=10.0.0.0/8\r\n")
+    assert (prev.subnet, prev.network) == (IPv4Network("10.244.1.0/24"), IPv4Network("10.0.0.0/8"))
+
+
+def test_lenient_reader_reads_past_lines_without_a_value() -> None:
+    text = "junk\n# FLANNEL_SUBNET=10.9.9.1/24\n=10.8.0.1/24\nFLANNEL_SUBNET=10.244.1.1/24\n"
+    assert read_previous_subnets(text).subnet == IPv4Network("10.244.1.0/24")
+    yaml = "FLANNEL_IPV6_SUBNET: fd00::1/64\rFLANNEL_IPV6_NETWORK: fd00::/56\n"
+    prev = read_previous_subnets(yaml)
+    assert (prev.ipv6_subnet, prev.ipv6_network) == (
+        IPv6Network("fd00::/64"),
+        IPv6Network("fd00::/56"),
+    )
+
+
+def test_records_compare_print_and_hash_by_value() -> None:
+    a = PreviousSubnets(IPv4Network("10.244.0.0/16"), IPv4Network("10.244.1.0/24"))
+    b = PreviousSubnets(IPv4Network("10.244.0.0/16"), IPv4Network("10.244.2.0/24"))
+    assert a == PreviousSubnets(IPv4Network("10.244.0.0/16"), IPv4Network("10.244.1.0/24"))
+    assert a != b and a != SubnetEnv(a.network, a.subnet, None, None, 1500, True)
+    assert a != PreviousSubnets() and PreviousSubnets() == PreviousSubnets()
+    assert hash(a) == hash(PreviousSubnets(a.network, a.subnet))
+    assert repr(a) == (
+        "PreviousSubnets(ipv6_network=None, ipv6_subnet=None, "
+        "network=IPv4Network('10.244.0.0/16'), subnet=IPv4Network('10.244.1.0/24'))"
+    )
+    with pytest.raises(AttributeError, match="PreviousSubnets is immutable"):
+        a.subnet = None  # type: ignore[misc]
+
+
+def test_render_writes_a_family_only_with_both_network_and_subnet() -> None:
+    net4, net6 = IPv4Network("10.244.0.0/16"), IPv6Network("fd00::/56")
+    assert SubnetEnv(net4, None, net6, None, 1400, False).render() == (
+        "FLANNEL_MTU=1400\nFLANNEL_IPMASQ=false\n"
+    )
+    assert SubnetEnv(None, IPv4Network("10.244.1.0/24"), None, IPv6Network("fd00::/64"), 1400,
+                     False).render() == "FLANNEL_MTU=1400\nFLANNEL_IPMASQ=false\n"  # fmt: skip
+
+
+def test_strict_reader_keeps_each_family_to_its_key() -> None:
+    text = (
+        "FLANNEL_NETWORK=10.1.0.0/16,fd00::/56\nFLANNEL_IPV6_NETWORK=10.2.0.0/16,fd01::/56\n"
+        "FLANNEL_SUBNET=fd00::1/64\nFLANNEL_IPV6_SUBNET=10.1.17.1/24\n"
+        "FLANNEL_MTU=1472\nFLANNEL_IPMASQ=true\n"
+    )
+    with pytest.raises(
+        SubnetEnvError, match=r"^/f is missing FLANNEL_SUBNET, FLANNEL_IPV6_SUBNET$"
+    ):
+        parse_cni_subnet_env(text, "/f")
+    fixed = text.replace("FLANNEL_SUBNET=fd00::1/64", "FLANNEL_SUBNET=10.1.17.1/24")
+    env = parse_cni_subnet_env(fixed, "/f")
+    assert (env.networks, env.ipv6_networks) == (["10.1.0.0/16"], ["fd01::/56"])
+    assert (env.subnet, env.ipv6_subnet) == ("10.1.17.0/24", None)
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ("FLANNEL_MTU=4294967296", 'strconv.ParseUint: parsing "4294967296": value out of range'),
+        ("FLANNEL_MTU=1450=", 'strconv.ParseUint: parsing "1450=": invalid syntax'),
+        ("FLANNEL_IPMASQ=true=", "/f is missing FLANNEL_NETWORK, FLANNEL_IPV6_NETWORK, "
+                                 "FLANNEL_SUBNET, FLANNEL_IPV6_SUBNET, FLANNEL_MTU"),
+    ],
+)  # fmt: skip
+def test_strict_reader_splits_once_on_the_first_equals(line: str, error: str) -> None:
+    with pytest.raises(SubnetEnvError) as err:
+        parse_cni_subnet_env(f"{line}\n", "/f")
+    assert str(err.value) == error
+
+
+def test_strict_reader_reads_past_lines_without_equals_and_takes_the_largest_mtu() -> None:
+    env = parse_cni_subnet_env("# comment\n" + UNIT.replace("1472", "4294967295"), "/f")
+    assert env.mtu == 4294967295 and env.subnet == "10.1.17.0/24"
 
 
 def test_lenient_reader_skips_invalid_elements() -> None:
@@ -139,7 +223,12 @@ def test_render_then_both_readers_round_trip(
     ipv6_network, ipv6_subnet = v6 or (None, None)
     text = SubnetEnv(network, subnet, ipv6_network, ipv6_subnet, mtu, masq).render()
     prev = read_previous_subnets(text)
-    assert prev == PreviousSubnets(network, subnet, ipv6_network, ipv6_subnet)
+    assert (prev.network, prev.subnet, prev.ipv6_network, prev.ipv6_subnet) == (
+        network,
+        subnet,
+        ipv6_network,
+        ipv6_subnet,
+    )
     cni = parse_cni_subnet_env(text, "/f")
     assert cni == CniSubnetEnv(
         [str(network)] if network else [],
@@ -193,6 +282,12 @@ def test_strict_reader_drops_one_carriage_return_per_line_as_go_scanner_does() -
         ("FLANNEL_SUBNET=10.244.1.1/24#note", None),
         ('FLANNEL_SUBNET="10.244.1.1/24', None),
         ("exportFLANNEL_SUBNET=10.244.1.1/24", None),
+        # a statement starts after any Unicode space and its key sheds them
+        ("\u2003FLANNEL_SUBNET=10.244.1.1/24", "10.244.1.0/24"),
+        ("FLANNEL_SUBNET\u2003=10.244.1.1/24", "10.244.1.0/24"),
+        ('FLANNEL_SUBNET= "10.244.1.1/24"', "10.244.1.0/24"),
+        ("FLANNEL_SUBNET=10.244.1.1/24 # a=b", "10.244.1.0/24"),  # the first '=' separates
+        ("export  FLANNEL_SUBNET=10.244.1.1/24", "10.244.1.0/24"),
     ],
 )
 def test_lenient_reader_follows_godotenv_for_comments_quotes_and_blanks(
@@ -213,6 +308,14 @@ def test_masked_cidr_agrees_with_ipaddress(address: IPv4Address | IPv6Address, p
     # glibc prints the embedded IPv4 form (::ffff:1.2.3.4), as Go does; ipaddress does not.
     assume(not (isinstance(address, IPv6Address) and address.ipv4_mapped is not None))
     assert (version, text) == (expected.version, str(expected))
+
+
+@given(st.ip_addresses(v=6))
+def test_ipv6_text_is_rfc_5952(address: IPv6Address) -> None:
+    """The hexadecimal form ipaddress also prints: the first longest run of two or more zero
+    groups as '::' (Go's netip string6)."""
+    assume(address.ipv4_mapped is None)
+    assert _ipv6_hex(address.packed) == address.compressed
 
 
 @pytest.mark.parametrize(
