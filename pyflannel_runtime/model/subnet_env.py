@@ -147,7 +147,7 @@ def parse_dotenv(text: str) -> dict[str, str]:
     comment line yields only keys that start with ``#``, which nobody reads.
     """
     values: dict[str, str] = {}
-    for raw in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+    for raw in text.replace("\r", "\n").split("\n"):  # CRLF leaves an empty line: harmless
         line = raw.lstrip()
         if line.startswith(_EXPORT_PREFIXES):
             line = line[len("export") :].lstrip(_DOTENV_BLANKS)

@@ -17,6 +17,7 @@ from pyflannel_runtime.model.subnet_env import (
     _ipv6_hex,
     masked_cidr,
     parse_cni_subnet_env,
+    parse_dotenv,
     read_previous_subnets,
 )
 
@@ -78,6 +79,28 @@ def test_lenient_reader_ends_lines_at_lf_and_cr_only() -> None:
         assert (prev.subnet, prev.network) == (None, None)
     prev = read_previous_subnets("FLANNEL_SUBNET=10.244.1.1/24\rFLANNEL_NETWORK=10.0.0.0/8\r\n")
     assert (prev.subnet, prev.network) == (IPv4Network("10.244.1.0/24"), IPv4Network("10.0.0.0/8"))
+
+
+@pytest.mark.parametrize(
+    ("text", "values"),
+    [
+        ('A=""', {"A": ""}),
+        ('A="x\\"y"', {"A": 'x\\"y'}),  # an escaped quote does not end the value
+        ("A=x #", {"A": "x"}),
+        ("A=x #y", {"A": "x"}),
+        ("A=x#y #z", {"A": "x#y"}),
+        ("A=x\u2003", {"A": "x\u2003"}),  # values shed godotenv's blanks only
+        ("A=\u2003x", {"A": "\u2003x"}),
+        ("export\t\u2003A=1", {"\u2003A": "1"}),
+        ("=A:B", {}),
+        ("=x", {}),
+        ("AB", {}),
+        ("A=1", {"A": "1"}),
+        ("A=1\r\nB:2\rC = 3", {"A": "1", "B": "2", "C": "3"}),
+    ],
+)
+def test_dotenv_statements(text: str, values: dict[str, str]) -> None:
+    assert parse_dotenv(text) == values
 
 
 def test_lenient_reader_reads_past_lines_without_a_value() -> None:
@@ -310,7 +333,12 @@ def test_masked_cidr_agrees_with_ipaddress(address: IPv4Address | IPv6Address, p
     assert (version, text) == (expected.version, str(expected))
 
 
-@given(st.ip_addresses(v=6))
+zero_rich_ipv6 = st.lists(
+    st.one_of(st.just(0), st.integers(0, 0xFFFF)), min_size=8, max_size=8
+).map(lambda groups: IPv6Address(b"".join(g.to_bytes(2, "big") for g in groups)))
+
+
+@given(zero_rich_ipv6)
 def test_ipv6_text_is_rfc_5952(address: IPv6Address) -> None:
     """The hexadecimal form ipaddress also prints: the first longest run of two or more zero
     groups as '::' (Go's netip string6)."""
