@@ -203,7 +203,7 @@ def describe(name: str, path: str, code: int, spans: dict[str, tuple[int, int]])
         elif line.startswith("+"):
             added.append(line[1:].strip())
     mangled = name.partition("__mutmut_")[0].rpartition(".")[2]
-    function = mangled[2:] if mangled.startswith("x_") else mangled[1:].replace("\u01c1", ".")
+    function = mangled[2:].replace("\u01c1", ".")  # x_name or x<sep>Class<sep>name
     first, last = spans.get(mangled, (1, 0))
     source_lines = (ROOT / path).read_text().splitlines()
     line = next(
