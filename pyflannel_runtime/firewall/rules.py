@@ -6,6 +6,7 @@ observed on the host and run what they return.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network
@@ -88,7 +89,7 @@ def forward_rules(network: IPNetwork) -> list[Rule]:
 def restore_line(action: str, rule: Rule) -> str:
     """``-A``/``-D`` line; the comment is quoted because iptables-restore splits on spaces."""
     tokens = [action, rule.chain]
-    for previous, token in zip(("", *rule.spec), rule.spec, strict=False):
+    for previous, token in itertools.pairwise(("", *rule.spec)):
         tokens.append(f'"{token}"' if previous == "--comment" else token)
     return " ".join(tokens)
 

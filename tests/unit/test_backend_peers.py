@@ -126,6 +126,19 @@ def test_vtep_mac_fast_path_agrees_with_the_decoder(raw: str) -> None:
     )
 
 
+def test_direct_routing_for_one_family_leaves_the_other_tunnelled() -> None:
+    lease = vxlan_lease(v6=True)
+    entries = vxlan_peer_entries(lease, VxlanDevices(4, 5), {ip_address("192.0.2.12"): 2})
+    assert entries == (
+        Route(ip_network("10.244.2.0/24"), ip_address("192.0.2.12"), 2),
+        Neigh(5, ip_address("fd00:10:244:2::"), "0a:58:00:00:00:02"),
+        Fdb(5, "0a:58:00:00:00:02", ip_address("2001:db8::12")),
+        Route(ip_network("fd00:10:244:2::/64"), ip_address("fd00:10:244:2::"), 5, True, 1024),
+    )
+    v6_only_device = vxlan_peer_entries(lease, VxlanDevices(None, 5))
+    assert v6_only_device == entries[1:]
+
+
 # --- every combination of families, devices and DirectRouting ----------------------------------
 
 

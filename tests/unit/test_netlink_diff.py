@@ -135,6 +135,13 @@ def test_order_is_replaces_then_deletes_each_neigh_fdb_route(
     wanted: list[Entry], kernel: FakeKernel
 ) -> None:
     ops = plan(desired_state(wanted), kernel.state())
+    # neighbours and FDB entries are only ever replaced; routes replaced or created
+    assert all(
+        op.action in (Action.REPLACE, Action.DELETE)
+        for op in ops
+        if not isinstance(op.entry, Route)
+    )
+    assert all(op.action in Action for op in ops)
     rank = {Neigh: 0, Fdb: 1, Route: 2}
     keys = [(op.action is Action.DELETE, rank[type(op.entry)]) for op in ops]
     assert keys == sorted(keys)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator
 from ipaddress import IPv4Address, IPv4Network, IPv6Network
@@ -178,9 +179,52 @@ def test_peers_of_every_kind_are_not_taken_for_this_node(node: tuple[Lease, Leas
     """A v6-only node has no IPv4 subnet: a v6-only peer has none either, and is still a peer
     (likewise without IPv6)."""
     watcher = LeaseWatcher(*node)
-    peers = [lease(1), lease(None, 1), lease(2, 2)]
+    peers = [lease(1), lease(None, 1), lease(None, 3), lease(2, 2), lease(4)]
     assert not any(watcher.is_own(peer) for peer in peers)
+    assert [peer_id(peer) for peer in peers] == [
+        peer.subnet if peer.subnet is not None else peer.ipv6_subnet for peer in peers
+    ]
     assert watcher.update([added(peer) for peer in peers]) == [added(peer) for peer in peers]
+    assert watcher.leases == tuple(peers)
+
+
+def test_every_event_of_a_batch_counts_past_own_and_rejected_leases() -> None:
+    watcher = LeaseWatcher(OWN, SCOPE)
+    batch = [added(lease(0)), added(lease(1)), added(odd_lease("192.0.2.0/24")), added(lease(2))]
+    assert watcher.update(batch) == [added(lease(1)), added(lease(2))]
+    assert watcher.leases == (lease(1), lease(2))
+
+
+def test_removing_an_unknown_peer_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.ERROR):
+        LeaseWatcher(OWN, SCOPE).update([removed(lease(3, 3))])
+    assert caplog.messages == ["Removed subnet (10.244.3.0-24&fd00:0:0:3::-64) was not found"]
+
+
+def test_scope_of_a_config_takes_only_the_enabled_families_and_etcd_lengths() -> None:
+    both = NetworkConfig(
+        network=IPv4Network("10.244.0.0/16"),
+        enable_ipv6=True,
+        ipv6_network=IPv6Network("fd00::/48"),
+    )
+    v6_only = check_network_config(dataclasses.replace(both, enable_ipv4=False))
+    assert LeaseScope.of(v6_only, check_lengths=True) == LeaseScope(
+        None, IPv6Network("fd00::/48"), 0, 64
+    )
+    assert LeaseScope.of(v6_only, check_lengths=False) == LeaseScope(
+        None, IPv6Network("fd00::/48"), 0, 0
+    )
+    v4_only = check_network_config(dataclasses.replace(both, enable_ipv6=False))
+    assert LeaseScope.of(v4_only, check_lengths=True) == LeaseScope(
+        IPv4Network("10.244.0.0/16"), None, 24, 0
+    )
+
+
+def test_a_scope_checks_without_an_own_lease() -> None:
+    assert SCOPE.rejection(odd_lease("10.244.5.0/24", "fd00:0:0:5::/64")) is None
+    assert SCOPE.rejection(odd_lease(None, "fd01::/64")) == (
+        "IPv6 subnet fd01::/64 is outside the network fd00::/48"
+    )
 
 
 def test_a_snapshot_batch_also_delivers_its_events() -> None:
@@ -280,16 +324,18 @@ def test_no_event_ever_carries_a_lease_outside_the_scope(ops) -> None:
 def test_a_rejected_lease_is_warned_about_once(caplog: pytest.LogCaptureFixture) -> None:
     watcher = LeaseWatcher(OWN, SCOPE)
     hostile = odd_lease("192.0.2.0/24")
+    warning = (
+        "Ignoring lease 192.0.2.0-24: subnet 192.0.2.0/24 is outside the network 10.244.0.0/16"
+    )
+    steps = [
+        (lambda: watcher.reset([hostile, lease(1)]), [added(lease(1))], 1),
+        (lambda: watcher.update([added(hostile)]), [], 1),
+        (lambda: watcher.reset([hostile, lease(1)]), [], 1),
+        (lambda: watcher.update([removed(Lease(hostile.subnet, None, LeaseAttrs()))]), [], 1),
+        (lambda: watcher.update([added(hostile)]), [], 2),  # again after its removal
+    ]
     with caplog.at_level(logging.WARNING):
-        assert watcher.reset([hostile, lease(1)]) == [added(lease(1))]
-        assert watcher.update([added(hostile)]) == []
-        assert watcher.reset([hostile, lease(1)]) == []
-        assert watcher.update([removed(Lease(hostile.subnet, None, LeaseAttrs()))]) == []
-        assert watcher.update([added(hostile)]) == []
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert (
-        warnings
-        == ["Ignoring lease 192.0.2.0-24: subnet 192.0.2.0/24 is outside the network 10.244.0.0/16"]
-        * 2
-    )  # once, and again after its removal
+        for step, events, warned in steps:
+            assert step() == events
+            assert caplog.messages == [warning] * warned
     assert watcher.leases == (lease(1),)
