@@ -193,6 +193,9 @@ def test_every_event_of_a_batch_counts_past_own_and_rejected_leases() -> None:
     batch = [added(lease(0)), added(lease(1)), added(odd_lease("192.0.2.0/24")), added(lease(2))]
     assert watcher.update(batch) == [added(lease(1)), added(lease(2))]
     assert watcher.leases == (lease(1), lease(2))
+    gone = [removed(lease(0)), removed(odd_lease("192.0.2.0/24")), removed(lease(1))]
+    assert watcher.update(gone) == [removed(lease(1))]
+    assert watcher.leases == (lease(2),)
 
 
 def test_removing_an_unknown_peer_is_logged(caplog: pytest.LogCaptureFixture) -> None:
