@@ -231,7 +231,6 @@ def test_dual_stack_config() -> None:
     "text",
     [
         '{"Network":"10.0.0.0/16","SubnetLen":0}',
-        '{"Network":"10.0.0.0/16","SubnetLen":0.0}',
         '{"EnableIPv6":true,"Network":"10.0.0.0/16","IPv6Network":"fc00::/48","IPv6SubnetLen":0}',
     ],
 )
@@ -333,3 +332,119 @@ def test_network_is_always_masked(prefix: int, seed: int, host: int) -> None:
     net = IPv4Network((seed, prefix), strict=False)
     addr = IPv4Address(int(net.network_address) | (host & ((1 << (32 - prefix)) - 1)))
     assert parse_config(json.dumps({"Network": f"{addr}/{prefix}"})).network == net
+
+
+# --- what the mutation run showed untested ----------------------------------------------------
+
+
+def test_encode_config_is_byte_exact() -> None:
+    """Go's field names and order, two-space indent, a final newline (what `pyflannel config`
+    publishes for flanneld to read)."""
+    cfg = checked(
+        '{"Network":"10.42.0.0/16","EnableIPv6":true,"IPv6Network":"2001:cafe:42::/56",'
+        '"EnableNFTables":true,"Backend":{"Type":"vxlan"}}'
+    )
+    assert encode_config(cfg) == (
+        "{\n"
+        '  "EnableIPv4": true,\n'
+        '  "EnableIPv6": true,\n'
+        '  "EnableNFTables": true,\n'
+        '  "Network": "10.42.0.0/16",\n'
+        '  "IPv6Network": "2001:cafe:42::/56",\n'
+        '  "SubnetMin": "10.42.1.0",\n'
+        '  "SubnetMax": "10.42.255.0",\n'
+        '  "IPv6SubnetMin": "2001:cafe:42:1::",\n'
+        '  "IPv6SubnetMax": "2001:cafe:42:ff::",\n'
+        '  "SubnetLen": 24,\n'
+        '  "IPv6SubnetLen": 64,\n'
+        '  "Backend": {\n'
+        '    "Type": "vxlan"\n'
+        "  }\n"
+        "}\n"
+    )
+    bare = dataclasses.replace(cfg, backend={}, backend_type="host-gw")
+    assert json.loads(encode_config(bare))["Backend"] == {"Type": "host-gw"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '{"Network":"10.0.0.0/16","Backend":{"Type":5}}',
+            "error decoding Backend property of config: json: cannot unmarshal number into "
+            "Go struct field .Type of type string",
+        ),
+        ('{"Network":"banana/8"}', "invalid CIDR address: banana/8"),
+        ('{"Network":{"a":"b"}}', 'invalid CIDR address: {"a":"b"}'),
+        ('{"Network":["x", 1]}', 'invalid CIDR address: ["x",1]'),
+        ('{"Network":5}', "invalid CIDR address: 5"),
+        ('{"Network":"10.0.0.0/16","SubnetMin":"fd00::1"}', "invalid IPv4 address format"),
+        ('{"IPv6SubnetMin":"banana"}', "invalid IPv6 address format"),
+        (
+            '{"SubnetLen":18446744073709551616}',
+            "json: cannot unmarshal number 18446744073709551616 into Go struct field "
+            "Config.SubnetLen of type uint",
+        ),
+    ],
+)
+def test_more_decode_errors(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(text)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '{"Network":"10.0.0.0/16","SubnetLen":1}',
+            "network must be able to accommodate at least four subnets",
+        ),
+        (
+            '{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fc00::/48","IPv6SubnetLen":1}',
+            "network must be able to accommodate at least four subnets",
+        ),
+        (
+            '{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"::/0"}',
+            "please define a correct IPv6Network parameter in the flannel config",
+        ),
+        (
+            '{"Network":"10.0.0.0/16","SubnetLen":18446744073709551615}',
+            "SubnetLen must be less than /31",
+        ),
+    ],
+)
+def test_more_validation_messages(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        checked(text)
+    assert str(err.value) == message
+
+
+def test_zero_bounds_are_unset_and_other_families_map_in() -> None:
+    cfg = checked('{"Network":"10.0.0.0/16","SubnetMin":"0.0.0.0","SubnetMax":"0.0.0.0"}')
+    assert (cfg.subnet_min, cfg.subnet_max) == (IPv4Address("10.0.1.0"), IPv4Address("10.0.255.0"))
+    v6 = checked(
+        '{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fc00::/48",'
+        '"IPv6SubnetMin":"::","IPv6SubnetMax":"::"}'
+    )
+    assert (v6.ipv6_subnet_min, v6.ipv6_subnet_max) == (
+        IPv6Address("fc00:0:0:1::"),
+        IPv6Address("fc00:0:0:ffff::"),
+    )
+    mapped = parse_config('{"SubnetMin":"::ffff:10.0.1.0","IPv6SubnetMin":"10.0.0.1"}')
+    assert mapped.subnet_min == IPv4Address("10.0.1.0")
+    assert mapped.ipv6_subnet_min == IPv6Address("::ffff:10.0.0.1")
+
+
+def test_a_null_backend_type_is_unknown() -> None:
+    assert parse_config('{"Backend":{"Type":null}}').backend_type == ""
+    assert parse_config('{"Backend":{"type":"VXLAN"}}').backend_type == "vxlan"
+
+
+@given(prefix=st.integers(min_value=1, max_value=28))
+def test_the_default_subnet_max_is_the_last_block(prefix: int) -> None:
+    """At the top of the address space too: 255.255.255.0/24 ends where IPv4 does."""
+    net = IPv4Network(((0xFFFFFFFF << (32 - prefix)) & 0xFFFFFFFF, prefix))
+    cfg = checked(json.dumps({"Network": str(net)}))
+    assert cfg.subnet_max is not None
+    assert int(cfg.subnet_max) + (1 << (32 - cfg.subnet_len)) == 2**32
