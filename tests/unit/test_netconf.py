@@ -438,6 +438,7 @@ def test_zero_bounds_are_unset_and_other_families_map_in() -> None:
 
 def test_a_null_backend_type_is_unknown() -> None:
     assert parse_config('{"Backend":{"Type":null}}').backend_type == ""
+    assert parse_config('{"Backend":null}').backend_type == ""
     assert parse_config('{"Backend":{"type":"VXLAN"}}').backend_type == "vxlan"
 
 
