@@ -8,11 +8,8 @@ config check`` stays quick and pydantic-free.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 
@@ -36,13 +33,12 @@ def _add_command(
 
 
 def _read_net_conf(path: str) -> bytes:
+    from pyflannel_runtime.fsutil import read_small_file
+
     try:
-        return Path(path).read_bytes()
-    except OSError as err:
-        # Go's wording: "open <path>: no such file or directory".
-        reason = err.strerror or str(err)
-        reason = reason[:1].lower() + reason[1:]
-        raise CommandError(f"failed to read net conf: open {path}: {reason}") from None
+        return read_small_file(path)
+    except OSError as err:  # Go's wording: "open <path>: no such file or directory"
+        raise CommandError(f"failed to read net conf: {err}") from None
 
 
 def _config_check(args: argparse.Namespace) -> int:
@@ -75,33 +71,81 @@ def _register_config(subparsers: Subparsers) -> None:
         "on error print flannel's message and exit 1.",
     )
     check.add_argument("file", metavar="FILE", help="the net-conf.json to check")
+    publish = _add_command(
+        actions,
+        "publish",
+        _config_publish,
+        "put a net-conf.json into etcd as <prefix>/config, where flanneld reads it",
+        "Check a net-conf.json as flanneld does, then make etcd's <prefix>/config hold it: "
+        "nothing is written when it already does. The etcd flags (and FLANNELD_ETCD_* "
+        "variables) are the agent's; --dry-run prints the change without making it.",
+    )
+    publish.add_argument("file", metavar="FILE", help="the net-conf.json to publish")
+    for flag in _ETCD_FLAGS:
+        publish.add_argument(f"--{flag}", metavar="VALUE", help=f"as pyflanneld's --{flag}")
+    publish.add_argument("--dry-run", action="store_true", help="show the change, write nothing")
+
+
+_ETCD_FLAGS = (
+    "etcd-endpoints",
+    "etcd-prefix",
+    "etcd-cafile",
+    "etcd-certfile",
+    "etcd-keyfile",
+    "etcd-username",
+    "etcd-password",
+)
+
+
+def _config_publish(args: argparse.Namespace) -> int:
+    import difflib
+    from dataclasses import replace
+
+    from pyflannel_runtime.agent.flags import FlagError, parse_flags
+    from pyflannel_runtime.agent.stores import etcd_settings
+    from pyflannel_runtime.ops.publish import PublishError, publish
+    from pyflannel_runtime.subnet.etcd import EtcdError
+    from pyflannel_runtime.subnet.etcd_client import EtcdClientError
+
+    text = _read_net_conf(args.file).decode("utf-8", errors="replace")
+    try:
+        opts = parse_flags([])  # the FLANNELD_* environment, as the agent reads it
+    except FlagError as err:
+        raise CommandError(str(err)) from None
+    given = {f.replace("-", "_"): getattr(args, f.replace("-", "_")) for f in _ETCD_FLAGS}
+    opts = replace(opts, **{k: v for k, v in given.items() if v is not None})
+    try:
+        (change,) = publish(etcd_settings(opts), text, check=args.dry_run)
+    except (PublishError, EtcdError, EtcdClientError, OSError) as err:
+        raise CommandError(str(err)) from None
+    if change.changed:
+        before = (change.before or "").splitlines(keepends=True)
+        after = change.after.splitlines(keepends=True)
+        label = change.key if change.before is not None else "/dev/null"
+        sys.stdout.writelines(difflib.unified_diff(before, after, label, change.key))
+    verb = "would publish" if args.dry_run else "published"
+    print(f"{change.key}: {verb if change.changed else 'unchanged'}")
+    return 0
 
 
 # --- render -----------------------------------------------------------------------------------
 
 
-def _load_model_file(path: str, yaml: ModuleType) -> Any:
+def _read_model_file(path: str) -> str:
+    from pyflannel_runtime.fsutil import read_small_file
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return read_small_file(path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise CommandError(f"{path}: cannot read the cluster model: {err}") from None
-    try:
-        if path.endswith(".json"):
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as err:
-        raise CommandError(
-            f"{path}: not valid {'JSON' if path.endswith('.json') else 'YAML'}: {err}"
-        ) from None
 
 
 def _render(args: argparse.Namespace) -> int:
     from pyflannel_runtime.ops.files import FilesError, sync_files
 
     try:  # the controller extra, which nodes do not install
-        import yaml
-
         from pyflannel_runtime.model.cluster import ClusterModelError, load_model
+        from pyflannel_runtime.model.model_file import ModelFileError, parse_model_text
         from pyflannel_runtime.render.render import render_node
     except ImportError as err:
         raise CommandError(
@@ -109,7 +153,13 @@ def _render(args: argparse.Namespace) -> int:
             "pip install 'pyflannel[controller]' brings"
         ) from None
 
-    data = _load_model_file(args.model, yaml)
+    text = _read_model_file(args.model)
+    is_json = args.model.endswith(".json")
+    try:
+        data = parse_model_text(text, is_json=is_json)
+    except ModelFileError as err:
+        kind = "JSON" if is_json else "YAML"
+        raise CommandError(f"{args.model}: not valid {kind}: {err}") from None
     # Everything is validated and rendered before the first byte is written.
     try:
         files = render_node(load_model(data), args.node)

@@ -1,11 +1,65 @@
-"""Atomic file writes: readers see the old file or the new one, never a partial one.
+"""Small files in and out: bounded reads of files from outside, atomic writes.
 
-Only ``os`` is imported: the CNI plugin writes its state through this on every pod start.
+Readers see the old file or the new one, never a partial one; a file read from outside
+(subnet.env, net-conf.json, a CNI state file, a cluster model) is read up to the size of the
+largest document the gojson core decodes, so ``/dev/zero`` or a runaway file cannot exhaust
+memory. Errors read as Go's ``*PathError`` (``open /run/x: no such file or directory``).
+
+Only ``os`` and ``errno`` are imported: the CNI plugin reads and writes its state through
+this on every pod start.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+
+from pyflannel_runtime.gojson.core import MAX_DOCUMENT_BYTES
+
+_READ_CHUNK = 1 << 16
+
+
+class PathError(OSError):
+    """An OSError whose ``str()`` is Go's *PathError text: ``<op> <path>: <reason>``."""
+
+    def __init__(self, op: str, path: str, err: OSError) -> None:
+        super().__init__(err.errno, err.strerror or str(err))
+        self.op = op
+        self.path = path
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.path}: {(self.strerror or '').lower()}"
+
+
+class FileTooLarge(PathError):
+    def __init__(self, path: str, limit: int) -> None:
+        super().__init__("read", path, OSError(errno.EFBIG, f"file too large: over {limit} bytes"))
+
+
+def read_small_file(path: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
+    """The whole of a file that must be small; PathError (FileTooLarge past ``limit`` bytes)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as err:
+        raise PathError("open", path, err) from None
+    except ValueError:  # an embedded NUL byte, which the kernel would refuse as EINVAL
+        raise PathError("open", path, OSError(errno.EINVAL, "invalid argument")) from None
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while True:
+            try:
+                chunk = os.read(fd, min(_READ_CHUNK, limit + 1 - size))
+            except OSError as err:
+                raise PathError("read", path, err) from None
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise FileTooLarge(path, limit)
+    finally:
+        os.close(fd)
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int) -> None:

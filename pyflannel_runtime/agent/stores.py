@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 from typing import TYPE_CHECKING, Any
 
 from pyflannel_runtime.agent.flags import Options
+from pyflannel_runtime.fsutil import read_small_file
 from pyflannel_runtime.model.subnet_env import PreviousSubnets, read_previous_subnets
 from pyflannel_runtime.subnet.manager import SubnetManager
 
@@ -19,13 +21,14 @@ log = logging.getLogger("pyflannel.agent")
 def previous_subnets(path: str) -> PreviousSubnets:
     """What the last run wrote to subnet.env (etcd re-acquisition and old-rule cleanup)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return read_previous_subnets(handle.read())
-    except FileNotFoundError:
-        log.warning("no subnet found for key: FLANNEL_SUBNET in file: %s", path)
+        text = read_small_file(path).decode("utf-8", errors="replace")
     except OSError as err:
-        log.warning("failed to read %s: %s", path, err)
-    return PreviousSubnets()
+        if err.errno == errno.ENOENT:
+            log.warning("no subnet found for key: FLANNEL_SUBNET in file: %s", path)
+        else:
+            log.warning("failed to read the previous subnet file: %s", err)
+        return PreviousSubnets()
+    return read_previous_subnets(text)
 
 
 async def build_subnet_manager(opts: Options, previous: PreviousSubnets) -> SubnetManager:

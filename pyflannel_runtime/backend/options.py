@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
-from pyflannel_runtime.model import gojson
+from pyflannel_runtime.gojson.core import go_kind
+from pyflannel_runtime.gojson.structs import match_field
 from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig
 
 # Go decodes these options into `int`, which is 64 bits on every platform flannel ships for.
@@ -66,7 +67,7 @@ class BackendOptions:
         names = [option.name for option in cls.OPTIONS]
         values: dict[str, Any] = {}
         for key, value in backend.items():
-            name = gojson.match_field(key, names)
+            name = match_field(key, names)
             if name is None or value is None:
                 continue
             option = cls.option(name)
@@ -82,10 +83,10 @@ class BackendOptions:
         prefix = f"error decoding {cls.LABEL} backend config: "
         if option.kind is bool:
             if not isinstance(value, bool):
-                raise ConfigError(prefix + _unmarshal_error(gojson.go_kind(value), option, "bool"))
+                raise ConfigError(prefix + _unmarshal_error(go_kind(value), option, "bool"))
             return value
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(prefix + _unmarshal_error(gojson.go_kind(value), option, "int"))
+            raise ConfigError(prefix + _unmarshal_error(go_kind(value), option, "int"))
         if isinstance(value, float) or not _GO_INT[0] <= value <= _GO_INT[1]:
             number = f"number {json.dumps(value)}"
             raise ConfigError(prefix + _unmarshal_error(number, option, "int"))

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from pyflannel_runtime.model import gojson
+from pyflannel_runtime.gojson.core import GoJSONError
+from pyflannel_runtime.gojson.structs import fold_object, loads_pairs
 from pyflannel_runtime.model.lease import LeaseError
 
 _MAC = re.compile(r"[0-9a-fA-F]{2}(?::[0-9a-fA-F]{2}){5}")
@@ -34,8 +35,8 @@ def parse_vxlan_backend_data(raw: str | None) -> VxlanBackendData:
     if canonical is not None:
         return VxlanBackendData(int(canonical.group(1)), canonical.group(2))
     try:
-        folded = gojson.fold_object(gojson.loads_pairs(raw), ("VNI", "VtepMAC"), "vxlanLeaseAttrs")
-    except gojson.GoJSONError as err:
+        folded = fold_object(loads_pairs(raw), ("VNI", "VtepMAC"), "vxlanLeaseAttrs")
+    except GoJSONError as err:
         raise LeaseError(f"error decoding VXLAN backend data: {err}") from None
     vni, mac = folded.get("VNI", 0), folded.get("VtepMAC")
     if isinstance(vni, bool) or not isinstance(vni, int) or not isinstance(mac, str):

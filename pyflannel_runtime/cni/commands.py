@@ -8,8 +8,8 @@ the command that needs it.
 from __future__ import annotations
 
 from pyflannel_runtime.cni import skel
-from pyflannel_runtime.cni.gojson import GoJSONError, decode
 from pyflannel_runtime.cni.skel import CniError
+from pyflannel_runtime.gojson.core import GoJSONError, decode
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -27,15 +27,13 @@ def _plain(msg: str) -> CniError:
 
 
 def load_subnet_env(path: str) -> CniSubnetEnv:
+    from pyflannel_runtime.fsutil import read_small_file
     from pyflannel_runtime.model.subnet_env import parse_cni_subnet_env
 
     try:
-        with open(path, "rb") as handle:
-            text = handle.read().decode("utf-8", errors="replace")
-    except IsADirectoryError:
-        raise ValueError(f"read {path}: is a directory") from None
-    except OSError as err:
-        raise ValueError(f"open {path}: {(err.strerror or str(err)).lower()}") from None
+        text = read_small_file(path).decode("utf-8", errors="replace")
+    except OSError as err:  # a PathError: Go's text
+        raise ValueError(str(err)) from None
     return parse_cni_subnet_env(text, path)
 
 
@@ -94,10 +92,13 @@ def _check_result(result: bytes) -> None:
         raise _plain("failed to delegate add: delegate returned a result that is not an object")
 
 
-def cmd_del(environ: Mapping[str, str], stdin: bytes, stderr: BinaryIO) -> None:
+def cmd_del(environ: Mapping[str, str], stdin: bytes, stderr: BinaryIO) -> str | None:
+    """flannel's cmdDel. Returns why the saved config was dropped without a delegate DEL (it
+    does not parse), None otherwise."""
     from pyflannel_runtime.cni.invoke import InvokeError, exec_plugin, find_in_path
     from pyflannel_runtime.cni.netconf import NetConfError, parse_netconf, saved_delegate_type
     from pyflannel_runtime.cni.state import read_config, remove_config
+    from pyflannel_runtime.fsutil import FileTooLarge
 
     try:
         conf = parse_netconf(stdin)
@@ -106,16 +107,19 @@ def cmd_del(environ: Mapping[str, str], stdin: bytes, stderr: BinaryIO) -> None:
     container_id = environ["CNI_CONTAINERID"]
     try:
         saved = read_config(conf.data_dir, container_id)
-    except OSError as err:
-        raise _plain(str(err)) from None
-    if saved is None:
-        return  # already deleted, or never added: DEL must succeed
-    try:
+        if saved is None:
+            return None  # already deleted, or never added: DEL must succeed
         plugin_type = saved_delegate_type(saved)
-    except NetConfError as err:
-        # flannel leaves the file and the interface; a reboot cleans them up
-        stderr.write(f"failed to parse netconf: {err}".encode())
-        return
+    except (NetConfError, FileTooLarge) as err:
+        # Nothing to hand to a delegate: flannel logs this and succeeds, leaving the interface
+        # until a reboot. It also leaves the file; removing it lets the runtime's next DEL of
+        # this container succeed cleanly instead of parsing it again.
+        reason = f"failed to parse netconf: {err}"
+        stderr.write(reason.encode())
+        remove_config(conf.data_dir, container_id)
+        return reason
+    except OSError as err:  # a PathError: Go's text
+        raise _plain(str(err)) from None
     try:
         try:
             plugin = find_in_path(plugin_type, environ.get("CNI_PATH", ""))
@@ -126,3 +130,4 @@ def cmd_del(environ: Mapping[str, str], stdin: bytes, stderr: BinaryIO) -> None:
     finally:
         # flannel removes the file even when the delegate's DEL fails
         remove_config(conf.data_dir, container_id)
+    return None

@@ -7,7 +7,8 @@ serialise in field order with zero values left out, while every map has sorted k
 
 from __future__ import annotations
 
-from pyflannel_runtime.cni.gojson import GoStruct, go_kind, marshal
+from pyflannel_runtime.gojson.core import fold_fields, go_kind
+from pyflannel_runtime.gojson.encode import GoStruct, marshal
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,16 +41,6 @@ def check_delegate(delegate: dict[str, Any]) -> None:
 _ROUTE_INTS = ("mtu", "advmss", "priority")
 _ROUTE_INT_POINTERS = ("table", "scope")
 _ROUTE_FIELDS = ("dst", "gw", *_ROUTE_INTS, *_ROUTE_INT_POINTERS)
-
-
-def _route_field_values(obj: dict[str, Any]) -> dict[str, Any]:
-    folded_names = {name.casefold(): name for name in _ROUTE_FIELDS}
-    values: dict[str, Any] = {}
-    for key, value in obj.items():
-        field = folded_names.get(key.casefold())
-        if field is not None:
-            values[field] = value
-    return values
 
 
 def _ip_text(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
@@ -114,7 +105,7 @@ def _route(value: Any) -> GoStruct:
         raise DelegateError(
             f"json: cannot unmarshal {go_kind(value)} into Go value of type types.route"
         )
-    fields = _route_field_values(value)
+    fields = fold_fields(value.items(), _ROUTE_FIELDS)
     route = GoStruct([("dst", _route_dst(fields.get("dst")))])
     gateway = _route_gw(fields.get("gw"))
     if gateway is not None:

@@ -8,9 +8,9 @@ VERSION first and the verb forwarded only when it lists 1.1.0.
 
 from __future__ import annotations
 
-from pyflannel_runtime.cni.gojson import GoJSONError, decode
 from pyflannel_runtime.cni.invoke import InvokeError, exec_plugin, find_in_path
 from pyflannel_runtime.cni.skel import SPEC_VERSION, CniError
+from pyflannel_runtime.gojson.core import GoJSONError, decode
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -28,7 +28,6 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from pyflannel_runtime.cni.gojson import GoJSONError, decode, go_kind, marshal
 from pyflannel_runtime.cni.hostlocal_store import (
     Allocation,
     address_text,
@@ -36,8 +35,10 @@ from pyflannel_runtime.cni.hostlocal_store import (
     read_allocations,
     store_dir,
 )
-from pyflannel_runtime.cni.netconf import FlannelNetConf, NetConfError, fold_fields, parse_netconf
+from pyflannel_runtime.cni.netconf import FlannelNetConf, NetConfError, parse_netconf
 from pyflannel_runtime.cni.skel import ERR_INTERNAL, CniError
+from pyflannel_runtime.gojson.core import GoJSONError, decode, fold_fields, go_kind
+from pyflannel_runtime.gojson.encode import marshal
 
 DEFAULT_IFNAME = "eth0"  # what kubelet's runtimes and podman name the pod's interface
 VALID_ATTACHMENTS = "cni.dev/valid-attachments"
@@ -166,7 +167,7 @@ def valid_container_ids(stdin: bytes) -> tuple[frozenset[str], list[Any]] | None
         raise NetConfError(f"failed to load netconf: {err}") from None
     if not isinstance(conf, dict):
         return None
-    fields = fold_fields(conf, {VALID_ATTACHMENTS: "", _ATTACHMENTS_ALIAS: ""})
+    fields = fold_fields(conf.items(), (VALID_ATTACHMENTS, _ATTACHMENTS_ALIAS))
     attachments = fields.get(VALID_ATTACHMENTS, fields.get(_ATTACHMENTS_ALIAS))
     if attachments is None:
         return None
@@ -182,7 +183,7 @@ def valid_container_ids(stdin: bytes) -> tuple[frozenset[str], list[Any]] | None
                 f"failed to load netconf: json: cannot unmarshal {go_kind(attachment)}"
                 " into Go struct field NetConf.cni.dev/valid-attachments of type types.GCAttachment"
             )
-        known = fold_fields(attachment, {"containerID": "", "ifname": ""})
+        known = fold_fields(attachment.items(), ("containerID", "ifname"))
         for name, value in known.items():
             if value is not None and not isinstance(value, str):
                 raise NetConfError(
@@ -241,21 +242,18 @@ class _HostLocal:
 
 
 def _replay(target: GcTarget, release: Release, environ: Mapping[str, str]) -> bytes:
-    """flannel's DEL for one container; a saved config DEL cannot parse is dropped here (the
-    container is gone, so nothing would ever read it)."""
+    """flannel's DEL for one container; a saved config DEL cannot parse is dropped (by DEL
+    itself) and reported."""
     from pyflannel_runtime.cni.commands import cmd_del
-    from pyflannel_runtime.cni.state import remove_config, state_path
 
     captured = io.BytesIO()
     env = _environ(environ, release.container_id, release.ifname)
     try:
-        cmd_del(env, target.stdin, captured)
+        dropped = cmd_del(env, target.stdin, captured)
     except CniError as err:
         raise _Failed(captured.getvalue(), err.msg or str(err)) from None
-    if os.path.exists(state_path(target.state_dir, release.container_id)):
-        remove_config(target.state_dir, release.container_id)
-        text = captured.getvalue().decode("utf-8", errors="replace").strip()
-        raise _Failed(captured.getvalue(), f"saved config dropped: {text}")
+    if dropped is not None:
+        raise _Failed(captured.getvalue(), f"saved config dropped: {dropped}")
     return captured.getvalue()
 
 

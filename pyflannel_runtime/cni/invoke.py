@@ -13,8 +13,9 @@ import errno
 import os
 import time
 
-from pyflannel_runtime.cni.gojson import GoJSONError, decode
-from pyflannel_runtime.cni.skel import CniError, go_quote
+from pyflannel_runtime.cni.skel import CniError
+from pyflannel_runtime.gojson.core import GoJSONError, decode
+from pyflannel_runtime.gojson.strconv import go_quote
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

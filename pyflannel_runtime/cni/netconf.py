@@ -7,7 +7,7 @@ its default, and a value of the wrong JSON kind is an error with Go's wording.
 from __future__ import annotations
 
 from pyflannel_runtime import DEFAULT_SUBNET_FILE
-from pyflannel_runtime.cni.gojson import GoJSONError, decode, go_kind
+from pyflannel_runtime.gojson.core import GoJSONError, decode, fold_fields, go_kind
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -77,17 +77,6 @@ class FlannelNetConf:
         self.runtime_config = runtime_config
 
 
-def fold_fields(obj: dict[str, Any], fields: dict[str, str]) -> dict[str, Any]:
-    """The struct fields Go fills from ``obj``: exact names first, else case-folded; last wins."""
-    folded_names = {name.casefold(): name for name in fields}
-    values: dict[str, Any] = {}
-    for key, value in obj.items():
-        field = key if key in fields else folded_names.get(key.casefold())
-        if field is not None:
-            values[field] = value
-    return values
-
-
 def _type_error(value: Any, where: str, go_type: str) -> NetConfError:
     return NetConfError(f"json: cannot unmarshal {go_kind(value)} into {where} of type {go_type}")
 
@@ -117,7 +106,7 @@ def _check_kind(value: Any, go_type: str, where: str) -> None:
     else:
         ok = isinstance(value, dict)
         if ok and go_type == "types.DNS":
-            for field, item in fold_fields(value, _DNS_FIELDS).items():
+            for field, item in fold_fields(value.items(), _DNS_FIELDS).items():
                 _check_kind(item, _DNS_FIELDS[field], f"Go struct field DNS.{field}")
     if not ok:
         raise _type_error(value, where, go_type)
@@ -136,7 +125,7 @@ def parse_netconf(data: bytes) -> FlannelNetConf:
             f"failed to load netconf: json: cannot unmarshal {go_kind(obj)}"
             " into Go value of type main.NetConf"
         )
-    fields = fold_fields(obj, _FIELDS)
+    fields = fold_fields(obj.items(), _FIELDS)
     try:
         for field, value in fields.items():
             _check_kind(value, _FIELDS[field], f"Go struct field NetConf.{field}")
@@ -174,14 +163,14 @@ def saved_delegate_type(data: bytes) -> str:
         raise NetConfError(
             f"json: cannot unmarshal {go_kind(obj)} into Go value of type types.NetConf"
         )
-    fields = fold_fields(obj, _FIELDS)
+    fields = fold_fields(obj.items(), _FIELDS)
     for field, value in fields.items():
         if field in ("subnetFile", "dataDir", "delegate", "runtimeConfig"):
             continue  # not fields of types.NetConf
         if field == "ipam":
             _check_kind(value, "types.IPAM", "Go struct field NetConf.ipam")
             if isinstance(value, dict):
-                ipam_type = fold_fields(value, {"type": _STRING}).get("type")
+                ipam_type = fold_fields(value.items(), ("type",)).get("type")
                 _check_kind(ipam_type, _STRING, "Go struct field IPAM.ipam.type")
         else:
             _check_kind(value, _FIELDS[field], f"Go struct field NetConf.{field}")

@@ -14,6 +14,7 @@ from pyflannel_runtime import __version__
 from pyflannel_runtime.cni import skel
 from pyflannel_runtime.cni.commands import cmd_add, cmd_del
 from pyflannel_runtime.cni.skel import CniError
+from pyflannel_runtime.gojson.core import MAX_DOCUMENT_BYTES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def dispatch(
     if command == "VERSION":
         stdout.write(skel.version_json())
         return
-    data = stdin.read()
+    data = stdin.read(MAX_DOCUMENT_BYTES + 1)  # one byte more is enough for the decoder to refuse
     skel.check_network_config(data)
     if command in ("ADD", "DEL"):
         skel.check_version_supported(skel.config_version(data))

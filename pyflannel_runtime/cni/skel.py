@@ -5,7 +5,9 @@ Environment checks, network-config checks, version negotiation and the JSON erro
 
 from __future__ import annotations
 
-from pyflannel_runtime.cni.gojson import GoJSONError, decode, go_kind, marshal
+from pyflannel_runtime.gojson.core import GoJSONError, decode, go_kind, lookup
+from pyflannel_runtime.gojson.encode import marshal
+from pyflannel_runtime.gojson.strconv import go_quote
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -55,27 +57,6 @@ class CniError(Exception):
             fields.append(("details", self.details))
         body = ",\n".join(f"    {marshal(k).decode()}: {marshal(v).decode()}" for k, v in fields)
         return f"{{\n{body}\n}}".encode()
-
-
-def go_quote(text: str) -> str:
-    """Go's strconv.Quote (the %q verb) for valid UTF-8 text."""
-    out = ['"']
-    for char in text:
-        point = ord(char)
-        if char in '"\\':
-            out.append("\\" + char)
-        elif char in "\a\b\f\n\r\t\v":
-            out.append("\\" + "abfnrtv"["\a\b\f\n\r\t\v".index(char)])
-        elif char.isprintable() or char == " ":
-            out.append(char)
-        elif point < 0x20 or point == 0x7F:
-            out.append(f"\\x{point:02x}")
-        elif point < 0x10000:
-            out.append(f"\\u{point:04x}")
-        else:
-            out.append(f"\\U{point:08x}")
-    out.append('"')
-    return "".join(out)
 
 
 def _valid_name(name: str) -> bool:
@@ -138,7 +119,7 @@ def check_network_config(stdin: bytes) -> None:
             f"error unmarshall network config: json: cannot unmarshal {go_kind(conf)}"
             ' into Go value of type struct { Name string "json:\\"name\\"" }',
         )
-    name = _folded_field(conf or {}, "name")
+    name = lookup(conf or {}, "name")
     if name is not None and not isinstance(name, str):
         raise CniError(
             ERR_DECODING_FAILURE,
@@ -151,17 +132,6 @@ def check_network_config(stdin: bytes) -> None:
         raise CniError(ERR_INVALID_NETWORK_CONFIG, "invalid characters found in network name", name)
 
 
-def _folded_field(obj: dict[str, object], field: str) -> object:
-    """Go's struct-field match for one field: the exact key, else the last case-folded one."""
-    if field in obj:
-        return obj[field]
-    found: object = None
-    for key, value in obj.items():
-        if key.casefold() == field.casefold():
-            found = value
-    return found
-
-
 def config_version(stdin: bytes) -> str:
     """version.ConfigDecoder: the config's cniVersion, "0.1.0" when empty."""
     try:
@@ -170,7 +140,7 @@ def config_version(stdin: bytes) -> str:
         raise CniError(
             ERR_DECODING_FAILURE, f"decoding version from network config: {err}"
         ) from None
-    value = _folded_field(conf, "cniVersion") if isinstance(conf, dict) else None
+    value = lookup(conf, "cniVersion") if isinstance(conf, dict) else None
     if value is not None and not isinstance(value, str):
         raise CniError(
             ERR_DECODING_FAILURE,

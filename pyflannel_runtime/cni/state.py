@@ -6,9 +6,10 @@ crash or a concurrent reader never sees a partial config.
 
 from __future__ import annotations
 
+import errno
 import os
 
-from pyflannel_runtime.fsutil import write_atomic
+from pyflannel_runtime.fsutil import PathError, read_small_file, unlink_quietly, write_atomic
 
 STATE_DIR_MODE = 0o700
 STATE_FILE_MODE = 0o600
@@ -18,46 +19,33 @@ def state_path(data_dir: str, container_id: str) -> str:
     return os.path.join(data_dir, container_id)
 
 
-def _go_path_error(op: str, path: str, err: OSError) -> OSError:
-    """An OSError whose str() is Go's *PathError text, e.g. ``open /x: permission denied``."""
-    reason = (err.strerror or str(err)).lower()
-    return OSError(err.errno, f"{op} {path}: {reason}")
-
-
 def save_config(data_dir: str, container_id: str, config: bytes) -> None:
-    """Write ``config`` with mode 0600 (the directory 0700), fsynced, atomically replaced."""
+    """Write ``config`` with mode 0600 (the directory 0700), fsynced, atomically replaced.
+    Raises PathError."""
     try:
         os.makedirs(data_dir, STATE_DIR_MODE, exist_ok=True)
+    except FileExistsError:  # a file where the directory should be: Go's MkdirAll says ENOTDIR
+        raise PathError("mkdir", data_dir, OSError(errno.ENOTDIR, "not a directory")) from None
     except OSError as err:
-        raise _go_path_error("mkdir", data_dir, err) from None
+        raise PathError("mkdir", data_dir, err) from None
     target = state_path(data_dir, container_id)
     try:
         write_atomic(target, config, STATE_FILE_MODE)
     except OSError as err:
-        raise _go_path_error("open", target, err) from None
-
-
-def _remove_quietly(path: str) -> None:
-    try:  # noqa: SIM105 - contextlib is an import the plugin's start-up can do without
-        os.unlink(path)
-    except OSError:
-        pass
+        raise PathError("open", target, err) from None
 
 
 def read_config(data_dir: str, container_id: str) -> bytes | None:
-    """The saved config, or None when there is none (DEL then has nothing to undo)."""
-    path = state_path(data_dir, container_id)
+    """The saved config, or None when there is none (DEL then has nothing to undo).
+    Raises PathError, FileTooLarge for a file no config of ours can be."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError as err:
-        raise _go_path_error("read", path, err) from None
-    except OSError as err:
-        raise _go_path_error("open", path, err) from None
+        return read_small_file(state_path(data_dir, container_id))
+    except PathError as err:
+        if err.errno == errno.ENOENT:
+            return None
+        raise
 
 
 def remove_config(data_dir: str, container_id: str) -> None:
     """DEL ignores removal errors, as the CNI spec allows."""
-    _remove_quietly(state_path(data_dir, container_id))
+    unlink_quietly(state_path(data_dir, container_id))

@@ -13,15 +13,15 @@ never touched.
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyflannel_runtime.cni.gc import GcReport, GcTarget, collect_garbage, saved_container_ids
-from pyflannel_runtime.cni.gojson import marshal
 from pyflannel_runtime.cni.hostlocal_store import Allocation, address_pool, read_allocations
 from pyflannel_runtime.cni.netconf import NetConfError
+from pyflannel_runtime.gojson.core import GoJSONError, decode
+from pyflannel_runtime.gojson.encode import marshal
 from pyflannel_runtime.ipam.runtimes import RuntimeView, live_containers
 
 DEFAULT_CONFLIST = "/etc/cni/net.d/10-flannel.conflist"
@@ -123,8 +123,8 @@ def load_target(conflist: str) -> GcTarget:
     if len(data) > _MAX_CONFLIST_SIZE:
         raise IpamError(f"{conflist} is larger than {_MAX_CONFLIST_SIZE} bytes")
     try:
-        parsed = json.loads(data)
-    except ValueError as err:
+        parsed = decode(data)  # as libcni reads it, within the gojson core's limits
+    except GoJSONError as err:
         raise IpamError(f"{conflist} is not JSON: {err}") from None
     plugins = parsed.get("plugins") if isinstance(parsed, dict) else None
     flannel = [p for p in plugins or [] if isinstance(p, dict) and p.get("type") == "flannel"]

@@ -12,6 +12,8 @@ import dataclasses
 import difflib
 import functools
 import ipaddress
+import json
+import math
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
@@ -142,6 +144,53 @@ def _regexp(value: str) -> str:
     return value
 
 
+# flannel_cni_delegate_extra is copied into the conflist the container runtime reads, and into
+# the flannel plugin's stdin (two levels down, in "delegate") on every pod operation. Plugin
+# options are flat or nest a level or two, and a whole conflist is under 1 KiB; these bounds
+# leave room for any plugin and keep that stdin far inside the gojson core's limits.
+DELEGATE_EXTRA_MAX_DEPTH = 16
+DELEGATE_EXTRA_MAX_BYTES = 64 * 1024
+_MAX_INT_BITS = 14_000  # str() of a larger int exceeds Python's 4300-digit conversion limit
+
+
+def _json_scalar_size(value: Any) -> int:
+    if isinstance(value, str):
+        return len(json.encoder.encode_basestring(value).encode("utf-8", "surrogatepass"))
+    if isinstance(value, bool) or value is None:
+        return 4 if value in (True, None) else 5
+    if isinstance(value, int):
+        if value.bit_length() >= _MAX_INT_BITS:
+            raise ValueError("an integer is too large to write out")
+        return len(str(value))
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value} is not a JSON number")
+    return len(str(value))  # floats; other types are refused by the type check that follows
+
+
+def _bounded_json(value: Any) -> Any:
+    """Refuse a value that encodes deeper than DELEGATE_EXTRA_MAX_DEPTH or longer than
+    DELEGATE_EXTRA_MAX_BYTES of compact JSON. The walk uses an explicit stack and stops at the
+    first excess: YAML aliases build values that are small in memory and huge when encoded."""
+    size = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping | list | tuple):
+            if depth > DELEGATE_EXTRA_MAX_DEPTH:
+                raise ValueError(f"nests deeper than {DELEGATE_EXTRA_MAX_DEPTH} levels")
+            size += 1 + max(len(item), 1) + (len(item) if isinstance(item, Mapping) else 0)
+            if size <= DELEGATE_EXTRA_MAX_BYTES:
+                if isinstance(item, Mapping):
+                    size += sum(_json_scalar_size(key) for key in item)
+                    item = item.values()
+                stack.extend((child, depth + 1) for child in item)
+        else:
+            size += _json_scalar_size(item)
+        if size > DELEGATE_EXTRA_MAX_BYTES:
+            raise ValueError(f"larger than {DELEGATE_EXTRA_MAX_BYTES} bytes as JSON")
+    return value
+
+
 Text = Annotated[str, AfterValidator(_single_line)]
 AbsPath = Annotated[str, AfterValidator(_absolute_path)]
 RuntimeFile = Annotated[str, AfterValidator(_runtime_file)]
@@ -153,6 +202,7 @@ V6Addr = Annotated[IPv6Address, _address(6)]
 AnyAddress = Annotated[IPv4Address | IPv6Address, _address(None)]
 Endpoint = Annotated[str, AfterValidator(_endpoint)]
 Mtu = Annotated[StrictInt, Field(ge=576, le=65535)]
+DelegateExtra = Annotated[dict[str, JsonValue], BeforeValidator(_bounded_json)]
 
 
 def _known_backend(value: Any) -> Any:
@@ -262,7 +312,7 @@ class ClusterModel(BaseModel):
     flannel_cni_version: Literal["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"] = "0.3.1"
     flannel_hairpin_mode: StrictBool = True
     flannel_is_default_gateway: StrictBool = True
-    flannel_cni_delegate_extra: dict[str, JsonValue] = Field(default_factory=dict)
+    flannel_cni_delegate_extra: DelegateExtra = Field(default_factory=dict)
     flannel_portmap_enabled: StrictBool = True
 
     # the systemd service

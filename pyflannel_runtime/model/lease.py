@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import Any
 
-from pyflannel_runtime.model import gojson
+from pyflannel_runtime.gojson.core import MAX_DOCUMENT_BYTES, GoJSONError
+from pyflannel_runtime.gojson.structs import compact, fold_object, loads_pairs
 
 
 class LeaseError(ValueError):
@@ -36,7 +37,7 @@ def _raw_json(value: Any) -> str | None:
     """Go's json.RawMessage with omitempty: kept compact, dropped when absent or null."""
     if value is None:
         return None
-    return gojson.compact(value)
+    return compact(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +64,8 @@ class LeaseAttrs:
     @classmethod
     def from_json(cls, data: str | bytes) -> LeaseAttrs:
         text = data.decode(errors="replace") if isinstance(data, bytes) else data
-        canonical = _CANONICAL_ATTRS.fullmatch(text)
+        # Over the size limit only the general path, which refuses it, may look at it.
+        canonical = _CANONICAL_ATTRS.fullmatch(text) if len(text) <= MAX_DOCUMENT_BYTES else None
         if canonical is not None:
             # Exactly the layout to_json (and flanneld) writes: no decoding needed, and the
             # backend data is already compact. Thousands of these are read at start-up.
@@ -79,8 +81,8 @@ class LeaseAttrs:
             except ValueError as err:
                 raise LeaseError(f"invalid public IP in lease: {err}") from None
         try:
-            folded = gojson.fold_object(gojson.loads_pairs(data), _ATTR_FIELDS, "lease.LeaseAttrs")
-        except gojson.GoJSONError as err:
+            folded = fold_object(loads_pairs(data), _ATTR_FIELDS, "lease.LeaseAttrs")
+        except GoJSONError as err:
             raise LeaseError(str(err)) from None
         public_ip = _ZERO_IP
         public_ipv6 = None
@@ -140,6 +142,12 @@ class Lease:
         return make_subnet_key(self.subnet, self.ipv6_subnet)
 
 
+def same_lease(a: Lease, b: Lease) -> bool:
+    """Equal in everything a backend programs: subnets and attributes; expiry and revision do
+    not count."""
+    return a.subnet == b.subnet and a.ipv6_subnet == b.ipv6_subnet and a.attrs == b.attrs
+
+
 class EventType(enum.IntEnum):
     ADDED = 0
     REMOVED = 1
@@ -153,7 +161,13 @@ class LeaseEvent:
 
 # --- subnet keys: "10.5.52.0-24" or "10.12.13.0-24&fd00:12:13::-56" ---------------------------
 
-_KEY_RE = re.compile(r"(\d+\.\d+.\d+.\d+)-(\d+)(?:&([a-f\d:]+)-(\d+))?$")
+# flannel's pattern (pkg/subnet/subnet.go, subnetRegex), with possessive quantifiers: Go's regexp runs in
+# linear time, Python's backtracks, and a crafted key of a few thousand digits would take it
+# minutes. A dotted quad ends its digit runs at the dots, so the keys it accepts are the same.
+_KEY_RE = re.compile(r"(\d++\.\d++.\d++.\d++)-(\d++)(?:&([a-f\d:]++)-(\d++))?$")
+# The longest key flannel writes, "255.255.255.255-32&" plus a full IPv6 address and "-128",
+# is 62 characters; a last path segment over this cannot be one.
+_MAX_KEY_SEGMENT = 128
 
 
 def make_subnet_key(subnet: IPv4Network | None, ipv6_subnet: IPv6Network | None) -> str:
@@ -166,9 +180,10 @@ def make_subnet_key(subnet: IPv4Network | None, ipv6_subnet: IPv6Network | None)
 
 def parse_subnet_key(key: str) -> tuple[IPv4Network, IPv6Network | None]:
     """Parse a subnet key or a full etcd path ending in one (the match is suffix-anchored)."""
-    match = _KEY_RE.search(key)
+    segment = key[key.rfind("/") + 1 :]
+    match = _KEY_RE.search(segment) if len(segment) <= _MAX_KEY_SEGMENT else None
     if match is None:
-        raise LeaseError(f"invalid subnet key: {key}")
+        raise LeaseError(f"invalid subnet key: {_shown_key(key)}")
     ip4, len4, ip6, len6 = match.groups()
     try:
         # Go parses the lengths as uint with 5 (v4) and 7 (v6) bits.
@@ -184,5 +199,12 @@ def parse_subnet_key(key: str) -> tuple[IPv4Network, IPv6Network | None]:
                 raise ValueError(len6)
             ipv6_subnet = IPv6Network(f"{IPv6Address(ip6)}/{len6}", strict=False)
     except ValueError:
-        raise LeaseError(f"invalid subnet key: {key}") from None
+        raise LeaseError(f"invalid subnet key: {_shown_key(key)}") from None
     return subnet, ipv6_subnet
+
+
+def _shown_key(key: str) -> str:
+    """A key as error messages show it: a long one is cut, so one bad key is not a huge log line."""
+    if len(key) <= 2 * _MAX_KEY_SEGMENT:
+        return key
+    return f"{key[:_MAX_KEY_SEGMENT]}... ({len(key)} characters)"

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import Any
 
-from pyflannel_runtime.model import gojson
+from pyflannel_runtime.gojson.core import GoJSONError, JSONObject, go_kind
+from pyflannel_runtime.gojson.structs import (
+    MISSING,
+    fold_object,
+    loads_pairs,
+    to_plain,
+)
 
 _FIELDS = (
     "EnableIPv4",
@@ -59,7 +65,7 @@ class NetworkConfig:
 
 def _type_error(value: Any, fieldname: str, gotype: str) -> ConfigError:
     return ConfigError(
-        f"json: cannot unmarshal {gojson.go_kind(value)} into Go struct field "
+        f"json: cannot unmarshal {go_kind(value)} into Go struct field "
         f"Config.{fieldname} of type {gotype}"
     )
 
@@ -89,7 +95,7 @@ def _raw_text(value: Any) -> str:
     """What a Go UnmarshalJSON sees once it trims the quotes off a JSON value."""
     if isinstance(value, str):
         return value
-    return json.dumps(gojson.to_plain(value), separators=(",", ":"))
+    return json.dumps(to_plain(value), separators=(",", ":"))
 
 
 def _decode_cidr(value: Any, version: int) -> IPv4Network | IPv6Network:
@@ -129,23 +135,23 @@ def _decode_ipv6(value: Any) -> IPv6Address:
 
 
 def _backend_type(raw: Any) -> str:
-    if raw is gojson.MISSING:
+    if raw is MISSING:
         return "udp"
     if raw is None:
         return ""
-    if not isinstance(raw, gojson.JSONObject):
+    if not isinstance(raw, JSONObject):
         raise ConfigError(
             "error decoding Backend property of config: json: cannot unmarshal "
-            f"{gojson.go_kind(raw)} into Go value of type struct {{ Type string }}"
+            f"{go_kind(raw)} into Go value of type struct {{ Type string }}"
         )
-    folded = gojson.fold_object(raw, ["Type"], "struct { Type string }")
+    folded = fold_object(raw, ["Type"], "struct { Type string }")
     kind = folded.get("Type")
     if kind is None:
         return ""
     if not isinstance(kind, str):
         raise ConfigError(
             "error decoding Backend property of config: json: cannot unmarshal "
-            f"{gojson.go_kind(kind)} into Go struct field .Type of type string"
+            f"{go_kind(kind)} into Go struct field .Type of type string"
         )
     return kind.lower()
 
@@ -153,9 +159,9 @@ def _backend_type(raw: Any) -> str:
 def parse_config(data: str | bytes) -> NetworkConfig:
     """flannel's ParseConfig: decode only, no defaults beyond EnableIPv4 and the backend type."""
     try:
-        decoded = gojson.loads_pairs(data)
-        folded = gojson.fold_object(decoded, _FIELDS, "subnet.Config")
-    except gojson.GoJSONError as err:
+        decoded = loads_pairs(data)
+        folded = fold_object(decoded, _FIELDS, "subnet.Config")
+    except GoJSONError as err:
         raise ConfigError(str(err)) from None
 
     values: dict[str, Any] = {}
@@ -182,10 +188,10 @@ def parse_config(data: str | bytes) -> NetworkConfig:
         if folded.get(name) is not None:
             values[attr] = _decode_ipv6(folded[name])
 
-    raw_backend = folded.get("Backend", gojson.MISSING)
+    raw_backend = folded.get("Backend", MISSING)
     values["backend_type"] = _backend_type(raw_backend)
-    if isinstance(raw_backend, gojson.JSONObject):
-        values["backend"] = gojson.to_plain(raw_backend)
+    if isinstance(raw_backend, JSONObject):
+        values["backend"] = to_plain(raw_backend)
     return NetworkConfig(**values)
 
 

@@ -311,7 +311,7 @@ def parse_cni_subnet_env(text: str, path: str) -> CniSubnetEnv:
         elif key == "FLANNEL_MTU":
             if not value or not value.isascii() or not value.isdigit():
                 raise SubnetEnvError(f'strconv.ParseUint: parsing "{value}": invalid syntax')
-            if int(value) > _MAX_UINT32:
+            if len(value.lstrip("0")) > len(str(_MAX_UINT32)) or int(value) > _MAX_UINT32:
                 raise SubnetEnvError(f'strconv.ParseUint: parsing "{value}": value out of range')
             mtu = int(value)
         elif key == "FLANNEL_IPMASQ":

@@ -1,0 +1,1 @@
+"""The typed runtime API the Ansible modules and `pyflannel` commands call."""

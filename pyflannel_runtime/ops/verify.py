@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Union
 from pyflannel_runtime.backend import registry
 from pyflannel_runtime.backend.host import HostDatapath
 from pyflannel_runtime.backend.peers import PeerSkipped
+from pyflannel_runtime.fsutil import read_small_file
 from pyflannel_runtime.model.lease import Lease
 from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig
 from pyflannel_runtime.model.subnet_env import (
@@ -345,8 +346,7 @@ def _lease_order(row: ListedLease) -> tuple[int, int]:
 
 
 def _read_small(path: str) -> str:
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        return handle.read(_SUBNET_ENV_LIMIT)
+    return read_small_file(path, _SUBNET_ENV_LIMIT).decode("utf-8", errors="replace")
 
 
 def _own_subnets(path: str) -> list[IPNetwork]:

@@ -116,11 +116,13 @@ def render_node(model: ClusterModel, node_name: str) -> dict[str, WantedFile]:
         f"{model.flannel_cni_conf_dir}/{model.flannel_cni_conf_file}": WantedFile(
             render_conflist(model), 0o644
         ),
-        model.flannel_net_conf_path: WantedFile(render_net_conf(model), 0o644),
         # It may hold the etcd password: 0600 and no content in diffs.
         AGENT_ENV_FILE: WantedFile(render_agent_env(model, node), 0o600, sensitive=True),
         SYSTEMD_UNIT_FILE: WantedFile(render_systemd_unit(model), 0o644),
     }
+    if model.flannel_datastore == "kubernetes":
+        # With etcd the agent reads the config from <prefix>/config (ops/publish.py puts it there).
+        files[model.flannel_net_conf_path] = WantedFile(render_net_conf(model), 0o644)
     pinned = (node.subnet is not None or not model.flannel_enable_ipv4) and (
         node.ipv6_subnet is not None or not model.flannel_enable_ipv6
     )

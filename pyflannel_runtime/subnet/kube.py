@@ -25,11 +25,13 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch import watch as k8s_watch
 
 from pyflannel_runtime.backend.vxlan_data import advertised_vtep_mac
+from pyflannel_runtime.fsutil import read_small_file
+from pyflannel_runtime.gojson.strconv import go_quote
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs
 from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, parse_config
 from pyflannel_runtime.subnet import kube_nodes
 from pyflannel_runtime.subnet.annotations import DEFAULT_PREFIX, Annotations
-from pyflannel_runtime.subnet.kube_nodes import NodeLeaseError, NodeLeaseTracker, go_quote
+from pyflannel_runtime.subnet.kube_nodes import NodeLeaseError, NodeLeaseTracker
 from pyflannel_runtime.subnet.manager import (
     LeaseListing,
     LeaseWatchBatch,
@@ -194,11 +196,9 @@ def resolve_node_name(api: _NodeApi, environ: Mapping[str, str]) -> str:
 def read_net_config(path: str) -> NetworkConfig:
     """net-conf.json, parsed but (as in flannel's kube mode) not CheckNetworkConfig'd."""
     try:
-        with open(path, "rb") as conf:
-            data = conf.read()
-    except OSError as err:
-        reason = (err.strerror or str(err)).lower()
-        raise KubeSubnetError(f"failed to read net conf: open {path}: {reason}") from None
+        data = read_small_file(path)
+    except OSError as err:  # Go's wording: "open <path>: no such file or directory"
+        raise KubeSubnetError(f"failed to read net conf: {err}") from None
     try:
         return parse_config(data)
     except ConfigError as err:

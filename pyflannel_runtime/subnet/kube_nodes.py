@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -11,8 +10,10 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_net
 from typing import Any, TypeVar
 
 from pyflannel_runtime.backend import registry
-from pyflannel_runtime.model import gojson
-from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
+from pyflannel_runtime.gojson.core import GoJSONError
+from pyflannel_runtime.gojson.strconv import go_quote
+from pyflannel_runtime.gojson.structs import compact, loads_pairs
+from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent, same_lease
 from pyflannel_runtime.subnet.annotations import Annotations
 
 log = logging.getLogger(__name__)
@@ -38,11 +39,6 @@ def node_annotations(node: Node) -> Mapping[str, str]:
 
 def is_flannel_node(node: Node, keys: Annotations) -> bool:
     return node_annotations(node).get(keys.subnet_kube_managed) == "true"
-
-
-def go_quote(text: str) -> str:
-    """Go's ``%q`` for the printable names and CIDRs that appear in flannel's messages."""
-    return json.dumps(text, ensure_ascii=False)
 
 
 def parse_cidr(text: str) -> IPv4Network | IPv6Network:
@@ -121,8 +117,8 @@ def _raw_json(text: str, key: str) -> str | None:
     if text in ("", "null"):
         return None
     try:
-        return gojson.compact(gojson.loads_pairs(text))
-    except gojson.GoJSONError:
+        return compact(loads_pairs(text))
+    except GoJSONError:
         raise NodeLeaseError(f"annotation {key} is not valid JSON: {text}") from None
 
 
@@ -276,10 +272,6 @@ def network_available_patch(now: datetime) -> dict[str, Any]:
 # --- the peers' leases, one per node name -----------------------------------------------------
 
 
-def _same_lease(a: Lease, b: Lease) -> bool:
-    return a.subnet == b.subnet and a.ipv6_subnet == b.ipv6_subnet and a.attrs == b.attrs
-
-
 class NodeLeaseTracker:
     """The lease last reported for each flannel node, which makes the update filter (§4.5)
     exact: a node update is an event only when the lease it yields differs. Unlike flannel this
@@ -314,7 +306,7 @@ class NodeLeaseTracker:
         self._leases[name] = new
         if old is None:
             return [LeaseEvent(EventType.ADDED, new)]
-        if _same_lease(old, new):
+        if same_lease(old, new):
             return []
         events = []
         if (old.subnet, old.ipv6_subnet) != (new.subnet, new.ipv6_subnet):

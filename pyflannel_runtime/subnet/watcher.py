@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network
 
-from pyflannel_runtime.model.lease import EventType, Lease, LeaseEvent
+from pyflannel_runtime.model.lease import EventType, Lease, LeaseEvent, same_lease
 from pyflannel_runtime.model.netconf import NetworkConfig
 from pyflannel_runtime.subnet.manager import LeaseWatchBatch
 
@@ -111,11 +111,6 @@ def _same_subnets(a: Lease, b: Lease) -> bool:
     return a.subnet == b.subnet and a.ipv6_subnet == b.ipv6_subnet
 
 
-def _same_lease(a: Lease, b: Lease) -> bool:
-    """Equal in everything a backend programs; expiry and revision do not count."""
-    return _same_subnets(a, b) and a.attrs == b.attrs
-
-
 class LeaseWatcher:
     def __init__(self, own_lease: Lease, scope: LeaseScope) -> None:
         self._own = own_lease
@@ -192,7 +187,7 @@ class LeaseWatcher:
         added = [
             LeaseEvent(EventType.ADDED, new)
             for key, new in fresh.items()
-            if key not in self._leases or not _same_lease(self._leases[key], new)
+            if key not in self._leases or not same_lease(self._leases[key], new)
         ]
         self._leases = fresh
         return removed + added

@@ -24,8 +24,11 @@ PACKAGE = REPO / "pyflannel_runtime"
 # Runs on the controller only: the typed cluster model, the renderer, the lab.
 CONTROLLER_CODE = (
     "pyflannel_runtime.model.cluster",
+    "pyflannel_runtime.model.model_file",
     "pyflannel_runtime.render",
     "pyflannel_runtime.lab",
+    # The inventory check behind the collection's preflight action plugin.
+    "pyflannel_runtime.ops.inventory",
 )
 CONTROLLER_PACKAGES = {"pydantic", "pydantic_core", "jinja2", "yaml", "ansible"}
 
@@ -148,7 +151,7 @@ def test_node_commands_run_without_the_controller_packages(tmp_path: Path) -> No
     assert result.returncode == 0, result.stderr
     assert result.stdout.endswith("render exit 1\n")
     assert result.stderr == (
-        "pyflannel render runs on the controller: it needs yaml, which "
+        "pyflannel render runs on the controller: it needs pydantic, which "
         "pip install 'pyflannel[controller]' brings\n"
     )
     assert list(tmp_path.iterdir()) == []

@@ -134,9 +134,9 @@ def test_fast_and_general_decoding_agree(
 ) -> None:
     import json
 
-    from pyflannel_runtime.model import gojson
+    from pyflannel_runtime.gojson.structs import compact
 
-    raw = None if data is None else gojson.compact(data)
+    raw = None if data is None else compact(data)
     attrs = LeaseAttrs(ip, ipv6, backend_type, raw, raw if ipv6 is not None else None)
     text = attrs.to_json()
     # What the general (Go-rules) decoder makes of the text, with the fast path bypassed by

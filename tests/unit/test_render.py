@@ -286,7 +286,7 @@ def test_systemd_unit_is_hardened() -> None:
         "ProtectSystem": ["strict"],
         "RuntimeDirectory": ["flannel"],
         "RuntimeDirectoryPreserve": ["yes"],
-        "ReadWritePaths": ["/run/xtables.lock"],
+        "ReadWritePaths": ["-/run/xtables.lock"],
         "ProtectHome": ["yes"],
         "PrivateTmp": ["yes"],
         "PrivateDevices": ["yes"],

@@ -1,4 +1,4 @@
-"""pyflannel.network.flannel_ipam: the node's report in check mode, leaks released in a normal
+"""pyflannel.network.ipam: the node's report in check mode, leaks released in a normal
 run (changed only then), and a refusal to guess when nobody knows the live containers. Runs
 Debian's bridge and host-local (no namespaces needed)."""
 
@@ -14,7 +14,7 @@ pytest.importorskip(
 )
 
 from ansible.module_utils.common.warnings import get_warning_messages
-from ansible_collections.pyflannel.network.plugins.modules import flannel_ipam
+from ansible_collections.pyflannel.network.plugins.modules import ipam
 from cni_site import PLUGINS, CniSite
 
 from ..conftest import RunModule
@@ -47,7 +47,7 @@ def args(site: CniSite, **extra: object) -> dict[str, object]:
 
 def test_check_mode_reports_and_predicts(site: CniSite, run_module: RunModule) -> None:
     before = site.allocated()
-    result = run_module(flannel_ipam.main, args(site), check=True)
+    result = run_module(ipam.main, args(site), check=True)
     assert result["changed"] and not result["failed"]
     assert site.allocated() == before and site.saved() == ["gone", "live"]
     assert result["usage"] == [
@@ -70,12 +70,12 @@ def test_check_mode_reports_and_predicts(site: CniSite, run_module: RunModule) -
 
 
 def test_normal_run_releases_then_reports_no_change(site: CniSite, run_module: RunModule) -> None:
-    result = run_module(flannel_ipam.main, args(site))
+    result = run_module(ipam.main, args(site))
     assert result["changed"] and not result["failed"]
     assert site.holders() == {"live"} and site.saved() == ["live"]
     assert [a["container_id"] for a in result["allocations"]] == ["live"]  # after the release
     assert result["usage"][0]["free"] == 4
-    again = run_module(flannel_ipam.main, args(site))
+    again = run_module(ipam.main, args(site))
     assert not again["changed"]
     assert again["gc"]["released"] == []
 
@@ -84,7 +84,7 @@ def test_nearly_exhausted_subnet_warns(site: CniSite, run_module: RunModule) -> 
     site.attach("live2")
     site.attach("live3")
     valid = ["live", "live2", "live3", "gone", "lost"]
-    result = run_module(flannel_ipam.main, args(site, valid_containers=valid), check=True)
+    result = run_module(ipam.main, args(site, valid_containers=valid), check=True)
     assert not result["changed"]
     warning = (
         "pod subnet 10.5.3.0/29 is nearly exhausted: 0 of 5 addresses free,"
@@ -98,11 +98,11 @@ def test_refuses_to_guess_the_live_containers(
 ) -> None:
     monkeypatch.setenv("PATH", str(site.root / "no-runtimes-here"))
     before = site.allocated()
-    reported = run_module(flannel_ipam.main, args(site, valid_containers=None), check=True)
+    reported = run_module(ipam.main, args(site, valid_containers=None), check=True)
     assert not reported["changed"] and not reported["failed"]
     assert "gc" not in reported
     assert reported["runtime"] == {"sources": [], "containers": None}
-    failed = run_module(flannel_ipam.main, args(site, valid_containers=None))
+    failed = run_module(ipam.main, args(site, valid_containers=None))
     assert failed["failed"]
     assert "cannot tell which containers are gone" in failed["msg"]
     assert site.allocated() == before

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: flannel_ipam
+module: ipam
 short_description: Report a node's pod addresses and release the leaked ones
 version_added: 0.1.0
 description:
@@ -56,20 +56,20 @@ author:
 
 EXAMPLES = r"""
 - name: Report the node's pod addresses and the leaked ones
-  pyflannel.network.flannel_ipam:
+  pyflannel.network.ipam:
   check_mode: true
   vars:
     ansible_python_interpreter: /opt/pyflannel/venv/bin/python
   register: __flannel_ipam
 
 - name: Release the addresses of containers the runtime no longer knows
-  pyflannel.network.flannel_ipam:
+  pyflannel.network.ipam:
     cni_path: /opt/cni/bin
   vars:
     ansible_python_interpreter: /opt/pyflannel/venv/bin/python
 
 - name: Release leaks with the live pod sandboxes named by the caller
-  pyflannel.network.flannel_ipam:
+  pyflannel.network.ipam:
     valid_containers: "{{ __flannel_live_sandboxes.stdout_lines }}"
   vars:
     ansible_python_interpreter: /opt/pyflannel/venv/bin/python

@@ -1,0 +1,54 @@
+"""Action plugin: one node's files rendered on the controller by pyflannel_runtime.render.
+
+Rendering needs pydantic and jinja2, which nodes do not get; the result feeds
+pyflannel.network.files, which writes the contents on the node.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ansible_collections.pyflannel.network.plugins.plugin_utils.cluster import ClusterAction
+
+if TYPE_CHECKING:
+    from pyflannel_runtime.ops.inventory import InventoryPlan
+
+KINDS = ("conflist", "net_conf", "agent_env", "systemd_unit", "subnet_env")
+
+
+def _paths(model: Any) -> dict[str, str]:
+    from pyflannel_runtime.render.render import AGENT_ENV_FILE, SYSTEMD_UNIT_FILE
+
+    return {
+        "conflist": f"{model.flannel_cni_conf_dir}/{model.flannel_cni_conf_file}",
+        "net_conf": model.flannel_net_conf_path,
+        "agent_env": AGENT_ENV_FILE,
+        "systemd_unit": SYSTEMD_UNIT_FILE,
+        "subnet_env": model.flannel_subnet_file,
+    }
+
+
+class ActionModule(ClusterAction):
+    _VALID_ARGS = frozenset(("group", "files"))
+    OPTIONS = {
+        "files": {"type": "list", "elements": "str", "choices": list(KINDS), "default": list(KINDS)}
+    }
+
+    def act(
+        self, checked: InventoryPlan, args: dict[str, Any], task_vars: dict[str, Any]
+    ) -> dict[str, Any]:
+        from pyflannel_runtime.render.render import render_net_conf, render_node
+
+        rendered = render_node(checked.model, task_vars["inventory_hostname"])
+        selected = {path for kind, path in _paths(checked.model).items() if kind in args["files"]}
+        files = {
+            f"/{relative}": {
+                "content": wanted.data.decode(),
+                "mode": f"{wanted.mode:04o}",
+                "sensitive": wanted.sensitive,
+            }
+            for relative, wanted in sorted(rendered.items())
+            if f"/{relative}" in selected
+        }
+        # The net-conf text also for the etcd datastore, where it goes into <prefix>/config.
+        return {"changed": False, "files": files, "net_conf": render_net_conf(checked.model)}

@@ -1,0 +1,53 @@
+"""Action plugin: the agent's wheelhouse on the controller, built once and cached
+(pyflannel_runtime.ops.wheelhouse), or a prebuilt one checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+from ansible_collections.pyflannel.network.plugins.plugin_utils.cluster import require_runtime
+
+# In the source tree the collection's root is the project's root.
+_SOURCE = Path(__file__).resolve().parents[2]
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("source", "cache_dir", "archive"))
+    _requires_connection = False
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        _, args = self.validate_argument_spec(
+            argument_spec={
+                "source": {"type": "path"},
+                "cache_dir": {"type": "path", "default": "~/.cache/pyflannel/wheelhouse"},
+                "archive": {"type": "path"},
+            },
+            mutually_exclusive=[("source", "archive")],
+        )
+        require_runtime()
+        from pyflannel_runtime.ops.wheelhouse import (
+            WheelhouseError,
+            build_wheelhouse,
+            load_wheelhouse,
+        )
+
+        try:
+            if args["archive"]:
+                built = load_wheelhouse(Path(args["archive"]))
+            else:
+                source = Path(args["source"]) if args["source"] else _SOURCE
+                built = build_wheelhouse(source, Path(args["cache_dir"]).expanduser())
+        except (WheelhouseError, OSError) as err:
+            return {**result, "failed": True, "msg": f"cannot make the agent's wheelhouse: {err}"}
+        result.update(
+            changed=False,
+            archive=str(built.archive),
+            digest=built.digest,
+            project_wheel=built.project_wheel,
+            python=built.python,
+        )
+        return result

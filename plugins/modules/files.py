@@ -1,0 +1,102 @@
+#!/usr/bin/python
+"""Thin adapter: rendered file contents onto the node."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: files
+short_description: Write a node's rendered pyflannel files atomically, only where they differ
+version_added: 0.1.0
+description:
+  - Compares each file with the wanted content, mode, owner and group, then writes only the files
+    that differ, all or none (each through a temporary file and a rename, so readers never see a
+    partial file), with the exact mode whatever the umask (pyflannel_runtime.ops.files).
+  - Pairs with the C(pyflannel.network.render_node) action, which renders the contents on the
+    controller from the cluster model.
+  - Runs with the agent's virtualenv interpreter.
+extends_documentation_fragment:
+  - pyflannel.network.attributes
+  - pyflannel.network.attributes.venv
+options:
+  files:
+    description:
+      - Absolute path to C({content, mode, owner, group, sensitive}); C(mode) is an octal string
+        such as C("0644"); C(owner) and C(group) are names, left as they are when not given;
+        C(sensitive=true) keeps the content out of C(--diff) output.
+    type: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Render this node's unit and environment file
+  pyflannel.network.render_node:
+    files: [agent_env, systemd_unit]
+  register: __flannel_rendered
+
+- name: Write them
+  pyflannel.network.files:
+    files: "{{ __flannel_rendered.files }}"
+  vars:
+    ansible_python_interpreter: /opt/pyflannel/venv/bin/python
+"""
+
+RETURN = r"""
+changed_files:
+  description: The files that were (or in check mode would be) written.
+  returned: always
+  type: list
+  elements: str
+  sample: [/etc/pyflannel/pyflanneld.env]
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.pyflannel.network.plugins.module_utils.runtime import require_runtime
+
+
+def build_module():
+    return AnsibleModule(
+        argument_spec={"files": {"type": "dict", "required": True}},
+        supports_check_mode=True,
+    )
+
+
+def _wanted(module):
+    from pyflannel_runtime.ops.files import WantedFile
+
+    wanted = {}
+    for path, spec in module.params["files"].items():
+        if not isinstance(spec, dict) or "content" not in spec:
+            module.fail_json(msg=f"files.{path}: needs content (and mode)")
+        if not path.startswith("/"):
+            module.fail_json(msg=f"files.{path}: must be an absolute path")
+        try:
+            mode = int(str(spec.get("mode", "0644")), 8)
+        except ValueError:
+            module.fail_json(msg=f"files.{path}.mode: {spec.get('mode')!r} is not an octal mode")
+        wanted[path] = WantedFile(
+            str(spec["content"]),
+            mode,
+            owner=spec.get("owner"),
+            group=spec.get("group"),
+            sensitive=bool(spec.get("sensitive", False)),
+        )
+    return wanted
+
+
+def main():
+    module = build_module()
+    require_runtime(module)
+    from pyflannel_runtime.ops.files import FilesError, sync_files
+
+    try:
+        plan = sync_files(_wanted(module), check=module.check_mode)
+    except (FilesError, ValueError) as err:
+        module.fail_json(msg=str(err))
+    result = {"changed": plan.changed, "changed_files": [c.path for c in plan.changes]}
+    if module._diff:
+        result["diff"] = plan.diff()
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""``python -m pyflannel_runtime.lab``: the lab's command line.
+
+hosts up [--hosts N]    boot N hosts (default 3), write the inventory (reuses a lab that is up)
+hosts down              remove the lab; the image cache stays
+hosts status            the hosts, their addresses and containers
+hosts restart NAME      reboot one host (same address, same NIC)
+image                   build the host image if the cache lacks it; print its tag
+podman-env              shell exports that point podman (or molecule) at the lab's storage
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+
+from pyflannel_runtime.lab import hosts, rootfs
+from pyflannel_runtime.lab.errors import LabError
+from pyflannel_runtime.lab.paths import cache_dir
+from pyflannel_runtime.lab.podman import Podman
+
+
+def _print_lab(state: hosts.LabState) -> None:
+    states = hosts.container_states(state)
+    print(f"underlay {state.network} on bridge {state.bridge}; image {state.image}")
+    for host in state.hosts:
+        print(f"  {host.name:<8} {host.address!s:<16} {states[host.name]}")
+    print(f"inventory: {state.inventory}")
+
+
+def _up(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    state = hosts.up(args.hosts)
+    _print_lab(state)
+    print(
+        f"up in {time.monotonic() - started:.1f} s; try: ansible -i {state.inventory} all -m ping"
+    )
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    if hosts.down():
+        print(f"down in {time.monotonic() - started:.1f} s")
+    else:
+        print("no lab is up")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    state = hosts.load()
+    if state is None:
+        print("no lab is up")
+        return 1
+    _print_lab(state)
+    return 0
+
+
+def _restart(args: argparse.Namespace) -> int:
+    host = hosts.restart_host(args.name)
+    print(f"{host.name} is back at {host.address}")
+    return 0
+
+
+def _image(args: argparse.Namespace) -> int:
+    print(rootfs.ensure_image())
+    return 0
+
+
+def _podman_env(args: argparse.Namespace) -> int:
+    podman = Podman(cache_dir())
+    podman.configure()
+    for name, value in podman.env().items():
+        print(f"export {name}={shlex.quote(value)}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="python -m pyflannel_runtime.lab", description="Lab hosts for the playbook."
+    )
+    commands = top.add_subparsers(required=True, metavar="COMMAND")
+    host_commands = commands.add_parser("hosts", help="lab hosts").add_subparsers(
+        required=True, metavar="ACTION"
+    )
+    up = host_commands.add_parser("up", help="boot the hosts and write the inventory")
+    up.add_argument("--hosts", type=int, default=hosts.DEFAULT_HOSTS, help="how many (default 3)")
+    up.set_defaults(handler=_up)
+    host_commands.add_parser("down", help="remove the lab").set_defaults(handler=_down)
+    host_commands.add_parser("status", help="show the lab").set_defaults(handler=_status)
+    restart = host_commands.add_parser("restart", help="reboot one host")
+    restart.add_argument("name")
+    restart.set_defaults(handler=_restart)
+    commands.add_parser("image", help="build the host image; print its tag").set_defaults(
+        handler=_image
+    )
+    commands.add_parser("podman-env", help="exports for the lab's podman").set_defaults(
+        handler=_podman_env
+    )
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="lab: %(message)s", stream=sys.stderr)
+    try:
+        code: int = args.handler(args)
+    except LabError as err:
+        print(f"lab: {err}", file=sys.stderr)
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

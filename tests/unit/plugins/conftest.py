@@ -1,0 +1,55 @@
+"""Module tests in community.general's style: module args patched in, exit_json and fail_json
+turned into exceptions, the result dict asserted on. The collection is imported by its FQCN
+through collections/ansible_collections/pyflannel/network (a link to the repository root)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "collections"))
+
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+
+
+class ModuleExit(Exception):
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__(result)
+        self.result = result
+
+
+def _exit(self: Any, **result: Any) -> None:
+    raise ModuleExit({"failed": False, **result})
+
+
+def _fail(self: Any, msg: str, **result: Any) -> None:
+    raise ModuleExit({**result, "failed": True, "msg": msg})
+
+
+RunModule = Callable[..., dict[str, Any]]
+
+
+@pytest.fixture
+def run_module() -> RunModule:
+    """``run_module(main, args, check=False, diff=False)`` -> the module's result dict."""
+
+    def run(
+        main: Callable[[], None], args: dict[str, Any], check: bool = False, diff: bool = False
+    ) -> dict[str, Any]:
+        full = {**args, "_ansible_check_mode": check, "_ansible_diff": diff}
+        with (
+            patch_module_args(full),
+            mock.patch.object(basic.AnsibleModule, "exit_json", _exit),
+            mock.patch.object(basic.AnsibleModule, "fail_json", _fail),
+            pytest.raises(ModuleExit) as done,
+        ):
+            main()
+        return done.value.result
+
+    return run

@@ -1,0 +1,60 @@
+"""pyflannel.network.verify_summary: the end-of-play tables from what the verify role
+registered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.pyflannel.network.plugins.filter.verify_summary import verify_summary
+
+
+def registered(subnet: str, pod: str, reachable: dict[str, bool]) -> dict[str, Any]:
+    env = {"FLANNEL_NETWORK": "10.244.0.0/16", "FLANNEL_SUBNET": subnet, "FLANNEL_MTU": "1450"}
+    return {
+        "__flannel_verify_routes": {
+            "subnet_env": env,
+            "summary": "3 leases, 2 peers programmed, 0 missing, 0 stale",
+            "missing": [],
+            "stale": [],
+            "writes": 0,
+        },
+        "__flannel_verify_pod": {"ip": pod},
+        "__flannel_verify_ping": {"reachable": reachable},
+    }
+
+
+def test_every_node_and_the_matrix() -> None:
+    hostvars = {
+        "h1": registered("10.244.1.1/24", "10.244.1.2", {"10.244.2.2": True}),
+        "h2": registered("10.244.2.1/24", "10.244.2.2", {"10.244.1.2": False}),
+    }
+    lines = verify_summary(["h1", "h2"], hostvars)
+    assert "  subnet        10.244.1.1/24" in lines and "  MTU           1450" in lines
+    assert "  datapath      3 leases, 2 peers programmed, 0 missing, 0 stale" in lines
+    assert lines[-3:] == [
+        "h1    -     ok    ",
+        "h2    FAIL  -     ",
+        "SOME PODS CANNOT REACH EACH OTHER",
+    ]
+
+
+def test_a_check_mode_run_without_probes_says_so() -> None:
+    hostvars = {"h1": {"__flannel_verify_pod": {"skipped": True}}}
+    assert verify_summary(["h1"], hostvars) == [
+        "h1:",
+        "  subnet        unknown",
+        "  MTU           unknown",
+        "  probe pod     not run",
+    ]
+
+
+def test_pod_address_usage_per_family_with_leaks() -> None:
+    usage = [
+        {"family": "ipv4", "subnet": "10.244.1.0/24", "capacity": 253, "used": 12, "free": 241},
+        {"family": "ipv6", "subnet": "fd00:1::/64", "capacity": 99, "used": 9, "free": 90},
+    ]
+    usage[1]["leaked"] = 2
+    hostvars = {"h1": {"__flannel_verify_ipam": {"usage": usage}}}
+    lines = verify_summary(["h1"], hostvars)
+    assert "  pod addresses 12 of 253 in use, 241 free" in lines
+    assert "  pod addresses 9 of 99 in use, 90 free, 2 look leaked" in lines

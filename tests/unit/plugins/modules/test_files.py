@@ -1,0 +1,89 @@
+"""pyflannel.network.files: only what differs is written, atomically, with exact modes."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from unittest import mock
+
+from ansible_collections.pyflannel.network.plugins.module_utils import runtime
+from ansible_collections.pyflannel.network.plugins.modules import files
+
+from ..conftest import RunModule
+
+
+def wanted(tmp_path: Path) -> dict[str, dict[str, str]]:
+    return {
+        str(tmp_path / "etc/pyflannel/pyflanneld.env"): {"content": "A=1\n", "mode": "0600"},
+        str(tmp_path / "etc/systemd/system/pyflanneld.service"): {
+            "content": "[Unit]\n",
+            "mode": "0644",
+        },
+    }
+
+
+def mode(path: str) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_writes_then_reports_no_change(tmp_path: Path, run_module: RunModule) -> None:
+    files_ = wanted(tmp_path)
+    old_umask = os.umask(0o077)
+    try:
+        first = run_module(files.main, {"files": files_})
+    finally:
+        os.umask(old_umask)
+    assert first["changed"] and sorted(first["changed_files"]) == sorted(files_)
+    env, unit = sorted(files_)
+    assert Path(env).read_text() == "A=1\n" and mode(env) == 0o600
+    assert mode(unit) == 0o644  # exact, whatever the umask
+    assert run_module(files.main, {"files": files_}) == {
+        "failed": False,
+        "changed": False,
+        "changed_files": [],
+    }
+
+
+def test_check_mode_predicts_and_writes_nothing_and_diff_shows_both(
+    tmp_path: Path, run_module: RunModule
+) -> None:
+    files_ = wanted(tmp_path)
+    run_module(files.main, {"files": files_})
+    env = next(p for p in files_ if p.endswith(".env"))
+    changed = {**files_, env: {"content": "A=2\n", "mode": "0600"}}
+    result = run_module(files.main, {"files": changed}, check=True, diff=True)
+    assert result["changed"] and result["changed_files"] == [env]
+    assert Path(env).read_text() == "A=1\n"
+    (diff,) = result["diff"]
+    assert (diff["before"], diff["after"]) == ("A=1\n", "A=2\n")
+
+
+def test_a_mode_change_alone_is_a_change(tmp_path: Path, run_module: RunModule) -> None:
+    files_ = wanted(tmp_path)
+    run_module(files.main, {"files": files_})
+    env = next(p for p in files_ if p.endswith(".env"))
+    os.chmod(env, 0o644)
+    result = run_module(files.main, {"files": files_})
+    assert result["changed_files"] == [env] and mode(env) == 0o600
+
+
+def test_bad_input_fails_before_anything_is_written(tmp_path: Path, run_module: RunModule) -> None:
+    target = tmp_path / "a"
+    result = run_module(files.main, {"files": {str(target): {"content": "x", "mode": "rw"}}})
+    assert result["failed"] and "is not an octal mode" in result["msg"]
+    result = run_module(files.main, {"files": {"relative/path": {"content": "x"}}})
+    assert result["failed"] and "absolute path" in result["msg"]
+    assert not target.exists()
+
+
+def test_without_the_runtime_the_module_says_which_interpreter(
+    tmp_path: Path, run_module: RunModule
+) -> None:
+    with mock.patch.object(
+        runtime, "RUNTIME_IMPORT_ERROR", "ModuleNotFoundError: pyflannel_runtime"
+    ):
+        result = run_module(files.main, {"files": wanted(tmp_path)})
+    assert result["failed"]
+    assert "pyflannel_runtime" in result["msg"] and "ansible_python_interpreter" in result["msg"]
+    assert not any(Path(p).exists() for p in wanted(tmp_path))
