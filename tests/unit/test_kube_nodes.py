@@ -379,42 +379,33 @@ def dual_annotations(**extra: str) -> dict[str, str]:
     return flannel_annotations(**{"public_ipv6": "2001:db8::1", "backend_v6_data": V6DATA} | extra)
 
 
+V4_STALE = [
+    ({"backend_data": "null"}, {"backend-data": DATA1}),
+    ({"backend_type": "udp"}, {"backend-type": "vxlan"}),
+    ({"public_ip": "192.0.2.9"}, {"public-ip": "192.0.2.1"}),
+    ({"kube_subnet_manager": "false"}, {"kube-subnet-manager": "true"}),
+    ({"public_ip_overwrite": "203.0.113.5"}, {"public-ip": "203.0.113.5"}),
+]
+V6_STALE = [
+    ({"backend_v6_data": "null"}, {"backend-v6-data": V6DATA}),
+    ({"public_ipv6": "2001:db8::9"}, {"public-ipv6": "2001:db8::1"}),
+    ({"public_ipv6_overwrite": "2001:db8::5"}, {"public-ipv6": "2001:db8::5"}),
+]
+
+
 @pytest.mark.parametrize(
-    ("stale", "patch"),
-    [
-        ({"backend_data": "null"}, {"backend-data": DATA1}),
-        ({"backend_type": "udp"}, {"backend-type": "vxlan"}),
-        ({"kube_subnet_manager": "false"}, {"kube-subnet-manager": "true"}),
-        ({"public_ip_overwrite": "203.0.113.5"}, {"public-ip": "203.0.113.5"}),
-        ({"backend_v6_data": "null"}, {"backend-v6-data": V6DATA}),
-        ({"public_ipv6": "2001:db8::9"}, {"public-ipv6": "2001:db8::1"}),
-        ({"public_ipv6_overwrite": "2001:db8::5"}, {"public-ipv6": "2001:db8::5"}),
-    ],
+    ("dual", "stale", "patch"),
+    [(True, *case) for case in V4_STALE + V6_STALE] + [(False, *case) for case in V4_STALE],
 )
 def test_each_stale_annotation_alone_is_patched(
-    stale: dict[str, str], patch: dict[str, str]
+    dual: bool, stale: dict[str, str], patch: dict[str, str]
 ) -> None:
-    """A dual-stack node up to date but for one annotation gets exactly that one."""
-    current = dual_annotations(**stale)
-    assert annotation_changes(current, dual_attrs(), KEYS) == {P + k: v for k, v in patch.items()}
-    assert annotation_changes(dual_annotations(), dual_attrs(), KEYS) == {}
-
-
-@pytest.mark.parametrize(
-    ("stale", "patch"),
-    [
-        ({"backend_data": "null"}, {"backend-data": DATA1}),
-        ({"backend_type": "udp"}, {"backend-type": "vxlan"}),
-        ({"public_ip": "192.0.2.9"}, {"public-ip": "192.0.2.1"}),
-        ({"kube_subnet_manager": "false"}, {"kube-subnet-manager": "true"}),
-        ({"public_ip_overwrite": "203.0.113.5"}, {"public-ip": "203.0.113.5"}),
-    ],
-)
-def test_each_stale_annotation_alone_is_patched_on_a_v4_node(
-    stale: dict[str, str], patch: dict[str, str]
-) -> None:
-    current = flannel_annotations(**stale)
-    assert annotation_changes(current, vxlan_attrs(), KEYS) == {P + k: v for k, v in patch.items()}
+    """A node, dual-stack or v4-only, up to date but for one annotation gets exactly that one."""
+    annotations = dual_annotations if dual else flannel_annotations
+    attrs = dual_attrs() if dual else vxlan_attrs()
+    expected = {P + k: v for k, v in patch.items()}
+    assert annotation_changes(annotations(**stale), attrs, KEYS) == expected
+    assert annotation_changes(annotations(), attrs, KEYS) == {}
 
 
 def test_an_absent_annotation_equals_an_empty_wanted_one() -> None:

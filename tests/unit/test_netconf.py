@@ -165,6 +165,22 @@ def test_unsupported_backend_names_the_supported_ones() -> None:
             '{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fc00::/48","IPv6SubnetLen":49}',
             "network must be able to accommodate at least four subnets",
         ),
+        (
+            '{"Network":"10.0.0.0/16","SubnetLen":1}',
+            "network must be able to accommodate at least four subnets",
+        ),
+        (
+            '{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fc00::/48","IPv6SubnetLen":1}',
+            "network must be able to accommodate at least four subnets",
+        ),
+        (
+            '{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"::/0"}',
+            "please define a correct IPv6Network parameter in the flannel config",
+        ),
+        (
+            '{"Network":"10.0.0.0/16","SubnetLen":18446744073709551615}',
+            "SubnetLen must be less than /31",
+        ),
     ],
 )
 def test_validation_messages_are_flannels(text: str, message: str) -> None:
@@ -196,6 +212,22 @@ def test_validation_messages_are_flannels(text: str, message: str) -> None:
             '{"Backend":"vxlan"}',
             "error decoding Backend property of config: json: cannot unmarshal string into "
             "Go value of type struct { Type string }",
+        ),
+        (
+            '{"Network":"10.0.0.0/16","Backend":{"Type":5}}',
+            "error decoding Backend property of config: json: cannot unmarshal number into "
+            "Go struct field .Type of type string",
+        ),
+        ('{"Network":"banana/8"}', "invalid CIDR address: banana/8"),
+        ('{"Network":{"a":"b"}}', 'invalid CIDR address: {"a":"b"}'),
+        ('{"Network":["x", 1]}', 'invalid CIDR address: ["x",1]'),
+        ('{"Network":5}', "invalid CIDR address: 5"),
+        ('{"Network":"10.0.0.0/16","SubnetMin":"fd00::1"}', "invalid IPv4 address format"),
+        ('{"IPv6SubnetMin":"banana"}', "invalid IPv6 address format"),
+        (
+            '{"SubnetLen":18446744073709551616}',
+            "json: cannot unmarshal number 18446744073709551616 into Go struct field "
+            "Config.SubnetLen of type uint",
         ),
     ],
 )
@@ -364,60 +396,6 @@ def test_encode_config_is_byte_exact() -> None:
     )
     bare = dataclasses.replace(cfg, backend={}, backend_type="host-gw")
     assert json.loads(encode_config(bare))["Backend"] == {"Type": "host-gw"}
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        (
-            '{"Network":"10.0.0.0/16","Backend":{"Type":5}}',
-            "error decoding Backend property of config: json: cannot unmarshal number into "
-            "Go struct field .Type of type string",
-        ),
-        ('{"Network":"banana/8"}', "invalid CIDR address: banana/8"),
-        ('{"Network":{"a":"b"}}', 'invalid CIDR address: {"a":"b"}'),
-        ('{"Network":["x", 1]}', 'invalid CIDR address: ["x",1]'),
-        ('{"Network":5}', "invalid CIDR address: 5"),
-        ('{"Network":"10.0.0.0/16","SubnetMin":"fd00::1"}', "invalid IPv4 address format"),
-        ('{"IPv6SubnetMin":"banana"}', "invalid IPv6 address format"),
-        (
-            '{"SubnetLen":18446744073709551616}',
-            "json: cannot unmarshal number 18446744073709551616 into Go struct field "
-            "Config.SubnetLen of type uint",
-        ),
-    ],
-)
-def test_more_decode_errors(text: str, message: str) -> None:
-    with pytest.raises(ConfigError) as err:
-        parse_config(text)
-    assert str(err.value) == message
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        (
-            '{"Network":"10.0.0.0/16","SubnetLen":1}',
-            "network must be able to accommodate at least four subnets",
-        ),
-        (
-            '{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fc00::/48","IPv6SubnetLen":1}',
-            "network must be able to accommodate at least four subnets",
-        ),
-        (
-            '{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"::/0"}',
-            "please define a correct IPv6Network parameter in the flannel config",
-        ),
-        (
-            '{"Network":"10.0.0.0/16","SubnetLen":18446744073709551615}',
-            "SubnetLen must be less than /31",
-        ),
-    ],
-)
-def test_more_validation_messages(text: str, message: str) -> None:
-    with pytest.raises(ConfigError) as err:
-        checked(text)
-    assert str(err.value) == message
 
 
 def test_zero_bounds_are_unset_and_other_families_map_in() -> None:
