@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import random
 import re
 from ipaddress import IPv4Address, IPv4Network, IPv6Network
@@ -12,8 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyflannel_runtime.model.cluster import (
+    DELEGATE_EXTRA_MAX_BYTES,
+    DELEGATE_EXTRA_MAX_DEPTH,
     ClusterModelError,
     PlanError,
+    _bounded_json,
     load_model,
     plan,
 )
@@ -632,3 +637,56 @@ def test_a_v6_only_plan_keeps_the_ipv6_network() -> None:
     assert model.to_network_config().ipv6_network == IPv6Network("fd00::/48")
     assert load_model({}).to_network_config().ipv6_network is None
     assert plan(model).network_config == check_network_config(model.to_network_config())
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=4), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def compact_size(value: Any) -> int:
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+@given(json_values, st.booleans())
+def test_delegate_extra_is_measured_as_its_compact_json(value: Any, over: bool) -> None:
+    """The bound is exact: padded to DELEGATE_EXTRA_MAX_BYTES of compact JSON it passes, one
+    byte more and it is refused."""
+    padding = DELEGATE_EXTRA_MAX_BYTES - compact_size([value, ""]) + int(over)
+    padded = [value, "x" * padding]
+    assert compact_size(padded) == DELEGATE_EXTRA_MAX_BYTES + int(over)
+    if over:
+        with pytest.raises(ValueError, match=r"^larger than 65536 bytes as JSON$"):
+            _bounded_json(padded)
+    else:
+        assert _bounded_json(padded) is padded
+        assert _bounded_json({"k": value}) == {"k": value}
+
+
+def test_delegate_extra_depth_and_number_limits() -> None:
+    def nested(levels: int) -> Any:
+        value: Any = 0
+        for _ in range(levels):
+            value = [value] if levels % 2 else {"a": value}
+        return value
+
+    assert _bounded_json(nested(DELEGATE_EXTRA_MAX_DEPTH)) == nested(DELEGATE_EXTRA_MAX_DEPTH)
+    for levels in (DELEGATE_EXTRA_MAX_DEPTH + 1, DELEGATE_EXTRA_MAX_DEPTH + 2):
+        with pytest.raises(ValueError, match=r"^nests deeper than 16 levels$"):
+            _bounded_json(nested(levels))
+    assert _bounded_json([2**13999 - 1]) == [2**13999 - 1]  # 13 999 bits
+    with pytest.raises(ValueError, match=r"^an integer is too large to write out$"):
+        _bounded_json([2**13999])  # 14 000 bits
+    for bad in (math.inf, -math.inf):
+        with pytest.raises(ValueError, match=rf"^{bad} is not a JSON number$"):
+            _bounded_json([bad])
+    assert _bounded_json([True, False, None, "é", [], {}]) is not None

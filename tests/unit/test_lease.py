@@ -226,3 +226,30 @@ def test_invalid_subnet_key_message() -> None:
 def test_a_dual_stack_lease_key_names_both_subnets() -> None:
     lease = Lease(IPv4Network("10.12.13.0/24"), IPv6Network("fd00:12:13::/56"), LeaseAttrs())
     assert lease.key() == "10.12.13.0-24&fd00:12:13::-56"
+
+
+def test_subnet_key_segment_bound_is_exact() -> None:
+    """The last path segment is searched only up to 128 characters; the prefix path may be
+    longer, and an error shows a long key cut."""
+    fitting = "x" * (128 - len("10.0.0.0-24")) + "10.0.0.0-24"
+    assert parse_subnet_key(fitting) == (IPv4Network("10.0.0.0/24"), None)
+    assert parse_subnet_key("/" + "p" * 300 + "/" + fitting)[0] == IPv4Network("10.0.0.0/24")
+    with pytest.raises(LeaseError, match=r"^invalid subnet key: x{118}10\.0\.0\.0-24$"):
+        parse_subnet_key("x" + fitting)
+    whole = "y" * 256
+    with pytest.raises(LeaseError, match=rf"^invalid subnet key: {whole}$"):
+        parse_subnet_key(whole)
+    with pytest.raises(LeaseError) as err:
+        parse_subnet_key("y" * 257)
+    assert str(err.value) == f"invalid subnet key: {'y' * 128}... (257 characters)"
+
+
+def test_a_canonical_lease_beyond_the_document_bound_is_refused() -> None:
+    data = '{"VNI":1,"VtepMAC":"' + "a" * (1 << 20) + '"}'
+    text = (
+        '{"PublicIP":"192.0.2.7","PublicIPv6":null,"BackendType":"vxlan","BackendData":'
+        + data
+        + "}"
+    )
+    with pytest.raises(LeaseError):
+        LeaseAttrs.from_json(text)

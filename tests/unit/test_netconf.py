@@ -229,6 +229,10 @@ def test_validation_messages_are_flannels(text: str, message: str) -> None:
             "json: cannot unmarshal number 18446744073709551616 into Go struct field "
             "Config.SubnetLen of type uint",
         ),
+        (
+            '{"SubnetLen":1.5}',
+            "json: cannot unmarshal number 1.5 into Go struct field Config.SubnetLen of type uint",
+        ),
     ],
 )
 def test_decode_errors(text: str, message: str) -> None:
