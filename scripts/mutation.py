@@ -217,10 +217,21 @@ def describe(name: str, path: str, code: int, spans: dict[str, tuple[int, int]])
     return Mutant(name, path, function, line, tuple(removed), tuple(added), code in NO_TESTS)
 
 
+def ensure_mutated(path: str) -> None:
+    """A run restricted to other modules leaves a plain copy of this one in mutants/; the
+    diffs need the mutated file back (mutmut keeps the results of unchanged functions)."""
+    if "__mutmut_orig" not in (WORK / path).read_text():
+        from mutmut.__main__ import create_mutants_for_file
+
+        (WORK / path).unlink()  # a newer plain copy would pass for already mutated
+        create_mutants_for_file(Path(path), WORK / path)
+
+
 def score(paths: list[str], equivalents: list[Equivalent]) -> tuple[list[Score], set[Equivalent]]:
     used: set[Equivalent] = set()
     scores = []
     for path in paths:
+        ensure_mutated(path)
         result = Score(path)
         meta = json.loads((WORK / f"{path}.meta").read_text())
         spans = function_lines((ROOT / path).read_text())
