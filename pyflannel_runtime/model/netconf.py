@@ -83,7 +83,8 @@ def _decode_uint(value: Any, fieldname: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _type_error(value, fieldname, "uint")
-    if (isinstance(value, float) and not value.is_integer()) or not 0 <= value <= _UINT64_MAX:
+    # Go parses a uint field from the number's text: 24.0 and 2.4e1 are refused like 24.5.
+    if isinstance(value, float) or not 0 <= value <= _UINT64_MAX:
         raise ConfigError(
             f"json: cannot unmarshal number {json.dumps(value)} into Go struct field "
             f"Config.{fieldname} of type uint"

@@ -233,6 +233,10 @@ def test_validation_messages_are_flannels(text: str, message: str) -> None:
             '{"SubnetLen":1.5}',
             "json: cannot unmarshal number 1.5 into Go struct field Config.SubnetLen of type uint",
         ),
+        (
+            '{"SubnetLen":24.0}',
+            "json: cannot unmarshal number 24.0 into Go struct field Config.SubnetLen of type uint",
+        ),
     ],
 )
 def test_decode_errors(text: str, message: str) -> None:
