@@ -439,6 +439,35 @@ def _datastore_problems(m: ClusterModel) -> list[str]:
     return problems
 
 
+# What the agent's unit (render/templates/pyflanneld.service.j2) hides from the service, by the
+# setting that hides it: a file the agent must read cannot live there.
+SANDBOX_HIDDEN = {
+    "ProtectHome=yes": ("/home", "/root", "/run/user"),
+    "PrivateTmp=yes": ("/tmp", "/var/tmp"),
+}
+_AGENT_READS = (
+    "flannel_kubeconfig_file",
+    "flannel_net_conf_path",
+    "flannel_etcd_cafile",
+    "flannel_etcd_certfile",
+    "flannel_etcd_keyfile",
+)
+
+
+def _sandbox_problems(m: ClusterModel) -> list[str]:
+    problems = []
+    for name in _AGENT_READS:
+        path = getattr(m, name)
+        for setting, hidden in SANDBOX_HIDDEN.items():
+            inside = [d for d in hidden if path is not None and (path + "/").startswith(d + "/")]
+            if inside:
+                problems.append(
+                    f"{name}: {path} is out of the agent's reach: its unit's {setting} hides "
+                    f"{inside[0]} from the service; use another directory, e.g. /etc/pyflannel"
+                )
+    return problems
+
+
 def _network_field(message: str, family: str) -> str:
     prefix = "flannel_" if family == "ipv4" else "flannel_ipv6_"
     if "SubnetMin" in message:
@@ -512,6 +541,7 @@ def _cross_field_problems(m: ClusterModel) -> list[str]:
     return [
         *_backend_problems(m),
         *_datastore_problems(m),
+        *_sandbox_problems(m),
         *_network_problems(m),
         *_node_problems(m),
         *_cni_problems(m),

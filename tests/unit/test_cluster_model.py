@@ -181,6 +181,16 @@ def test_network_rules_are_flannels_with_the_field_named(
             "flannel_kubeconfig_file: only used with flannel_datastore kubernetes",
         ),
         (
+            {"flannel_kubeconfig_file": "/root/.kube/config"},
+            "flannel_kubeconfig_file: /root/.kube/config is out of the agent's reach: its unit's "
+            "ProtectHome=yes hides /root from the service; use another directory, e.g. /etc/pyflannel",
+        ),
+        (
+            {"flannel_net_conf_path": "/tmp/net-conf.json"},
+            "flannel_net_conf_path: /tmp/net-conf.json is out of the agent's reach: its unit's "
+            "PrivateTmp=yes hides /tmp from the service; use another directory, e.g. /etc/pyflannel",
+        ),
+        (
             {"flannel_datastore": "etcd", "flannel_etcd_certfile": "/etc/etcd/client.pem"},
             "flannel_etcd_keyfile: required when flannel_etcd_certfile is set",
         ),

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyflannel_runtime.model.cluster import load_model, plan
+from pyflannel_runtime.model.cluster import SANDBOX_HIDDEN, load_model, plan
 from pyflannel_runtime.model.netconf import check_network_config, parse_config
 from pyflannel_runtime.render.render import (
     render_agent_env,
@@ -294,6 +294,13 @@ def test_systemd_unit_is_hardened() -> None:
         "WantedBy": ["multi-user.target"],
     }
     assert {key: unit.get(key) for key in expected} == expected
+
+
+@pytest.mark.parametrize("backend", ["vxlan", "udp"])
+def test_the_sandbox_rules_of_the_model_are_the_units(backend: str) -> None:
+    # The model refuses agent files in directories the unit hides, by the unit's own settings.
+    unit = render_systemd_unit(load_model({"flannel_backend_type": backend})).splitlines()
+    assert set(SANDBOX_HIDDEN) <= set(unit)
 
 
 def test_systemd_unit_follows_backend_firewall_and_paths() -> None:
