@@ -1,8 +1,14 @@
-"""The README's main job: `scripts/lab up` then `scripts/lab down`, leaving nothing behind."""
+"""The README's main job: `scripts/lab up` then `scripts/lab down`, leaving nothing behind.
+
+Other labs may come and go on the machine meanwhile (other checkouts run the same tests), so
+what is compared is this lab's own: the namespaces, processes and directories named by its
+state file and its token."""
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +18,7 @@ import pytest
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 
 LABCTL = Path(__file__).with_name("labctl.py")
+SUMMARY = "3 leases, 2 peers programmed, 0 missing, 0 stale; agent ready"
 
 
 def _netns() -> set[str]:
@@ -24,16 +31,31 @@ def _netns() -> set[str]:
     }
 
 
+def _alive(pid: int, marker: str) -> bool:
+    try:
+        return marker in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+
+
 def test_lab_up_prints_status_and_reachability_then_down_cleans_up(tmp_path: Path) -> None:
-    env = dict(os.environ, PYFLANNEL_LAB_STATE=str(tmp_path / "state.json"))
-    before = _netns()
+    state_file = tmp_path / "state.json"
+    env = dict(os.environ, PYFLANNEL_LAB_STATE=str(state_file))
     up = subprocess.run(
         [sys.executable, str(LABCTL), "up"], env=env, capture_output=True, text=True, timeout=300
     )
+    state = json.loads(state_file.read_text()) if state_file.exists() else None
     try:
         assert up.returncode == 0, up.stdout + up.stderr
-        assert "3 leases, 2 peers programmed, 0 missing, 0 stale" in up.stdout
+        assert state is not None
+        assert SUMMARY in up.stdout
         assert "all pods reach each other" in up.stdout
+        # The status command is printed in full, and pasted as it is, it runs the same.
+        (shown,) = [line[2:] for line in up.stdout.splitlines() if line.startswith("$ ")]
+        assert shown == state["status_command"]
+        pasted = subprocess.run(shlex.split(shown), capture_output=True, text=True, timeout=120)
+        assert pasted.returncode == 0, pasted.stdout + pasted.stderr
+        assert pasted.stdout.endswith(f"\n{SUMMARY}\n")
         again = subprocess.run(
             [sys.executable, str(LABCTL), "up"], env=env, capture_output=True, text=True, timeout=60
         )
@@ -47,5 +69,10 @@ def test_lab_up_prints_status_and_reachability_then_down_cleans_up(tmp_path: Pat
             timeout=120,
         )
     assert down.returncode == 0, down.stderr
-    assert _netns() == before
-    assert not (tmp_path / "state.json").exists()
+    assert not state_file.exists()
+    assert state is not None
+    assert state["namespaces"] and all(ns.startswith(state["token"]) for ns in state["namespaces"])
+    assert not {ns for ns in _netns() if ns.startswith(f"{state['token']}-")}
+    for name, pid in state["pids"].items():
+        assert not _alive(pid, "etcd" if name == "etcd" else "pyflannel_runtime.agent.main"), name
+    assert not [d for d in state["dirs"] if Path(d).exists()]
