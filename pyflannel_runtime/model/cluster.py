@@ -704,7 +704,7 @@ def _duplicate_problems(m: ClusterModel, nodes: Sequence[NodePlan]) -> list[str]
     return problems
 
 
-def plan(model: ClusterModel) -> ClusterPlan:
+def plan_cluster(model: ClusterModel) -> ClusterPlan:
     """Per-node facts, the same for the same model whatever order the nodes were listed in."""
     cfg = check_network_config(model.to_network_config())
     problems = _pin_problems(model, cfg)

@@ -40,7 +40,7 @@ from pyflannel_runtime.model.cluster import (
     ClusterPlan,
     NodePlan,
     load_model,
-    plan,
+    plan_cluster,
 )
 from pyflannel_runtime.netdev.selection import select_on_view
 from pyflannel_runtime.netdev.types import (
@@ -398,7 +398,7 @@ def check_inventory(
     nodes = {host: _node_overrides(settings[host], networks.get(host)) for host in hosts}
     try:
         model = load_model({**cluster, "nodes": nodes})
-        cluster_plan = plan(model)
+        cluster_plan = plan_cluster(model)
     except ClusterModelError as err:
         problems += [line for p in err.problems for line in _attributed(p, hosts)]
     if problems:
