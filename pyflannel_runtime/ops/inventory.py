@@ -34,14 +34,8 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from pyflannel_runtime.model.cluster import (
-    ClusterModel,
-    ClusterModelError,
-    ClusterPlan,
-    NodePlan,
-    load_model,
-    plan_cluster,
-)
+from pyflannel_runtime.model.cluster import ClusterModel, ClusterModelError, load_model
+from pyflannel_runtime.model.cluster_plan import ClusterPlan, NodePlan, plan_cluster
 from pyflannel_runtime.netdev.selection import select_on_view
 from pyflannel_runtime.netdev.types import (
     ExternalInterface,

@@ -14,7 +14,8 @@ from typing import Any
 import jinja2
 
 from pyflannel_runtime import DEFAULT_SUBNET_FILE
-from pyflannel_runtime.model.cluster import ClusterModel, NodePlan, plan_cluster
+from pyflannel_runtime.model.cluster import ClusterModel
+from pyflannel_runtime.model.cluster_plan import NodePlan, plan_cluster
 from pyflannel_runtime.model.subnet_env import SubnetEnv
 from pyflannel_runtime.ops.files import WantedFile
 

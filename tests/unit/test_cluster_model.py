@@ -11,12 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyflannel_runtime.model.cluster import (
-    ClusterModelError,
-    PlanError,
-    load_model,
-    plan_cluster,
-)
+from pyflannel_runtime.model.cluster import ClusterModelError, load_model
+from pyflannel_runtime.model.cluster_plan import PlanError, plan_cluster
 from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config
 
 

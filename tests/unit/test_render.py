@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyflannel_runtime.model.cluster import load_model, plan_cluster
+from pyflannel_runtime.model.cluster import load_model
+from pyflannel_runtime.model.cluster_plan import plan_cluster
 from pyflannel_runtime.model.netconf import check_network_config, parse_config
 from pyflannel_runtime.render.render import (
     render_agent_env,
