@@ -12,7 +12,7 @@ from pyflannel_runtime.cni.delegate import (
     check_delegate,
     encode_delegate,
 )
-from pyflannel_runtime.cni.netconf import NetConfError, parse_netconf, saved_delegate_type
+from pyflannel_runtime.cni.plugin_config import NetConfError, parse_netconf, saved_delegate_type
 from pyflannel_runtime.gojson.core import GoJSONError, decode
 from pyflannel_runtime.gojson.encode import marshal
 from pyflannel_runtime.model.subnet_env import parse_cni_subnet_env

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pyflannel_runtime.cni.gc import narrowest_ranges, plan_gc, valid_container_ids
 from pyflannel_runtime.cni.hostlocal_store import Allocation
-from pyflannel_runtime.cni.netconf import NetConfError
+from pyflannel_runtime.cni.plugin_config import NetConfError
 
 CI = settings(deadline=None, suppress_health_check=list(HealthCheck), max_examples=200)
 
