@@ -167,7 +167,7 @@ def describe(entry: Entry, names: Mapping[int, str]) -> str:
 # --- the comparison (pure) --------------------------------------------------------------------
 
 
-def find_own_lease(
+def find_host_lease(
     rows: Sequence[ListedLease],
     public_ip: IPv4Address | IPv6Address | None,
     subnets: Sequence[IPNetwork],
@@ -445,7 +445,7 @@ def _verify(store: LeaseStore, host: Host | None) -> VerifyReport:
     if host is None:
         return report()
     subnets = _own_subnets(host.subnet_file) if host.public_ip is None and host.subnet_file else []
-    own = find_own_lease(listing.leases, host.public_ip, subnets)
+    own = find_host_lease(listing.leases, host.public_ip, subnets)
     if own is None:
         named = host.public_ip or ", ".join(map(str, subnets)) or "nothing"
         problem = f"no lease belongs to this host ({named}); the datapath was not checked"
