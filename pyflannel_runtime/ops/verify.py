@@ -296,8 +296,12 @@ async def list_leases(store: LeaseStore) -> tuple[NetworkConfig, LeaseListing]:
 
 
 async def _etcd_leases(settings: EtcdSettings) -> tuple[NetworkConfig, LeaseListing]:
-    from pyflannel_runtime.subnet.etcd import ETCD_ERRORS, EtcdError, EtcdSubnetManager
-    from pyflannel_runtime.subnet.etcd import describe as etcd_describe
+    from pyflannel_runtime.subnet.etcd import (
+        ETCD_ERRORS,
+        EtcdError,
+        EtcdSubnetManager,
+        describe_etcd_error,
+    )
 
     where = f"etcd {','.join(settings.endpoints)} (prefix {settings.prefix})"
     timeout = settings.request_timeout
@@ -313,7 +317,7 @@ async def _etcd_leases(settings: EtcdSettings) -> tuple[NetworkConfig, LeaseList
     except TimeoutError:
         raise VerifyError(f"cannot read leases from {where}: no answer in {timeout:g}s") from None
     except failures as err:
-        raise VerifyError(f"cannot read leases from {where}: {etcd_describe(err)}") from None
+        raise VerifyError(f"cannot read leases from {where}: {describe_etcd_error(err)}") from None
     finally:
         await sm.close()
     ordered = sorted(listing.leases, key=_lease_order)
