@@ -368,7 +368,8 @@ def _remove_containers(state: LabState) -> None:
     containers = {host.container for host in state.hosts if host.container}
     containers.update(labelled.stdout.split())
     if containers:
-        podman.run("rm", "--force", "--ignore", "--time", STOP_TIMEOUT, *sorted(containers))
+        # The hosts are thrown away with everything on them: no orderly shutdown to wait for.
+        podman.run("rm", "--force", "--ignore", "--time", "0", *sorted(containers))
 
 
 def _restore_root(before: rootns.RootSnapshot) -> None:
