@@ -52,9 +52,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration"), str(ROOT / "benc
 
 from agentlab import PREFIX, AgentLab  # noqa: E402
 from bench_netlink import iproute2, make_host  # noqa: E402
-from netlab import LabHost  # noqa: E402
 
 from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data  # noqa: E402
+from pyflannel_runtime.lab.netns_lab import LabHost  # noqa: E402
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs, make_subnet_key  # noqa: E402
 from pyflannel_runtime.netlink.decoder import decode_neigh, decode_route  # noqa: E402
 from pyflannel_runtime.netlink.netns import run_in_netns  # noqa: E402

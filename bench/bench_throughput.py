@@ -47,7 +47,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration")]
 
 from agentlab import AgentLab  # noqa: E402
-from netlab import NetLab  # noqa: E402
+
+from pyflannel_runtime.lab.netns_lab import NetLab  # noqa: E402
 
 MTU = {"vxlan": 1450, "host-gw": 1500}
 CPUS = (0, 1)

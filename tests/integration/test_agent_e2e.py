@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 from agentlab import AgentLab
-from netlab import LabHost
+
+from pyflannel_runtime.lab.netns_lab import LabHost
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 

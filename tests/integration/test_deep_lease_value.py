@@ -12,8 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 from agentlab import PREFIX, AgentLab
-from netlab import LabHost
 from test_status_live import status
+
+from pyflannel_runtime.lab.netns_lab import LabHost
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 from agentlab import PREFIX, AgentLab
-from netlab import LabHost
 from test_agent_e2e import wait_for
+
+from pyflannel_runtime.lab.netns_lab import LabHost
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 

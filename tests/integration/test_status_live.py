@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 from agentlab import AgentLab
-from netlab import LabHost
 
 from pyflannel_runtime.cli import main
+from pyflannel_runtime.lab.netns_lab import LabHost
 from pyflannel_runtime.netlink.netns import run_in_netns
 from tests.fakes.kube_api import FakeKubeApi
 

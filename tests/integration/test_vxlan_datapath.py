@@ -8,7 +8,12 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from netlab import (
+
+from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend.base import Network
+from pyflannel_runtime.backend.vxlan import VxlanNetwork
+from pyflannel_runtime.backend.vxlan_data import parse_vxlan_backend_data
+from pyflannel_runtime.lab.netns_lab import (
     NetLab,
     added,
     close_all,
@@ -18,11 +23,6 @@ from netlab import (
     mesh,
     register_backend,
 )
-
-from pyflannel_runtime.backend import registry
-from pyflannel_runtime.backend.base import Network
-from pyflannel_runtime.backend.vxlan import VxlanNetwork
-from pyflannel_runtime.backend.vxlan_data import parse_vxlan_backend_data
 from pyflannel_runtime.model.lease import EventType, LeaseEvent
 
 pytestmark = pytest.mark.root
