@@ -22,12 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from etcd_fixture import EtcdServer, start_etcd
-
 from pyflannel_runtime.lab.netns_lab import LabHost, NetLab
 from pyflannel_runtime.model.lease import LeaseAttrs, make_subnet_key
 from pyflannel_runtime.netlink.netns import run_in_netns
 from tests.fakes.kube_api import FakeKubeApi
+from tests.integration.etcd_fixture import EtcdServer, start_etcd
 
 ETCD_IP = "192.0.2.100"
 CNI_PLUGINS = "/usr/lib/cni"

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from etcd_fixture import EtcdServer, start_etcd
+
+from tests.integration.etcd_fixture import EtcdServer, start_etcd
 
 
 @pytest.fixture(scope="session")

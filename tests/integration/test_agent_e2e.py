@@ -12,9 +12,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from agentlab import AgentLab
 
 from pyflannel_runtime.lab.netns_lab import LabHost
+from tests.integration.agentlab import AgentLab
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 

@@ -8,7 +8,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from agentlab import AgentLab
+
+from tests.integration.agentlab import AgentLab
 
 pytestmark = pytest.mark.root
 

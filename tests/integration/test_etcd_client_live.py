@@ -13,7 +13,6 @@ from typing import Any, TypeVar
 
 import aetcd
 import pytest
-from etcd_fixture import EtcdServer, free_port
 
 from pyflannel_runtime.subnet.etcd_client import (
     Endpoint,
@@ -24,6 +23,7 @@ from pyflannel_runtime.subnet.etcd_client import (
     WatchEvent,
     prefix_range_end,
 )
+from tests.integration.etcd_fixture import EtcdServer, free_port
 
 pytestmark = pytest.mark.etcd
 

@@ -18,13 +18,13 @@ from typing import Any, TypeVar
 
 import aetcd
 import pytest
-from etcd_fixture import EtcdServer, free_port, make_tls_material
 
 from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs
 from pyflannel_runtime.model.subnet_env import SubnetEnv, read_previous_subnets
 from pyflannel_runtime.subnet.etcd import ETCD_ERRORS, EtcdError, EtcdSettings, EtcdSubnetManager
 from pyflannel_runtime.subnet.manager import LeaseListing, LeaseRevoked, LeaseWatchBatch
+from tests.integration.etcd_fixture import EtcdServer, free_port, make_tls_material
 
 pytestmark = pytest.mark.etcd
 

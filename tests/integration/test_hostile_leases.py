@@ -9,10 +9,10 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from agentlab import PREFIX, AgentLab
-from test_agent_e2e import wait_for
 
 from pyflannel_runtime.lab.netns_lab import LabHost
+from tests.integration.agentlab import PREFIX, AgentLab
+from tests.integration.test_agent_e2e import wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from etcd_fixture import EtcdServer, make_tls_material
 
 from pyflannel_runtime.ops.publish import PublishError, Reservation, publish
 from pyflannel_runtime.subnet.etcd import EtcdSettings
+from tests.integration.etcd_fixture import EtcdServer, make_tls_material
 
 pytestmark = pytest.mark.etcd
 

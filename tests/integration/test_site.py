@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playbook import PlaybookRun, run_playbook
+
+from tests.integration.playbook import PlaybookRun, run_playbook
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 
