@@ -1,7 +1,7 @@
 """The whole stack in network namespaces: real etcd in the underlay, pyflanneld on every host.
 
 Built on ``pyflannel_runtime.lab.netns_lab.NetLab`` (hosts, pods) and
-``etcd_fixture.start_etcd``. With NetLab's pods, each host's subnet is reserved in etcd ahead (a
+``pyflannel_runtime.lab.etcd_server.start_etcd``. With NetLab's pods, each host's subnet is reserved in etcd ahead (a
 flannel reservation: a key without an etcd lease, naming the host's public IP), so the pods,
 addressed before the agents start, sit in the leased subnets. Without them, etcd allocates and
 ``add_cni_pod`` wires pods the way kubelet's runtime would, through the `flannel` CNI plugin
@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pyflannel_runtime.lab.etcd_server import EtcdServer, start_etcd
 from pyflannel_runtime.lab.netns_lab import LabHost, NetLab
 from pyflannel_runtime.model.lease import LeaseAttrs, make_subnet_key
 from pyflannel_runtime.netlink.netns import run_in_netns
 from tests.fakes.kube_api import FakeKubeApi
-from tests.integration.etcd_fixture import EtcdServer, start_etcd
 
 ETCD_IP = "192.0.2.100"
 CNI_PLUGINS = "/usr/lib/cni"

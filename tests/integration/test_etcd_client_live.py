@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import aetcd
 import pytest
 
+from pyflannel_runtime.lab.etcd_server import EtcdServer, free_port
 from pyflannel_runtime.subnet.etcd_client import (
     Endpoint,
     EtcdClient,
@@ -23,7 +24,6 @@ from pyflannel_runtime.subnet.etcd_client import (
     WatchEvent,
     prefix_range_end,
 )
-from tests.integration.etcd_fixture import EtcdServer, free_port
 
 pytestmark = pytest.mark.etcd
 

@@ -20,11 +20,12 @@ import aetcd
 import pytest
 
 from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
+from pyflannel_runtime.lab.etcd_server import EtcdServer, free_port
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs
 from pyflannel_runtime.model.subnet_env import SubnetEnv, read_previous_subnets
 from pyflannel_runtime.subnet.etcd import ETCD_ERRORS, EtcdError, EtcdSettings, EtcdSubnetManager
 from pyflannel_runtime.subnet.manager import LeaseListing, LeaseRevoked, LeaseWatchBatch
-from tests.integration.etcd_fixture import EtcdServer, free_port, make_tls_material
+from tests.integration.etcd_tls import make_tls_material
 
 pytestmark = pytest.mark.etcd
 
