@@ -1,8 +1,8 @@
 """Pod-to-pod TCP throughput through the agent-programmed datapath vs the same topology
 programmed by hand, for vxlan and host-gw.
 
-  * agent: an AgentLab (tests/integration/agentlab.py): real etcd, pyflanneld on both hosts
-    (no --ip-masq, as flanneld's default), which install flannel's FORWARD accept rules;
+  * agent: an AgentLab (pyflannel_runtime/lab/netns_agents.py): real etcd, pyflanneld on both
+    hosts (no --ip-masq, as flanneld's default), which install flannel's FORWARD accept rules;
   * by hand: a plain NetLab programmed with the `ip` / `bridge` commands of lab-recipes §1,
     plus the same FORWARD rules as `iptables` commands, so the labs differ only in who
     programmed them (their `iptables -S` is compared before measuring). `--bare-by-hand`
@@ -46,8 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration")]
 
-from agentlab import AgentLab  # noqa: E402
-
+from pyflannel_runtime.lab.netns_agents import AgentLab  # noqa: E402
 from pyflannel_runtime.lab.netns_lab import NetLab  # noqa: E402
 
 MTU = {"vxlan": 1450, "host-gw": 1500}

@@ -23,7 +23,7 @@ _ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(_ROOT), str(_ROOT / "tests" / "integration")]  # runnable as a script
 
 from pyflannel_runtime.backend import registry  # noqa: E402
-from tests.integration.agentlab import AgentLab  # noqa: E402
+from pyflannel_runtime.lab.netns_agents import AgentLab  # noqa: E402
 
 STATE = Path(os.environ.get("PYFLANNEL_LAB_STATE", _ROOT / ".lab" / "state.json"))
 

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from pyflannel_runtime.lab.netns_agents import AgentLab
 from pyflannel_runtime.lab.netns_lab import LabHost
-from tests.integration.agentlab import AgentLab
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 

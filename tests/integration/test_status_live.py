@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from pyflannel_runtime.cli import main
+from pyflannel_runtime.lab.netns_agents import AgentLab
 from pyflannel_runtime.lab.netns_lab import LabHost
 from pyflannel_runtime.netlink.netns import run_in_netns
 from tests.fakes.kube_api import FakeKubeApi
-from tests.integration.agentlab import AgentLab
 
 RUN_CLI = "import sys; from pyflannel_runtime.cli import main; sys.exit(main(sys.argv[1:]))"
 P = "flannel.alpha.coreos.com/"
