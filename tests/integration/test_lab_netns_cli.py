@@ -1,4 +1,5 @@
-"""The README's main job: `scripts/lab up` then `scripts/lab down`, leaving nothing behind."""
+"""The agent-only lab: `scripts/lab netns up` then `scripts/lab netns down`, leaving nothing
+behind."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 
-LABCTL = Path(__file__).with_name("labctl.py")
+NETNS_LAB = [sys.executable, "-m", "pyflannel_runtime.lab", "netns"]
 
 
 def _netns() -> set[str]:
@@ -27,20 +28,18 @@ def _netns() -> set[str]:
 def test_lab_up_prints_status_and_reachability_then_down_cleans_up(tmp_path: Path) -> None:
     env = dict(os.environ, PYFLANNEL_LAB_STATE=str(tmp_path / "state.json"))
     before = _netns()
-    up = subprocess.run(
-        [sys.executable, str(LABCTL), "up"], env=env, capture_output=True, text=True, timeout=300
-    )
+    up = subprocess.run([*NETNS_LAB, "up"], env=env, capture_output=True, text=True, timeout=300)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         assert "3 leases, 2 peers programmed, 0 missing, 0 stale" in up.stdout
         assert "all pods reach each other" in up.stdout
         again = subprocess.run(
-            [sys.executable, str(LABCTL), "up"], env=env, capture_output=True, text=True, timeout=60
+            [*NETNS_LAB, "up"], env=env, capture_output=True, text=True, timeout=60
         )
         assert again.returncode == 1 and "already up" in again.stderr
     finally:
         down = subprocess.run(
-            [sys.executable, str(LABCTL), "down"],
+            [*NETNS_LAB, "down"],
             env=env,
             capture_output=True,
             text=True,
