@@ -24,7 +24,7 @@ from pyflannel_runtime.backend import registry
 from pyflannel_runtime.lab.netns_agents import AgentLab
 from pyflannel_runtime.lab.paths import project_root
 
-STATE_ENV = "PYFLANNEL_LAB_STATE"
+STATE_ENV = "PYFLANNEL_NETNS_LAB_STATE"  # not lab.paths.STATE_ENV: that one is a directory
 
 
 def state_file() -> Path:

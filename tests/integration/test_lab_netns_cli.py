@@ -26,7 +26,7 @@ def _netns() -> set[str]:
 
 
 def test_lab_up_prints_status_and_reachability_then_down_cleans_up(tmp_path: Path) -> None:
-    env = dict(os.environ, PYFLANNEL_LAB_STATE=str(tmp_path / "state.json"))
+    env = dict(os.environ, PYFLANNEL_NETNS_LAB_STATE=str(tmp_path / "state.json"))
     before = _netns()
     up = subprocess.run([*NETNS_LAB, "up"], env=env, capture_output=True, text=True, timeout=300)
     try:
