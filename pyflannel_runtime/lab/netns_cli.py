@@ -97,7 +97,8 @@ def _print_summary(lab: AgentLab, pods: dict[str, dict[str, str]]) -> bool:
 def up(backend: str, hosts: int) -> int:
     if state_file().exists():
         print(
-            f"a lab is already up ({state_file()}); run ./scripts/lab down first", file=sys.stderr
+            f"a lab is already up ({state_file()}); run ./scripts/lab netns down first",
+            file=sys.stderr,
         )
         return 1
     lab = AgentLab({"Type": backend}, hosts=hosts, prefix="pfl", lab_pods=False)
@@ -110,7 +111,7 @@ def up(backend: str, hosts: int) -> int:
             ip = lab.add_cni_pod(host, f"pod{host.n}")
             pods[host.ns] = {"netns": f"{lab.net.token}-pod{host.n}", "ip": ip}
         _write_state(lab, pods)
-        print(f"lab up in {time.monotonic() - started:.1f}s; ./scripts/lab down removes it")
+        print(f"lab up in {time.monotonic() - started:.1f}s; ./scripts/lab netns down removes it")
     except BaseException:
         for agent in lab.agents.values():
             print(f"--- {agent.host.ns} log ---\n{agent.log()[-3000:]}", file=sys.stderr)
