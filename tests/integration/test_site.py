@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.playbook import PlaybookRun, run_playbook
+from pyflannel_runtime.lab.playbook import PlaybookRun, run_playbook
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 
