@@ -46,19 +46,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration"), str(ROOT / "bench")]
+from bench_netlink import iproute2, make_host
 
-from bench_netlink import iproute2, make_host  # noqa: E402
-
-from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data  # noqa: E402
-from pyflannel_runtime.lab.netns_agents import PREFIX, AgentLab  # noqa: E402
-from pyflannel_runtime.lab.netns_lab import LabHost  # noqa: E402
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs, make_subnet_key  # noqa: E402
-from pyflannel_runtime.netlink.decoder import decode_neigh, decode_route  # noqa: E402
-from pyflannel_runtime.netlink.netns import run_in_netns  # noqa: E402
+from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
+from pyflannel_runtime.lab.netns_agents import PREFIX, AgentLab
+from pyflannel_runtime.lab.netns_lab import LabHost
+from pyflannel_runtime.model.lease import Lease, LeaseAttrs, make_subnet_key
+from pyflannel_runtime.netlink.decoder import decode_neigh, decode_route
+from pyflannel_runtime.netlink.netns import run_in_netns
 
 NETWORK = IPv4Network("10.244.0.0/16")
 SUBNET_LEN = 29

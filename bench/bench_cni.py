@@ -22,8 +22,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from pyflannel_runtime.cni.install import install_plugin
 
 BRIDGE = "/usr/lib/cni/bridge"

@@ -22,12 +22,9 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pyflannel_runtime.cni.delegate import build_delegate, encode_delegate
 from pyflannel_runtime.cni.install import install_plugin

@@ -39,15 +39,10 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration")]
-
-from pyflannel_runtime.lab.netns_agents import AgentLab  # noqa: E402
-from pyflannel_runtime.lab.netns_lab import NetLab  # noqa: E402
+from pyflannel_runtime.lab.netns_agents import AgentLab
+from pyflannel_runtime.lab.netns_lab import NetLab
 
 MTU = {"vxlan": 1450, "host-gw": 1500}
 CPUS = (0, 1)

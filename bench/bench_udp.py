@@ -58,26 +58,21 @@ import os
 import signal
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration")]
-
-
-from pyflannel_runtime.backend.udp import UdpBackend, UdpNetwork  # noqa: E402
-from pyflannel_runtime.lab.netns_lab import (  # noqa: E402
+from pyflannel_runtime.backend.udp import UdpBackend, UdpNetwork
+from pyflannel_runtime.lab.netns_lab import (
     LabHost,
     NetLab,
     close_udp_network,
     external_interface,
     host_lease,
 )
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs  # noqa: E402
-from pyflannel_runtime.model.netconf import check_network_config, parse_config  # noqa: E402
+from pyflannel_runtime.model.lease import Lease, LeaseAttrs
+from pyflannel_runtime.model.netconf import check_network_config, parse_config
 
 PREFIX = "pudpb"
 POD_MTU = 1472
