@@ -1,4 +1,7 @@
-"""flanneld's /healthz and /readyz endpoints (spec §8.2), on asyncio streams."""
+"""flanneld's /healthz and /readyz endpoints, on asyncio streams.
+
+flannel-io/flannel main.go: mustRunHealthz; docs/compatibility.md, "Health endpoints".
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A reusable netns lab: an underlay bridge, N hosts and one pod per host (lab-recipes §1).
+"""A reusable netns lab: an underlay bridge, N hosts and one pod per host.
 
     ul            netns with bridge br-ul (the L2 underlay)
     h1..hN        hosts: eth0 192.0.2.(10+N)/24 (+ 2001:db8::(10+N)/64), bridge cni0 10.244.N.1/24

@@ -1,4 +1,5 @@
-"""The etcd v3 subnet manager: flannel's LocalManager and etcd registry (spec §3).
+"""The etcd v3 subnet manager: flannel's LocalManager and etcd registry (flannel-io/flannel
+pkg/subnet/etcd/local_manager.go, registry.go).
 
 Deliberate differences from flannel:
 

@@ -1,4 +1,5 @@
-"""pyflanneld end to end: real etcd, agents in host namespaces, pods pinging across (§0, §8)."""
+"""pyflanneld end to end: real etcd, agents in host namespaces, pods pinging across
+(docs/compatibility.md, "Flags, environment and exit codes")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""pyflanneld in kube mode end to end: the Node API test double, agents in host namespaces (§4)."""
+"""pyflanneld in kube mode end to end: the Node API test double, agents in host namespaces
+(docs/compatibility.md, "Node annotations")."""
 
 from __future__ import annotations
 

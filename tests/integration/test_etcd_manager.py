@@ -1,4 +1,5 @@
-"""The etcd subnet manager against a real etcd 3.4 (spec §3.3-§3.7, §8.3).
+"""The etcd subnet manager against a real etcd 3.4 (docs/compatibility.md, "etcd keys and lease
+JSON" and "Watching leases").
 
 Every test works below its own prefix on the shared server, or on a private server when it
 changes server-wide state (TLS, auth, compaction, restarts).

@@ -47,7 +47,8 @@ async def register(lab: NetLab, n: int, backend: dict[str, object] = VXLAN) -> N
 
 
 def go_flannel_host(lab: NetLab, n: int, mac: str) -> None:
-    """Configure host n exactly as Go flanneld's vxlan backend would (§5.1 equivalents)."""
+    """Configure host n exactly as Go flanneld's vxlan backend would (its iproute2 equivalents:
+    docs/compatibility.md, "VXLAN device and per-peer entries")."""
     h = lab.hosts[n - 1]
     lab.ip(h.ns, "link", "add", "flannel.1", "address", mac, "mtu", "1450", "type", "vxlan",
            "id", "1", "dev", "eth0", "local", str(h.underlay_ip), "nolearning")  # fmt: skip

@@ -1,4 +1,5 @@
-"""/healthz and /readyz answer as flanneld's do (§8.2); READY=1 reaches $NOTIFY_SOCKET."""
+"""/healthz and /readyz answer as flanneld's do (flannel-io/flannel main.go: mustRunHealthz);
+READY=1 reaches $NOTIFY_SOCKET."""
 
 from __future__ import annotations
 

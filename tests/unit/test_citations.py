@@ -1,8 +1,11 @@
-"""Citations a reader can follow: every test the project's documents name exists."""
+"""Citations a reader can follow: every test the project's documents name exists, and nothing
+cites a document that is not in the repository (the reference files code once cited by section
+number)."""
 
 from __future__ import annotations
 
 import ast
+import os
 import re
 from pathlib import Path
 
@@ -32,3 +35,66 @@ def test_every_test_a_document_names_exists(doc: Path) -> None:
         if not (REPO / path).is_file() or name not in _functions(REPO / path)
     ]
     assert missing == []
+
+
+# Documents outside the repository that code and docs used to cite by section number, and the
+# reference files they came from. The patterns are spelt with escapes so that this file does not
+# match itself.
+OUTSIDE_CITATION = re.compile(
+    "|".join(
+        (
+            "\u00a7\\s*\\d",  # a section sign before a number
+            "spec \u00a7",
+            "lab" + "-recipes",
+            "flannel" + "-spec",
+            "shared/(?:reference|design)",
+        )
+    )
+)
+SKIPPED_DIRECTORIES = {".git", ".venv", ".lab", "collections", "node_modules", "__pycache__"}
+
+
+def _repository_files() -> list[Path]:
+    found = []
+    for directory, subdirectories, files in os.walk(REPO):
+        subdirectories[:] = [
+            d
+            for d in subdirectories
+            if d not in SKIPPED_DIRECTORIES
+            and not d.endswith((".egg-info", "_cache"))
+            and not (Path(directory) / d).is_symlink()
+        ]
+        found += [Path(directory) / name for name in files]
+    return sorted(found)
+
+
+def test_nothing_cites_a_document_outside_the_repository() -> None:
+    offending = []
+    for path in _repository_files():
+        try:
+            text = path.read_text()
+        except (UnicodeDecodeError, OSError):
+            continue  # binary files cite nothing
+        for number, line in enumerate(text.splitlines(), 1):
+            if OUTSIDE_CITATION.search(line):
+                offending.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    assert offending == [], "cite flannel's source or docs/compatibility.md instead"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '"""The watcher (spec \u00a73.5)."""',
+        "# see \u00a7 6.2",
+        "# lab" + "-recipes, section 1",
+        "# /work/shared/" + "reference/flannel" + "-spec.md",
+    ],
+)
+def test_the_check_recognises_outside_citations(line: str) -> None:
+    assert OUTSIDE_CITATION.search(line)
+
+
+def test_flannel_references_are_not_outside_citations() -> None:
+    assert not OUTSIDE_CITATION.search(
+        "(flannel-io/flannel pkg/lease/lease.go: LeaseWatcher; docs/compatibility.md)"
+    )

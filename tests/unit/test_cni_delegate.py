@@ -1,4 +1,5 @@
-"""The delegate flannel builds (§9.3) and Go's JSON encoding of it, as exact bytes."""
+"""The delegate flannel builds (flannel-io/cni-plugin flannel_linux.go: doCmdAdd) and Go's JSON
+encoding of it, as exact bytes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Renderers: golden files from the spec byte for byte, and the formats of our own files."""
+"""Renderers: flannel's files byte for byte, and the formats of our own files."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def golden(name: str) -> str:
     return (GOLDEN / name).read_bytes().decode("utf-8")
 
 
-# --- flannel's own files, byte for byte (spec §2.1 and §9.5) -----------------------------------
+# --- flannel's own files, byte for byte ------------------------------------------------------
+# (flannel-io/flannel Documentation/kube-flannel.yml and Documentation/configuration.md)
 
 
 def test_default_conflist_is_the_manifests() -> None:
