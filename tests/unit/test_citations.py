@@ -25,6 +25,15 @@ def _functions(path: Path) -> set[str]:
     }
 
 
+REPOSITORY_PATH = re.compile(r"`((?:pyflannel_runtime|tests|bench|docs|scripts)/[\w./-]*)`")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[d.name for d in DOCS])
+def test_every_repository_path_a_document_names_exists(doc: Path) -> None:
+    paths = REPOSITORY_PATH.findall(doc.read_text())
+    assert [p for p in paths if not (REPO / p).exists()] == []
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=[d.name for d in DOCS])
 def test_every_test_a_document_names_exists(doc: Path) -> None:
     references = TEST_REFERENCE.findall(doc.read_text())
