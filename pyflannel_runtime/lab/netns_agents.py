@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pyflannel_runtime.lab.etcd_server import EtcdServer, start_etcd
-from pyflannel_runtime.lab.netns_lab import LabHost, NetLab
+from pyflannel_runtime.lab.netns_lab import Lab, LabHost, NetLab
 from pyflannel_runtime.model.lease import LeaseAttrs, make_subnet_key
 from pyflannel_runtime.netlink.netns import run_in_netns
 
@@ -61,7 +61,7 @@ class Agent:
 
 
 @dataclass
-class AgentLab:
+class AgentLab(Lab):
     backend: dict[str, Any]
     hosts: int = 3
     prefix: str = "pag"
@@ -84,17 +84,6 @@ class AgentLab:
         self.workdir = Path(tempfile.mkdtemp(prefix=f"{self.net.token}-"))
 
     # --- lifecycle -----------------------------------------------------------------------------
-
-    def __enter__(self) -> AgentLab:
-        try:
-            self.create()
-        except BaseException:
-            self.destroy()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.destroy()
 
     def create(self) -> None:
         self.net.create()
