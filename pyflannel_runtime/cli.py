@@ -12,6 +12,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pyflannel_runtime.agent.cli_flags import ETCD_FLAGS, add_agent_flags
+
 
 class CommandError(Exception):
     """Ends the command with exit status 1; ``str()`` goes to stderr as it is."""
@@ -77,47 +79,46 @@ def _register_config(subparsers: Subparsers) -> None:
         _config_publish,
         "put a net-conf.json into etcd as <prefix>/config, where flanneld reads it",
         "Check a net-conf.json as flanneld does, then make etcd's <prefix>/config hold it: "
-        "nothing is written when it already does. The etcd flags (and FLANNELD_ETCD_* "
-        "variables) are the agent's; --dry-run prints the change without making it.",
+        "nothing is written when it already does, and the change is printed as a diff. The "
+        "etcd flags are the agent's and resolve as its do: the command line, else FLANNELD_* "
+        "variables, else the agent's environment file.",
     )
     publish.add_argument("file", metavar="FILE", help="the net-conf.json to publish")
-    for flag in _ETCD_FLAGS:
-        publish.add_argument(f"--{flag}", metavar="VALUE", help=f"as pyflanneld's --{flag}")
     publish.add_argument("--dry-run", action="store_true", help="show the change, write nothing")
-
-
-_ETCD_FLAGS = (
-    "etcd-endpoints",
-    "etcd-prefix",
-    "etcd-cafile",
-    "etcd-certfile",
-    "etcd-keyfile",
-    "etcd-username",
-    "etcd-password",
-)
+    add_agent_flags(publish, ETCD_FLAGS)
 
 
 def _config_publish(args: argparse.Namespace) -> int:
     import difflib
-    from dataclasses import replace
+    import logging
 
-    from pyflannel_runtime.agent.flags import FlagError, parse_flags
+    from pyflannel_runtime.agent.cli_flags import (
+        AgentFlagsError,
+        agent_environment,
+        agent_options,
+    )
     from pyflannel_runtime.agent.stores import etcd_settings
+    from pyflannel_runtime.fsutil import os_error_text
     from pyflannel_runtime.ops.publish import PublishError, publish
     from pyflannel_runtime.subnet.etcd import EtcdError
     from pyflannel_runtime.subnet.etcd_client import EtcdClientError
 
+    # The etcd client logs the agent's warnings (e.g. plain http); a failure is reported below.
+    logging.basicConfig(level=logging.ERROR, format="%(message)s")
     text = _read_net_conf(args.file).decode("utf-8", errors="replace")
     try:
-        opts = parse_flags([])  # the FLANNELD_* environment, as the agent reads it
-    except FlagError as err:
+        opts = agent_options(args, ETCD_FLAGS, agent_environment(args))
+    except AgentFlagsError as err:
         raise CommandError(str(err)) from None
-    given = {f.replace("-", "_"): getattr(args, f.replace("-", "_")) for f in _ETCD_FLAGS}
-    opts = replace(opts, **{k: v for k, v in given.items() if v is not None})
     try:
         (change,) = publish(etcd_settings(opts), text, check=args.dry_run)
-    except (PublishError, EtcdError, EtcdClientError, OSError) as err:
+    except PublishError as err:
         raise CommandError(str(err)) from None
+    except (EtcdError, EtcdClientError, OSError) as err:
+        reason = os_error_text(err) if isinstance(err, OSError) and err.errno else str(err)
+        raise CommandError(
+            f"cannot publish to etcd {opts.etcd_endpoints} (prefix {opts.etcd_prefix}): {reason}"
+        ) from None
     if change.changed:
         before = (change.before or "").splitlines(keepends=True)
         after = change.after.splitlines(keepends=True)
@@ -171,8 +172,9 @@ def _render(args: argparse.Namespace) -> int:
         plan = sync_files(files, root=args.out)
     except FilesError as err:
         raise CommandError(f"cannot write the files: {err}") from None
-    for file in plan.files:
-        print(f"{file.target}: {', '.join(file.reasons) or 'unchanged'}")
+    if not args.quiet:
+        for file in plan.files:
+            print(f"{file.target}: {', '.join(file.reasons) or 'unchanged'}")
     return 0
 
 
@@ -182,11 +184,12 @@ def _register_render(subparsers: Subparsers) -> None:
         "render",
         _render,
         "write one node's files from the cluster model",
-        "Write one node's files below DIR: the CNI conflist, net-conf.json, the agent's "
-        "environment file, the systemd unit, and subnet.env when the node's subnet is pinned. "
-        "Nothing is written unless the whole model is valid, and then all of the files are "
-        "written or none is changed. Prints each file with what changed (created, content, "
-        "mode) or 'unchanged'.",
+        "Write one node's files below DIR: the CNI conflist, the agent's environment file, "
+        "the systemd unit, net-conf.json with the kubernetes datastore (with etcd the agent "
+        "reads <prefix>/config instead: see pyflannel config publish), and subnet.env when "
+        "the node's subnet is pinned. Nothing is written unless the whole model is valid, and "
+        "then all of the files are written or none is changed. Prints each file with what "
+        "changed (created, content, mode) or 'unchanged'.",
     )
     render.add_argument(
         "--model", required=True, metavar="FILE", help="cluster model, YAML or JSON"
@@ -197,6 +200,9 @@ def _register_render(subparsers: Subparsers) -> None:
         required=True,
         metavar="DIR",
         help="root the files go under, e.g. / or a staging dir",
+    )
+    render.add_argument(
+        "-q", "--quiet", action="store_true", help="print nothing; the exit status tells"
     )
 
 
@@ -263,10 +269,24 @@ COMMANDS: list[Callable[[Subparsers], None]] = [
 ]
 
 
+class _Version(argparse.Action):
+    """``--version`` as pyflanneld's (and flanneld's): the bare version on stderr, exit 0."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        from pyflannel_runtime import __version__
+
+        sys.stderr.write(f"{__version__}\n")
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pyflannel", description="Operate pyflannel, a flannel-compatible pod network."
     )
+    parser.add_argument("--version", action=_Version)
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     for register in COMMANDS:
         register(subparsers)

@@ -1,12 +1,14 @@
-"""``pyflannel status``: the cluster's leases, and whether this host's kernel holds what its
-agent would program for each peer.
+"""``pyflannel status``: the local agent's health, the cluster's leases, and whether this
+host's datapath holds what its agent would program for each peer.
 
-The command line and the renderings only: ``ops.verify`` reads the leases and the kernel and
-compares them, exactly as the agent's reconcile would see them. Read-only: nothing is written
-to etcd, the API server or the kernel.
+The command line and the renderings only: ``ops.agent`` asks the agent's health server,
+``ops.verify`` reads the leases and the kernel and compares them, exactly as the agent's
+reconcile would see them. Read-only: nothing is written to etcd, the API server or the kernel.
+A summary counts only what was checked, and says what was not.
 
-Exit status: 0 when every peer is programmed and nothing is stale, 1 when something is missing,
-stale, rejected or wrong, 2 when the leases or the kernel could not be read.
+Exit status: 0 when the agent is ready (or has no health server), every peer is programmed and
+nothing is stale; 1 when the agent is down or not ready, or something is missing, stale,
+rejected or wrong; 2 when the leases or the kernel could not be read.
 """
 
 from __future__ import annotations
@@ -18,19 +20,34 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from ipaddress import ip_address
 from typing import Any
 
-from pyflannel_runtime.agent.flags import FlagError, Options, parse_flags, validate
+from pyflannel_runtime.agent.cli_flags import (
+    ETCD_FLAGS,
+    AgentFlagsError,
+    add_agent_flags,
+    agent_environment,
+    agent_options,
+)
+from pyflannel_runtime.agent.flags import Options
 from pyflannel_runtime.backend import registry
 from pyflannel_runtime.model.lease import Lease
+from pyflannel_runtime.ops.agent import (
+    AgentHealth,
+    AgentState,
+    agent_endpoint,
+    duration,
+    probe_agent,
+)
 from pyflannel_runtime.ops.verify import (
     Datapath,
     Host,
     LeaseStatus,
     LeaseStore,
+    LeaseStoreError,
     OwnLeaseUnknown,
     VerifyError,
     VerifyReport,
@@ -38,22 +55,22 @@ from pyflannel_runtime.ops.verify import (
     verify,
 )
 
-HELP = "show the leases and whether this host's datapath holds every peer"
+HELP = "show the agent's health, the leases, and whether this host's datapath holds every peer"
 DESCRIPTION = (
-    "List the cluster's leases (etcd, or the Kubernetes API with --kube-subnet-mgr) and check "
-    "that this host's kernel holds the routes, neighbours and FDB entries its agent programs "
-    "for each peer. Flags the command shares with pyflanneld default to its FLANNELD_* "
-    "environment. Exit status: 0 all programmed, 1 something missing or stale, 2 could not "
-    "read the leases or the kernel."
+    "Ask the local agent's health server (/healthz, /readyz, and pyflanneld's /statusz for "
+    "its version and uptime), list the cluster's leases (etcd, or the Kubernetes API with "
+    "--kube-subnet-mgr), and check that this host's datapath holds what its agent programs "
+    "for each peer: routes, neighbours and FDB entries (vxlan, host-gw), or flannel0, its "
+    "route, its forwarding workers and the forwarder's routes (udp). The flags shared with "
+    "pyflanneld resolve as the agent's do: the command line, else FLANNELD_* variables, else "
+    "the agent's environment file. Exit status: 0 agent ready and all programmed, 1 agent "
+    "down or not ready, or something missing or stale, 2 could not read the leases or the "
+    "kernel."
 )
 
 EXIT_OK = 0
 EXIT_MISMATCH = 1
 EXIT_ERROR = 2
-
-
-class StatusError(Exception):
-    """The command's settings are unusable; ``str()`` says what and why."""
 
 
 # --- rendering (pure) -------------------------------------------------------------------------
@@ -84,20 +101,13 @@ def remaining(expiration: float | None, now: float, store: str) -> str:
     if expiration is None:
         return "never" if store == "etcd" else "-"
     left = int(expiration - now)
-    if left <= 0:
-        return "expired"
-    days, rest = divmod(left, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if days:
-        return f"{days}d{hours}h"
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
+    return duration(left) if left > 0 else "expired"
 
 
 def _datapath_cell(status: LeaseStatus) -> str:
     if status.datapath is Datapath.MISSING:
+        if not status.expected:  # a userspace forwarder's route
+            return "missing"
         return f"missing {len(status.missing)}/{len(status.expected)}"
     if status.datapath is Datapath.UNCHECKED:
         return "-"
@@ -105,16 +115,30 @@ def _datapath_cell(status: LeaseStatus) -> str:
     return state
 
 
-def summary(report: VerifyReport) -> str:
+def summary(report: VerifyReport, agent: AgentHealth | None = None) -> str:
+    """One line that counts only what was checked: without the kernel read it says the
+    datapath was not checked rather than "0 missing"; `agent` None: not asked at all."""
     leases, programmed = len(report.leases), report.count(Datapath.PROGRAMMED)
-    text = (
-        f"{leases} lease{'s' * (leases != 1)}, "
-        f"{programmed} peer{'s' * (programmed != 1)} programmed, "
-        f"{report.count(Datapath.MISSING)} missing, {len(report.stale)} stale"
-    )
+    parts = [f"{leases} lease{'s' * (leases != 1)}"]
+    if report.actual is None:
+        parts.append("datapath not checked")
+    else:
+        missing = report.count(Datapath.MISSING)
+        if programmed or missing or not report.count(Datapath.UNCHECKED):
+            parts += [
+                f"{programmed} peer{'s' * (programmed != 1)} programmed",
+                f"{missing} missing",
+            ]
+        else:
+            parts.append("peers not checked")
+        parts.append(f"{len(report.stale)} stale")
     skipped = report.count(Datapath.SKIPPED)
-    text += f", {skipped} skipped" if skipped else ""
-    return text + (f", {report.rejected} rejected" if report.rejected else "")
+    parts += [f"{skipped} skipped"] if skipped else []
+    parts += [f"{report.rejected} rejected"] if report.rejected else []
+    text = ", ".join(parts)
+    if agent is None:
+        return text
+    return f"{text}; agent {'health ' * (agent.state is AgentState.UNCHECKED)}{agent.state.value}"
 
 
 def _box(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -127,8 +151,12 @@ def _box(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return [rule, line(header), rule, *(line(r) for r in rows), rule]
 
 
-def render_table(report: VerifyReport, now: float) -> str:
+def render_table(report: VerifyReport, now: float, agent: AgentHealth | None = None) -> str:
+    """The agent's health (when asked), the leases, what is wrong, and the summary last."""
     kube = report.store == "kube"
+    # Only node annotations name a node: an etcd lease holds a public IP and backend data, and
+    # naming its host would take a reverse DNS lookup per lease (seconds each while DNS is
+    # down, thousands of leases), so etcd tables show the public IP alone.
     header = ["NODE"] if kube else []
     header += ["SUBNET", "PUBLIC IP", "BACKEND", "VTEP MAC", "EXPIRES", "OWN", "DATAPATH"]
     rows = []
@@ -146,14 +174,21 @@ def render_table(report: VerifyReport, now: float) -> str:
             _datapath_cell(status),
         ]
         rows.append(cells)
-    lines = _box(header, rows)
+    lines = ([agent.describe(), ""] if agent is not None else []) + _box(header, rows)
     sections: list[tuple[str, list[str]]] = [
         (
             "Missing on this host:",
             [
-                f"{_label(s)}: {describe(entry, report.names)}"
-                for s in report.leases
-                for entry in s.missing
+                *(
+                    f"{_label(s)}: {describe(entry, report.names)}"
+                    for s in report.leases
+                    for entry in s.missing
+                ),
+                *(
+                    f"{_label(s)}: {s.note}"
+                    for s in report.leases
+                    if s.datapath is Datapath.MISSING and s.note
+                ),
             ],
         ),
         ("Stale on this host (no lease explains them):", [
@@ -167,13 +202,20 @@ def render_table(report: VerifyReport, now: float) -> str:
             *(f"{u.name}: {u.reason}" for u in report.unreadable),
         ]),
         ("Problems:", [*report.problems, *_mtu_problems(report), *report.subnet_env]),
+        ("Checked on this host:", checked(report)),
         ("Notes:", list(report.notes)),
     ]  # fmt: skip
     for title, items in sections:
         if items:
             lines += ["", title, *(f"  {item}" for item in items)]
-    lines += ["", summary(report)]
+    lines += ["", summary(report, agent)]
     return "\n".join(lines) + "\n"
+
+
+def checked(report: VerifyReport) -> list[str]:
+    """What was found right besides the peers' entries: devices, routes, workers, MTUs."""
+    mtus = [f"{m.device} has MTU {m.actual}" for m in report.mtus if m.ok]
+    return [*report.checked, *mtus]
 
 
 def _mtu_problems(report: VerifyReport) -> list[str]:
@@ -192,8 +234,8 @@ def _iso(expiration: float | None) -> str | None:
     return datetime.fromtimestamp(expiration, UTC).isoformat().replace("+00:00", "Z")
 
 
-def report_dict(report: VerifyReport) -> dict[str, Any]:
-    """The report for scripts: every lease, every mismatch, and the counts."""
+def report_dict(report: VerifyReport, agent: AgentHealth | None = None) -> dict[str, Any]:
+    """The report for scripts: the agent, every lease, every mismatch, and the counts."""
 
     def text(value: object) -> str | None:
         return None if value is None else str(value)
@@ -215,11 +257,13 @@ def report_dict(report: VerifyReport) -> dict[str, Any]:
                 "expires": _iso(lease.expiration),
                 "own": status.datapath is Datapath.OWN,
                 "datapath": status.datapath.value,
-                "missing": [describe(e, report.names) for e in status.missing],
+                "missing": [describe(e, report.names) for e in status.missing]
+                + ([status.note] if status.datapath is Datapath.MISSING and status.note else []),
                 "note": status.note or None,
             }
         )
     return {
+        "agent": agent.as_dict() if agent is not None else None,
         "store": report.store,
         "leases": leases,
         "unreadable": [{"name": u.name, "reason": u.reason} for u in report.unreadable],
@@ -229,8 +273,10 @@ def report_dict(report: VerifyReport) -> dict[str, Any]:
         ],
         "subnet_env": list(report.subnet_env),
         "problems": list(report.problems),
+        "checked": checked(report),
         "notes": list(report.notes),
         "summary": {
+            "datapath_checked": report.actual is not None,
             "leases": len(report.leases),
             "programmed": report.count(Datapath.PROGRAMMED),
             "missing": report.count(Datapath.MISSING),
@@ -238,70 +284,91 @@ def report_dict(report: VerifyReport) -> dict[str, Any]:
             "skipped": report.count(Datapath.SKIPPED),
             "rejected": report.rejected,
         },
-        "ok": report.ok,
+        "ok": report.ok and (agent is None or agent.ok),
     }
 
 
-def render_json(report: VerifyReport) -> str:
-    return json.dumps(report_dict(report), indent=2) + "\n"
+def render_json(report: VerifyReport, agent: AgentHealth | None = None) -> str:
+    return json.dumps(report_dict(report, agent), indent=2) + "\n"
 
 
 # --- the command ------------------------------------------------------------------------------
 
-_AGENT_FLAGS = (
-    ("--etcd-endpoints", "comma-separated etcd endpoints"),
-    ("--etcd-prefix", "etcd prefix"),
-    ("--etcd-keyfile", "TLS key file for etcd"),
-    ("--etcd-certfile", "TLS certificate file for etcd"),
-    ("--etcd-cafile", "TLS CA file for etcd"),
-    ("--etcd-username", "etcd username"),
-    ("--etcd-password", "etcd password"),
-    ("--kube-api-url", "Kubernetes API server URL"),
-    ("--kubeconfig-file", "kubeconfig file"),
-    ("--kube-annotation-prefix", "node annotation prefix"),
-    ("--net-config-path", "net-conf.json, read in Kubernetes mode"),
-    ("--subnet-file", "this host's subnet.env, naming its own lease"),
-    ("--public-ip", "this host's public IP, naming its own lease (instead of --subnet-file)"),
+# pyflanneld's flags that say where the leases, the health server and this host's lease are.
+AGENT_FLAGS = (
+    *ETCD_FLAGS,
+    "kube-subnet-mgr",
+    "kube-api-url",
+    "kubeconfig-file",
+    "kube-annotation-prefix",
+    "net-config-path",
+    "subnet-file",
+    "public-ip",
+    "healthz-ip",
+    "healthz-port",
+)
+_HINT = (
+    "hint: status uses the agent's settings, from its flags (e.g. --etcd-endpoints, or "
+    "--kube-subnet-mgr --kubeconfig-file), FLANNELD_* variables or its environment file "
+    "(--agent-env); see pyflannel status --help"
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    for flag, text in _AGENT_FLAGS:
-        parser.add_argument(flag, metavar="VALUE", help=f"{text} (as pyflanneld)")
+    add_agent_flags(parser, AGENT_FLAGS)
     parser.add_argument(
-        "--kube-subnet-mgr",
+        "--netns",
+        metavar="NAME",
+        help="check this network namespace: the agent, the lease store and the kernel are all "
+        "reached from inside it (default: this one)",
+    )
+    parser.add_argument(
+        "--leases-only",
         action="store_true",
-        default=None,
-        help="read the leases from the Kubernetes API instead of etcd",
+        help="list the leases; check neither the agent nor the datapath",
     )
     parser.add_argument(
-        "--netns", metavar="NAME", help="check this network namespace (everything runs in it)"
+        "-o",
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="output format (default table)",
     )
     parser.add_argument(
-        "--leases-only", action="store_true", help="list the leases; do not check the kernel"
-    )
-    parser.add_argument("--output", choices=("table", "json"), default="table")
-    parser.add_argument(
-        "--timeout", type=float, default=10.0, metavar="SECONDS", help="for etcd or the API"
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="for etcd, the API server and the agent (default 10)",
     )
 
 
-def agent_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Options:
-    """pyflanneld's settings: its FLANNELD_* environment overridden by the given flags."""
-    try:
-        base = parse_flags([], environ)
-    except FlagError as err:
-        raise StatusError(str(err)) from None
-    given = {
-        flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_"))
-        for flag, _ in (*_AGENT_FLAGS, ("--kube-subnet-mgr", ""))
-    }
-    opts = replace(base, **{k: v for k, v in given.items() if v is not None})
-    try:
-        validate(opts)
-    except FlagError as err:
-        raise StatusError(str(err)) from None
-    return opts
+@dataclass(frozen=True)
+class Status:
+    report: VerifyReport
+    agent: AgentHealth | None  # None: not asked (--leases-only)
+
+
+def target_host(
+    args: argparse.Namespace,
+    opts: Options,
+    environ: Mapping[str, str],
+    agent: AgentHealth | None = None,
+) -> Host:
+    """The host to check. Its own lease: by --public-ip, else by subnet.env, which is then
+    checked too (with --public-ip only when a subnet file is named explicitly)."""
+    public_ip = None
+    if opts.public_ip:
+        public_ip = ip_address(opts.public_ip)  # checked by the agent's flag validation
+    named = args.subnet_file is not None or "FLANNELD_SUBNET_FILE" in environ
+    subnet_file = opts.subnet_file if public_ip is None or named else None
+    forwarder = agent.facts.forwarder if agent is not None else None
+    return Host(
+        netns=args.netns,
+        public_ip=public_ip,
+        subnet_file=subnet_file,
+        forwarder=forwarder.routes if forwarder is not None else None,
+    )
 
 
 def lease_store(opts: Options, timeout: float) -> LeaseStore:
@@ -312,39 +379,62 @@ def lease_store(opts: Options, timeout: float) -> LeaseStore:
     return etcd_settings(opts, request_timeout=timeout)
 
 
-def target_host(args: argparse.Namespace, opts: Options, environ: Mapping[str, str]) -> Host:
-    """The host to check. Its own lease: by --public-ip, else by subnet.env, which is then
-    checked too (with --public-ip only when a subnet file is named explicitly)."""
-    public_ip = None
-    if opts.public_ip:
-        try:
-            public_ip = ip_address(opts.public_ip)
-        except ValueError:
-            raise StatusError(f"invalid --public-ip {opts.public_ip!r}") from None
-    named = args.subnet_file is not None or "FLANNELD_SUBNET_FILE" in environ
-    subnet_file = opts.subnet_file if public_ip is None or named else None
-    return Host(netns=args.netns, public_ip=public_ip, subnet_file=subnet_file)
+def ask_agent(opts: Options, netns: str | None, timeout: float) -> AgentHealth:
+    """The agent's health, asked from inside the host's network namespace."""
+    from pyflannel_runtime.netlink.netns import NETNS_RUN_DIR, run_in_netns
+
+    endpoint = agent_endpoint(opts.healthz_ip, opts.healthz_port)
+    if endpoint is None:
+        return probe_agent(None, timeout)
+    if netns is not None and not os.path.exists(os.path.join(NETNS_RUN_DIR, netns)):
+        raise VerifyError(f"network namespace {netns} does not exist")
+    return run_in_netns(netns, lambda: probe_agent(endpoint, timeout))
 
 
-def collect(args: argparse.Namespace, environ: Mapping[str, str]) -> VerifyReport:
-    opts = agent_options(args, environ)
-    host = target_host(args, opts, environ)
+class StatusFailed(Exception):
+    """The settings are unusable, or the leases or the kernel could not be read; `agent` is
+    the agent's health when it was asked before."""
+
+    def __init__(self, message: str, agent: AgentHealth | None = None) -> None:
+        super().__init__(message)
+        self.agent = agent
+
+
+def collect(args: argparse.Namespace, environ: Mapping[str, str]) -> Status:
     try:
-        return verify(lease_store(opts, args.timeout), host, leases_only=args.leases_only)
+        env = agent_environment(args, environ)
+        opts = agent_options(args, AGENT_FLAGS, env)
+        agent = None if args.leases_only else ask_agent(opts, args.netns, args.timeout)
+    except (AgentFlagsError, VerifyError) as err:
+        raise StatusFailed(str(err)) from None
+    host = target_host(args, opts, env, agent)
+    try:
+        report = verify(lease_store(opts, args.timeout), host, leases_only=args.leases_only)
     except OwnLeaseUnknown as err:
-        raise VerifyError(f"{err}; pass --public-ip, --subnet-file or --leases-only") from None
+        raise StatusFailed(
+            f"{err}; pass --public-ip, --subnet-file or --leases-only", agent
+        ) from None
+    except LeaseStoreError as err:
+        raise StatusFailed(f"{err}\n{_HINT}", agent) from None
+    except VerifyError as err:
+        raise StatusFailed(str(err), agent) from None
+    return Status(report, agent)
 
 
 def command(args: argparse.Namespace) -> int:
     # The lease stores log retries and TLS warnings; a failure is reported below instead.
     logging.basicConfig(level=logging.ERROR, format="%(message)s")
     try:
-        report = collect(args, os.environ)
-    except (StatusError, VerifyError) as err:
+        status = collect(args, os.environ)
+    except StatusFailed as err:
+        if err.agent is not None and args.output == "table":
+            print(err.agent.describe(), flush=True)
         print(f"pyflannel status: {err}", file=sys.stderr)
         return EXIT_ERROR
+    report, agent = status.report, status.agent
     if args.output == "json":
-        sys.stdout.write(render_json(report))
+        sys.stdout.write(render_json(report, agent))
     else:
-        sys.stdout.write(render_table(report, time.time()))
-    return EXIT_OK if report.ok else EXIT_MISMATCH
+        sys.stdout.write(render_table(report, time.time(), agent))
+    healthy = agent is None or agent.ok
+    return EXIT_OK if report.ok and healthy else EXIT_MISMATCH

@@ -347,17 +347,31 @@ def parse_flags(argv: Sequence[str], environ: Mapping[str, str] | None = None) -
         attr = _attr(flag.name)
         if attr in values:
             continue
-        env_name = "FLANNELD_" + flag.name.upper().replace("-", "_")
-        if env_name in env:
-            raw = env[env_name]
+        variable = env_name(flag.name)
+        if variable in env:
+            raw = env[variable]
             try:
                 values[attr] = (
                     tuple(v for v in raw.split(",") if v) if flag.repeated else _convert(flag, raw)
                 )
             except FlagError as err:
-                raise FlagError(f'invalid value "{raw}" for {env_name}: {err}') from None
+                raise FlagError(f'invalid value "{raw}" for {variable}: {err}') from None
     known = {f.name for f in fields(Options)}
     return Options(**{k: v for k, v in values.items() if k in known})
+
+
+def env_name(flag: str) -> str:
+    """The variable a flag is read from when it is not given: FLANNELD_ETCD_ENDPOINTS."""
+    return "FLANNELD_" + flag.upper().replace("-", "_")
+
+
+_USAGE_ENVIRONMENT = """
+A flag not given on the command line is read from the FLANNELD_* variable in brackets (bool
+flags take true or false; -iface and -iface-regex a comma-separated list). Also read:
+NODE_NAME, else POD_NAME and POD_NAMESPACE (with -kube-subnet-mgr: this node's name) and
+NOTIFY_SOCKET (systemd's READY=1); EVENT_QUEUE_DEPTH and CONT_WHEN_CACHE_NOT_READY are
+accepted and change nothing.
+"""
 
 
 def usage(program: str) -> str:
@@ -374,8 +388,8 @@ def usage(program: str) -> str:
         )
         lines.append(f"  -{flag.name}{kind}")
         default = "" if flag.default in ("", (), False, 0) else f" (default {flag.default!r})"
-        lines.append(f"    \t{flag.usage}{default}")
-    return "\n".join(lines) + "\n"
+        lines.append(f"    \t{flag.usage}{default} [${env_name(flag.name)}]")
+    return "\n".join(lines) + "\n" + _USAGE_ENVIRONMENT
 
 
 def validate(opts: Options) -> None:

@@ -1,20 +1,35 @@
-"""flanneld's /healthz and /readyz endpoints, on asyncio streams.
+"""flanneld's /healthz and /readyz endpoints, on asyncio streams, plus pyflanneld's /statusz.
 
-flannel-io/flannel main.go: mustRunHealthz; docs/compatibility.md, "Health endpoints".
+/healthz and /readyz answer exactly as flanneld's (flannel-io/flannel main.go: mustRunHealthz):
+same paths, bodies, status codes and content type, so probes written for flanneld keep working.
+What flanneld does not tell, the agent's version, uptime and what its datapath holds in
+userspace, is on a path of its own: /statusz, a JSON object (the z-page name of /healthz and
+/readyz, as Kubernetes components serve /statusz). flanneld answers 404 there, which is how
+`pyflannel status` tells the two agents apart. Nothing on it is secret: the udp forwarder's
+routes are the peers' subnets and public IPs, which every lease already publishes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 
+from pyflannel_runtime import __version__
 from pyflannel_runtime.agent.errors import StartupError
 from pyflannel_runtime.fsutil import os_error_text
 
 log = logging.getLogger("pyflannel.health")
 
 _REASONS = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}
+_TEXT = "text/plain; charset=utf-8"
+_JSON = "application/json"
+AGENT_NAME = "pyflanneld"
 
 
 class HealthServer:
@@ -24,6 +39,11 @@ class HealthServer:
         self.host = host
         self.port = port
         self.ready = False
+        self.backend: str | None = None
+        # The datapath's own state for /statusz (the udp forwarder's routes), once it runs.
+        self.datapath: Callable[[], Mapping[str, object]] | None = None
+        self._started = time.monotonic()
+        self._started_at = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         self._server: asyncio.base_events.Server | None = None
 
     @property
@@ -51,12 +71,31 @@ class HealthServer:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._server.wait_closed(), timeout=3)
 
-    def _answer(self, path: str) -> tuple[int, str]:
+    def statusz(self) -> dict[str, object]:
+        """What /statusz answers: who runs, since when, and the datapath's own state."""
+        state: dict[str, object] = {
+            "name": AGENT_NAME,
+            "version": __version__,
+            "pid": os.getpid(),
+            "started": self._started_at,
+            "uptime_seconds": int(time.monotonic() - self._started),
+            "ready": self.ready,
+            "backend": self.backend,
+        }
+        if self.datapath is not None:
+            state.update(self.datapath())
+        return state
+
+    def _answer(self, path: str) -> tuple[int, str, str]:
         if path == "/healthz":
-            return 200, "flanneld is running"
+            return 200, _TEXT, "flanneld is running"
         if path == "/readyz":
-            return (200, "flanneld is ready") if self.ready else (503, "flanneld is not ready yet")
-        return 404, "404 page not found\n"
+            if self.ready:
+                return 200, _TEXT, "flanneld is ready"
+            return 503, _TEXT, "flanneld is not ready yet"
+        if path == "/statusz":
+            return 200, _JSON, json.dumps(self.statusz(), sort_keys=True) + "\n"
+        return 404, _TEXT, "404 page not found\n"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -69,11 +108,11 @@ class HealthServer:
                 pass
             parts = request_line.decode("latin-1").split()
             path = parts[1].split("?", 1)[0] if len(parts) >= 2 else "/"
-            status, body = self._answer(path)
+            status, content_type, body = self._answer(path)
             payload = body.encode()
             writer.write(
                 f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
-                "Content-Type: text/plain; charset=utf-8\r\n"
+                f"Content-Type: {content_type}\r\n"
                 "X-Content-Type-Options: nosniff\r\n"
                 f"Content-Length: {len(payload)}\r\n"
                 "Connection: close\r\n\r\n".encode()

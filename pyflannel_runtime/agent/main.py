@@ -27,7 +27,7 @@ from pyflannel_runtime.agent.memory import limit_malloc_arenas
 from pyflannel_runtime.agent.stores import build_subnet_manager, previous_subnets
 from pyflannel_runtime.agent.traffic import install_traffic_rules
 from pyflannel_runtime.backend import registry
-from pyflannel_runtime.backend.base import BackendError
+from pyflannel_runtime.backend.base import BackendError, PublishesState
 from pyflannel_runtime.fsutil import os_error_text, unlink_quietly, write_atomic, write_temp
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs
 from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, ip_stack
@@ -238,6 +238,9 @@ class Agent:
 
         write_subnet_file(opts.subnet_file, config, lease, network.mtu, opts.ip_masq)
         if self._health is not None:
+            self._health.backend = config.backend_type
+            if isinstance(network, PublishesState):
+                self._health.datapath = network.published
             self._health.ready = True
         log.info("Wrote subnet file to %s", opts.subnet_file)
         log.info("Running backend.")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Protocol, runtime_checkable
 
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.model.netconf import NetworkConfig
@@ -28,6 +28,15 @@ class Network(Protocol):
 
     async def close(self) -> None:
         """Stop watchers. The datapath stays in place, as flannel leaves it on shutdown."""
+
+
+@runtime_checkable
+class PublishesState(Protocol):
+    """A network whose datapath keeps state outside the kernel (the udp forwarder's routes)
+    and shows it on the agent's /statusz."""
+
+    def published(self) -> Mapping[str, object]:
+        """JSON-ready state, merged into /statusz."""
 
 
 class Backend(Protocol):

@@ -7,11 +7,15 @@ open pyroute2 handle (from `netlink.netns.iproute`), so this module imports no p
 
 from __future__ import annotations
 
+import os
+import socket
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from ipaddress import IPv4Network
 from typing import Any
 
-from pyflannel_runtime.backend.options import VxlanOptions
+from pyflannel_runtime.backend.options import UdpOptions, VxlanOptions
 from pyflannel_runtime.backend.peers import VxlanDevices
 from pyflannel_runtime.model.lease import Lease
 from pyflannel_runtime.model.netconf import NetworkConfig
@@ -36,6 +40,12 @@ class HostDatapath:
     networks: tuple[IPNetwork, ...] = ()
     names: Mapping[int, str] = field(default_factory=dict)  # ifindex -> device name
     problems: tuple[str, ...] = ()
+    # Devices whose MTU is checked although the datapath owns no entries on them (flannel0).
+    mtu_devices: frozenset[int] = frozenset()
+    checked: tuple[str, ...] = ()  # what was found right, beyond the entries (for the report)
+    # A userspace forwarder's routes, peer subnet -> public IP, as the agent publishes them
+    # (the udp backend's); None: not published, so the peers cannot be checked.
+    forwarder: Mapping[IPNetwork, IPAddress] | None = None
 
 
 def configured_networks(config: NetworkConfig) -> tuple[IPNetwork, ...]:
@@ -133,3 +143,128 @@ def inspect_hostgw(
         names=names,
         problems=tuple(problems),
     )
+
+
+# --- udp --------------------------------------------------------------------------------------
+
+# The udp datapath's worker processes: `python -m <module> <role> ...`, one of each role per
+# queue of flannel0 (`udp` starts them; their command line is how /proc tells them).
+UDP_WORKER_MODULE = "pyflannel_runtime.backend.udp_worker"
+UDP_WORKER_ROLES = ("send", "receive")
+_IFF_UP = 0x1
+
+
+def inspect_udp(
+    ipr: Any, config: NetworkConfig, own: Lease, leases: Sequence[Lease]
+) -> HostDatapath:
+    """flannel0 (the TUN device holding the lease's address/32): up, its MTU, the route for
+    the whole network through it, and the forwarding workers serving each of its queues.
+
+    udp programs no kernel entry per peer: each peer is a route in the workers' own table,
+    which only the agent can tell (`HostDatapath.forwarder`)."""
+    opts = UdpOptions.of(config)
+    names = link_names(ipr)
+    assert own.subnet is not None and config.network is not None  # udp is IPv4 only
+    address = own.subnet.network_address
+    network = IPv4Network((address, config.network.prefixlen), strict=False)
+    holders = [a for a in ipr.get_addr(family=socket.AF_INET, address=str(address))
+               if a["prefixlen"] == 32]  # fmt: skip
+    if not holders:
+        names[-1] = "flannel0"
+        return HostDatapath(
+            backend_type="udp",
+            networks=configured_networks(config),
+            names=names,
+            problems=(f"no device holds {address}/32: flannel0 does not exist",),
+        )
+    index = holders[0]["index"]
+    name = names[index]
+    (link,) = ipr.get_links(index)
+    problems: list[str] = []
+    checked: list[str] = []
+    if link["flags"] & _IFF_UP:
+        checked.append(f"{name} is up with {address}/32")
+    else:
+        problems.append(f"{name} is down")
+    routes = ipr.get_routes(family=socket.AF_INET, table=254, dst=str(network.network_address),
+                            dst_len=network.prefixlen)  # fmt: skip
+    route = f"route {network} dev {name}"
+    if any(r.get_attr("RTA_OIF") == index for r in routes):
+        checked.append(route)
+    else:
+        problems.append(f"{route} is missing")
+    queues = _tun_queues(link)
+    found = forwarding_workers(opts.port)
+    if found is None:
+        problems.append("the udp forwarding workers were not checked: seeing them takes root")
+    else:
+        alive = ", ".join(f"{found[role]} {role}" for role in UDP_WORKER_ROLES)
+        wanted = f" for {queues} queue{'s' * (queues != 1)}" if queues is not None else ""
+        short = [role for role in UDP_WORKER_ROLES if found[role] < (queues or 1)]
+        text = f"udp forwarding workers alive: {alive}{wanted}"
+        (problems if short else checked).append(text)
+    return HostDatapath(
+        backend_type="udp",
+        networks=configured_networks(config),
+        names=names,
+        problems=tuple(problems),
+        mtu_devices=frozenset({index}),
+        checked=tuple(checked),
+    )
+
+
+def _tun_queues(link: Any) -> int | None:
+    """The queues attached to a TUN device (the agent holds one per worker pair)."""
+    info = link.get_attr("IFLA_LINKINFO")
+    data = info.get_attr("IFLA_INFO_DATA") if info is not None else None
+    queues = data.get_attr("IFLA_TUN_NUM_QUEUES") if data is not None else None
+    return queues if isinstance(queues, int) else None
+
+
+def forwarding_workers(port: int) -> Counter[str] | None:
+    """How many udp worker processes of each role serve this network namespace: those
+    holding one of its UDP sockets on the backend's port. From /proc, not from the agent,
+    so a dead or stuck agent cannot vouch for them; None when /proc does not let us see other
+    processes' file descriptors (not root)."""
+    sockets = _udp_socket_inodes(port)
+    found: Counter[str] = Counter({role: 0 for role in UDP_WORKER_ROLES})
+    for pid in (entry for entry in os.listdir("/proc") if entry.isdigit()):
+        role = _worker_role(pid)
+        if role is None:
+            continue
+        try:
+            links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        except PermissionError:
+            return None
+        except OSError:  # gone meanwhile
+            continue
+        if links & sockets:
+            found[role] += 1
+    return found
+
+
+def _worker_role(pid: str) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = handle.read(4096).split(b"\0")
+    except OSError:
+        return None
+    module = UDP_WORKER_MODULE.encode()
+    if module not in argv or argv.index(module) + 1 >= len(argv):
+        return None
+    role = argv[argv.index(module) + 1].decode(errors="replace")
+    return role if role in UDP_WORKER_ROLES else None
+
+
+def _udp_socket_inodes(port: int) -> set[str]:
+    """``socket:[inode]`` of the IPv4 UDP sockets bound to `port` in this thread's network
+    namespace."""
+    found = set()
+    with open("/proc/thread-self/net/udp", encoding="ascii") as handle:
+        next(handle)  # the header
+        for line in handle:
+            fields = line.split()
+            local_port = int(fields[1].rpartition(":")[2], 16)
+            if local_port == port:
+                found.add(f"socket:[{fields[9]}]")
+    return found

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Network
 
 from pyflannel_runtime.backend.vxlan_data import vtep_mac
 from pyflannel_runtime.model.lease import Lease, LeaseError
@@ -96,3 +97,11 @@ def hostgw_peer_entries(lease: Lease, ext_index: int, ipv4: bool, ipv6: bool) ->
     if ipv6 and lease.enable_ipv6 and lease.ipv6_subnet and lease.attrs.public_ipv6 is not None:
         entries.append(_route(lease.ipv6_subnet, lease.attrs.public_ipv6, ext_index))
     return tuple(entries)
+
+
+def udp_peer_route(lease: Lease) -> tuple[IPv4Network, IPv4Address] | None:
+    """The udp forwarder's route for a peer: its IPv4 subnet to its public IP (the datagrams
+    go to the configured port there); None when the forwarder carries nothing for it."""
+    if lease.subnet is None or not lease.enable_ipv4:
+        return None
+    return lease.subnet, lease.attrs.public_ip

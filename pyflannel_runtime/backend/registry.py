@@ -14,18 +14,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyflannel_runtime.backend.host import HostDatapath, inspect_hostgw, inspect_vxlan
+from pyflannel_runtime.backend.host import (
+    HostDatapath,
+    inspect_hostgw,
+    inspect_udp,
+    inspect_vxlan,
+)
 from pyflannel_runtime.backend.options import (
     BackendOptions,
     HostGwOptions,
     UdpOptions,
     VxlanOptions,
 )
-from pyflannel_runtime.backend.peers import PeerSkipped, hostgw_peer_entries, vxlan_peer_entries
+from pyflannel_runtime.backend.peers import (
+    PeerSkipped,
+    hostgw_peer_entries,
+    udp_peer_route,
+    vxlan_peer_entries,
+)
 from pyflannel_runtime.backend.vxlan_data import advertised_vtep_mac
 from pyflannel_runtime.model.lease import Lease
 from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig
-from pyflannel_runtime.netlink.entries import Entry
+from pyflannel_runtime.netlink.entries import Entry, IPAddress, IPNetwork
 
 if TYPE_CHECKING:
     from pyflannel_runtime.backend.base import Backend
@@ -44,6 +54,9 @@ class BackendSpec:
     # A peer's kernel entries on a host, or None when the backend programs none per peer.
     peer_entries: PeerEntries | None = None
     inspect_host: InspectHost | None = None  # reads a host's datapath for `peer_entries`
+    # A peer's route in a userspace forwarder (subnet -> public IP), None when it gets none;
+    # for backends that forward peers in userspace instead of through kernel entries.
+    forwarder_route: Callable[[Lease], tuple[IPNetwork, IPAddress] | None] | None = None
     # The MAC a lease's backend data advertises ("" if none); None: the backend has no MAC.
     advertised_mac: Callable[[str | None], str] | None = None
 
@@ -96,7 +109,14 @@ _SPECS = (
         ),
         inspect_host=inspect_hostgw,
     ),
-    BackendSpec(name="udp", options=UdpOptions, dual_stack=False, create=_udp),
+    BackendSpec(
+        name="udp",
+        options=UdpOptions,
+        dual_stack=False,
+        create=_udp,
+        inspect_host=inspect_udp,
+        forwarder_route=udp_peer_route,
+    ),
 )
 BACKENDS: dict[str, BackendSpec] = {spec.name: spec for spec in _SPECS}
 

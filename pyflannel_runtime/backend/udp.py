@@ -34,7 +34,9 @@ from pathlib import Path
 from pyroute2.netlink.exceptions import NetlinkError
 
 from pyflannel_runtime.backend.base import AcquireLease, BackendError
+from pyflannel_runtime.backend.host import UDP_WORKER_MODULE, UDP_WORKER_ROLES
 from pyflannel_runtime.backend.options import UdpOptions
+from pyflannel_runtime.backend.peers import udp_peer_route
 from pyflannel_runtime.backend.udp_packet import Command, CommandMessage, Peer, encode_command
 from pyflannel_runtime.backend.udp_worker import COUNTERS_PER_WORKER, READY, UDP_GRO, Counter
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
@@ -47,7 +49,6 @@ log = logging.getLogger("pyflannel.backend.udp")
 TUN_NAME_TEMPLATE = "flannel%d"
 TUN_TXQUEUELEN = 10000  # the default 500 drops TCP bursts in the TUN queue
 SOCKET_BUFFER = 4 << 20
-_WORKER_MODULE = "pyflannel_runtime.backend.udp_worker"
 _READY_TIMEOUT = 30.0
 _STOP_TIMEOUT = 2.0
 
@@ -194,7 +195,7 @@ def _spawn(
     argv = [
         sys.executable,
         "-m",
-        _WORKER_MODULE,
+        UDP_WORKER_MODULE,
         role,
         f"--tun-fd={tun}",
         f"--sock-fd={sock}",
@@ -254,6 +255,11 @@ class UdpNetwork:
     def worker_pids(self) -> list[int]:
         return [w.process.pid for w in self._datapath.workers]
 
+    def published(self) -> dict[str, object]:
+        """The forwarder's device and routes (peer subnet -> "public IP:port") for /statusz."""
+        routes = {str(subnet): f"{peer.host}:{peer.port}" for subnet, peer in self._routes.items()}
+        return {"udp": {"device": self.tun_name, "routes": routes}}
+
     def counters(self) -> dict[str, int]:
         """Counter name (lower case) -> sum over all workers."""
         words = memoryview(self._datapath.counters).cast("Q")
@@ -299,10 +305,10 @@ class UdpNetwork:
             await asyncio.to_thread(self._shutdown)
 
     def _route_of(self, lease: Lease) -> tuple[IPv4Network, Peer] | None:
-        subnet = lease.subnet
-        if subnet is None or not lease.enable_ipv4 or subnet == self.lease.subnet:
+        route = udp_peer_route(lease)
+        if route is None or route[0] == self.lease.subnet:
             return None
-        return subnet, Peer(str(lease.attrs.public_ip), self.port)
+        return route[0], Peer(str(route[1]), self.port)
 
     def _set(self, subnet: IPv4Network, peer: Peer) -> None:
         self._routes[subnet] = peer
@@ -431,7 +437,7 @@ class UdpBackend:
         try:
             _configure_tun(self.netns, name, tun_addr, network, mtu)
             for queue in range(queues):
-                for role in ("send", "receive"):
+                for role in UDP_WORKER_ROLES:
                     slot = len(datapath.workers)
                     datapath.workers.append(_spawn(datapath, role, queue, slot, {}))
         except BaseException as err:

@@ -7,6 +7,7 @@ observed on the host and run what they return.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network
@@ -91,9 +92,8 @@ def forward_rules(network: IPNetwork) -> list[Rule]:
 def restore_line(action: str, rule: Rule) -> str:
     """``-A``/``-D`` line; the comment is quoted because iptables-restore splits on spaces."""
     tokens = [action, rule.chain]
-    for i, token in enumerate(rule.spec):
-        quoted = i > 0 and rule.spec[i - 1] == "--comment"
-        tokens.append(f'"{token}"' if quoted else token)
+    for previous, token in itertools.pairwise(("", *rule.spec)):
+        tokens.append(f'"{token}"' if previous == "--comment" else token)
     return " ".join(tokens)
 
 
@@ -127,7 +127,7 @@ def teardown_payload(rules: Sequence[Rule], existing: Collection[Rule]) -> str:
 
 def _jumps_to(line: str, chain: str) -> bool:
     tokens = line.split()
-    return len(tokens) >= 2 and tokens[0] == "-A" and tokens[-2:] == ["-j", chain]
+    return tokens[:1] == ["-A"] and tokens[-2:] == ["-j", chain]
 
 
 def chain_removal_payload(table_dumps: Mapping[str, str]) -> str:
@@ -153,9 +153,12 @@ def chain_removal_payload(table_dumps: Mapping[str, str]) -> str:
 # --- nftables scripts (`nft -f -`) --------------------------------------------------------
 
 
+_NFT_TABLES = {4: ("ip", "flannel-ipv4"), 6: ("ip6", "flannel-ipv6")}
+
+
 def nft_table(version: int) -> tuple[str, str]:
     """The (family, name) of flannel's nft table for an IP version."""
-    return ("ip", "flannel-ipv4") if version == 4 else ("ip6", "flannel-ipv6")
+    return _NFT_TABLES[version]
 
 
 def _nft_addr(version: int) -> str:
@@ -166,7 +169,7 @@ def nft_init_script() -> str:
     """Both tables, with flannel's table comments."""
     return "".join(
         f'add table {family} {name} {{ comment "rules for {name}" ; }}\n'
-        for family, name in (nft_table(4), nft_table(6))
+        for family, name in _NFT_TABLES.values()
     )
 
 

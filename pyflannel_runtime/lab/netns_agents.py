@@ -29,6 +29,7 @@ from pyflannel_runtime.model.lease import LeaseAttrs, make_subnet_key
 from pyflannel_runtime.netlink.netns import run_in_netns
 
 ETCD_IP = "192.0.2.100"
+HEALTHZ_PORT = 8081
 CNI_PLUGINS = "/usr/lib/cni"
 PREFIX = "/coreos.com/network"
 
@@ -150,6 +151,19 @@ class AgentLab(Lab):
     def subnet_file(self, host: LabHost) -> Path:
         return self.workdir / host.ns / "subnet.env"
 
+    def status_argv(self, host: LabHost) -> list[str]:
+        """`pyflannel status` for the host, run from the root namespace: its agent's settings
+        (no environment file: this machine's is not the lab's)."""
+        return [
+            str(Path(sys.executable).with_name("pyflannel")),
+            "status",
+            f"--netns={host.ns}",
+            *self.store_args(),
+            f"--subnet-file={self.subnet_file(host)}",
+            f"--healthz-port={HEALTHZ_PORT}",
+            "--agent-env=",
+        ]
+
     def start_agent(self, host: LabHost, *extra: str) -> Agent:
         log_path = self.workdir / f"{host.ns}.log"
         argv = [
@@ -158,7 +172,7 @@ class AgentLab(Lab):
             *self.store_args(),
             "--iface=eth0",
             f"--subnet-file={self.subnet_file(host)}",
-            "--healthz-port=8081",
+            f"--healthz-port={HEALTHZ_PORT}",
             "--reconcile-interval=1",
             *(["--ip-masq"] if self.ip_masq else []),
             *self.extra_args,
@@ -196,7 +210,8 @@ class AgentLab(Lab):
         probe = (
             "import sys, urllib.request, urllib.error\n"
             "try:\n"
-            f"    print(urllib.request.urlopen('http://127.0.0.1:8081{path}', timeout=2).status)\n"
+            f"    print(urllib.request.urlopen('http://127.0.0.1:{HEALTHZ_PORT}{path}',"
+            " timeout=2).status)\n"
             "except urllib.error.HTTPError as e:\n    print(e.code)\n"
             "except OSError:\n    print(0)\n"
         )

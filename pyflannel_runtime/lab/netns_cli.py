@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -46,6 +47,7 @@ def _write_state(lab: AgentLab, pods: dict[str, dict[str, str]]) -> None:
         },
         "dirs": [str(lab.workdir), str(lab.etcd.workdir)],
         "etcd_endpoint": lab.etcd.endpoint,
+        "status_command": shlex.join(lab.status_argv(lab.net.hosts[0])),
         "pods": pods,
     }
     path = state_file()
@@ -53,25 +55,19 @@ def _write_state(lab: AgentLab, pods: dict[str, dict[str, str]]) -> None:
     path.write_text(json.dumps(state, indent=2) + "\n")
 
 
-def _status(lab: AgentLab) -> str:
-    """`pyflannel status` as an operator on the first host would run it."""
-    host = lab.net.hosts[0]
-    done = lab.net.run(
-        host.ns,
-        str(Path(sys.executable).parent / "pyflannel"),
-        "status",
-        *lab.store_args(),
-        f"--subnet-file={lab.subnet_file(host)}",
-        check=False,
-    )
+def _status(argv: list[str]) -> str:
+    """What `pyflannel status` prints, run exactly as shown."""
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
     return done.stdout + done.stderr
 
 
 def _print_summary(lab: AgentLab, pods: dict[str, dict[str, str]]) -> bool:
     store = lab.etcd.endpoint if lab.etcd else "the Node API test double"
     print(f"\npyflannel lab {lab.net.token}: backend {lab.backend['Type']}, leases in {store}")
-    print(f"\n$ pyflannel status   (on {lab.net.hosts[0].ns})")
-    print(_status(lab))
+    argv = lab.status_argv(lab.net.hosts[0])
+    print(f"\n`pyflannel status` for {lab.net.hosts[0].ns}, run from here (paste it to run again):")
+    print(f"$ {shlex.join(argv)}")
+    print(_status(argv))
     print("\nPods (wired by the flannel CNI plugin):")
     for host_ns, pod in pods.items():
         print(f"  {pod['netns']:<24} {pod['ip']:<15} on {host_ns}")

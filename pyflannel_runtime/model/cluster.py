@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import ipaddress
 import json
 import math
@@ -77,38 +78,41 @@ def _absolute_path(value: str) -> str:
     return value
 
 
-def _network(version: int) -> BeforeValidator:
-    def parse(value: Any) -> Any:
-        if isinstance(value, IPv4Network | IPv6Network):
-            return value
-        try:
-            address = ipaddress.ip_interface(value) if "/" in str(value) else None
-        except ValueError:
-            address = None
-        if not isinstance(value, str) or address is None or address.version != version:
-            raise ValueError(f"{value!r} is not an IPv{version} CIDR")
-        if address.ip != address.network.network_address:
-            raise ValueError(f"{value} has host bits set (did you mean {address.network}?)")
-        return address.network
+# The parsers are module functions bound with partial, not closures: a closure is made once at
+# import time, so no test run could tell a changed one apart (scripts/mutation).
+def _parse_network(value: Any, version: int) -> Any:
+    if isinstance(value, IPv4Network | IPv6Network):
+        return value
+    try:
+        address = ipaddress.ip_interface(value) if "/" in str(value) else None
+    except ValueError:
+        address = None
+    if not isinstance(value, str) or address is None or address.version != version:
+        raise ValueError(f"{value!r} is not an IPv{version} CIDR")
+    if address.ip != address.network.network_address:
+        raise ValueError(f"{value} has host bits set (did you mean {address.network}?)")
+    return address.network
 
-    return BeforeValidator(parse)
+
+def _network(version: int) -> BeforeValidator:
+    return BeforeValidator(functools.partial(_parse_network, version=version))
+
+
+def _parse_address(value: Any, version: int | None) -> Any:
+    if isinstance(value, IPv4Address | IPv6Address):
+        return value
+    try:
+        address = ipaddress.ip_address(value) if isinstance(value, str) else None
+    except ValueError:
+        address = None
+    if address is None or version not in (None, address.version):
+        kind = "an IP address" if version is None else f"an IPv{version} address"
+        raise ValueError(f"{value!r} is not {kind}")
+    return address
 
 
 def _address(version: int | None) -> BeforeValidator:
-    kind = "an IP address" if version is None else f"an IPv{version} address"
-
-    def parse(value: Any) -> Any:
-        if isinstance(value, IPv4Address | IPv6Address):
-            return value
-        try:
-            address = ipaddress.ip_address(value) if isinstance(value, str) else None
-        except ValueError:
-            address = None
-        if address is None or version not in (None, address.version):
-            raise ValueError(f"{value!r} is not {kind}")
-        return address
-
-    return BeforeValidator(parse)
+    return BeforeValidator(functools.partial(_parse_address, version=version))
 
 
 def _runtime_file(value: str) -> str:

@@ -32,7 +32,15 @@ from pyflannel_runtime.model.subnet_env import (
     parse_cni_subnet_env,
     read_previous_subnets,
 )
-from pyflannel_runtime.netlink.entries import DatapathState, Entry, Fdb, IPNetwork, Neigh, Route
+from pyflannel_runtime.netlink.entries import (
+    DatapathState,
+    Entry,
+    Fdb,
+    IPAddress,
+    IPNetwork,
+    Neigh,
+    Route,
+)
 from pyflannel_runtime.subnet.manager import LeaseListing, ListedLease, UnreadableLease
 from pyflannel_runtime.subnet.watcher import LeaseScope, LeaseWatcher
 
@@ -46,6 +54,10 @@ _SUBNET_ENV_LIMIT = 64 * 1024
 
 class VerifyError(Exception):
     """The leases, the kernel or subnet.env could not be read; ``str()`` says what and why."""
+
+
+class LeaseStoreError(VerifyError):
+    """The lease store could not be read."""
 
 
 class OwnLeaseUnknown(VerifyError):
@@ -69,6 +81,9 @@ class Host:
     netns: str | None = None
     public_ip: IPv4Address | IPv6Address | None = None
     subnet_file: str | None = None
+    # The routes of the agent's userspace forwarder (udp), peer subnet -> public IP, as the
+    # agent publishes them (`ops.agent`); None: not known, so such peers are not checked.
+    forwarder: Mapping[IPNetwork, IPAddress] | None = None
 
 
 # --- the report -------------------------------------------------------------------------------
@@ -89,7 +104,7 @@ class LeaseStatus:
     datapath: Datapath
     expected: tuple[Entry, ...] = ()  # the entries the agent programs for this peer
     missing: tuple[Entry, ...] = ()
-    note: str = ""  # why a peer is skipped or rejected
+    note: str = ""  # why a peer is skipped, rejected, or missing from a userspace forwarder
 
 
 @dataclass(frozen=True)
@@ -115,6 +130,7 @@ class VerifyReport:
     subnet_env: tuple[str, ...] = ()  # how subnet.env differs from the lease and the MTU
     problems: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    checked: tuple[str, ...] = ()  # what the host's inspection found right, beyond entries
     names: Mapping[int, str] = field(default_factory=dict)  # ifindex -> device name
 
     def count(self, state: Datapath) -> int:
@@ -131,7 +147,7 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not (
-            self.missing
+            self.count(Datapath.MISSING)
             or self.stale
             or self.problems
             or self.rejected
@@ -214,8 +230,12 @@ def compare(
         if host is None or actual is None:
             statuses.append(LeaseStatus(row, Datapath.UNCHECKED))
             continue
+        spec = registry.get(host.backend_type)
+        if spec.forwarder_route is not None:
+            statuses.append(forwarder_status(row, spec.forwarder_route(row.lease), host.forwarder))
+            continue
         try:
-            expected = registry.get(host.backend_type).expected_entries(row.lease, host)
+            expected = spec.expected_entries(row.lease, host)
         except PeerSkipped as why_skipped:
             statuses.append(LeaseStatus(row, Datapath.SKIPPED, note=str(why_skipped)))
             continue
@@ -224,6 +244,9 @@ def compare(
         state = Datapath.MISSING if missing else Datapath.PROGRAMMED
         statuses.append(LeaseStatus(row, state, expected, missing))
     stale = sorted(present - explained, key=_entry_order) if host is not None else []
+    if host is not None and any(s.datapath is Datapath.UNCHECKED for s in statuses):
+        notes = (*notes, f"{host.backend_type} peers not checked: the agent does not publish "
+                 "its forwarder's routes (pyflanneld does on /statusz)")  # fmt: skip
     return VerifyReport(
         store=store,
         leases=tuple(statuses),
@@ -232,8 +255,31 @@ def compare(
         stale=tuple(stale),
         problems=tuple(problems) + (host.problems if host is not None else ()),
         notes=tuple(notes),
+        checked=host.checked if host is not None else (),
         names=dict(host.names) if host is not None else {},
     )
+
+
+def forwarder_status(
+    row: ListedLease,
+    route: tuple[IPNetwork, IPAddress] | None,
+    forwarder: Mapping[IPNetwork, IPAddress] | None,
+) -> LeaseStatus:
+    """A peer of a userspace forwarder: programmed when the forwarder routes its subnet to its
+    public IP."""
+    if route is None:
+        return LeaseStatus(row, Datapath.SKIPPED, note="the forwarder carries nothing for it")
+    if forwarder is None:
+        return LeaseStatus(row, Datapath.UNCHECKED)
+    subnet, public_ip = route
+    found = forwarder.get(subnet)
+    if found == public_ip:
+        return LeaseStatus(row, Datapath.PROGRAMMED)
+    if found is None:
+        why = f"the forwarder has no route for {subnet} (to {public_ip})"
+    else:
+        why = f"the forwarder sends {subnet} to {found}, not {public_ip}"
+    return LeaseStatus(row, Datapath.MISSING, note=why)
 
 
 def _entry_order(entry: Entry) -> tuple[int, str]:
@@ -309,15 +355,19 @@ async def _etcd_leases(settings: EtcdSettings) -> tuple[NetworkConfig, LeaseList
     try:
         sm = EtcdSubnetManager(settings)
     except EtcdError as err:
-        raise VerifyError(f"cannot read leases from {where}: {err}") from None
+        raise LeaseStoreError(f"cannot read leases from {where}: {err}") from None
     try:
         async with asyncio.timeout(timeout):
             config = await sm.get_network_config()
             listing = await sm.list_leases()
     except TimeoutError:
-        raise VerifyError(f"cannot read leases from {where}: no answer in {timeout:g}s") from None
+        raise LeaseStoreError(
+            f"cannot read leases from {where}: no answer in {timeout:g}s"
+        ) from None
     except failures as err:
-        raise VerifyError(f"cannot read leases from {where}: {describe_etcd_error(err)}") from None
+        raise LeaseStoreError(
+            f"cannot read leases from {where}: {describe_etcd_error(err)}"
+        ) from None
     finally:
         await sm.close()
     ordered = sorted(listing.leases, key=_lease_order)
@@ -334,11 +384,11 @@ async def _kube_leases(settings: KubeSettings) -> tuple[NetworkConfig, LeaseList
     try:
         sm = await KubeSubnetManager.create(settings, own_node=False)
     except (KubeSubnetError, AnnotationPrefixError) as err:
-        raise VerifyError(str(err)) from None
+        raise LeaseStoreError(str(err)) from None
     try:
         return await sm.get_network_config(), await sm.list_leases()
     except (ApiException, urllib3.exceptions.HTTPError, ValueError) as err:
-        raise VerifyError(f"cannot list nodes: {api_error_text(err)}") from None
+        raise LeaseStoreError(f"cannot list nodes: {api_error_text(err)}") from None
     finally:
         await sm.close()
 
@@ -374,7 +424,11 @@ class _Kernel:
 
 
 def _read_kernel(
-    spec: registry.BackendSpec, config: NetworkConfig, own: Lease, leases: Sequence[Lease]
+    spec: registry.BackendSpec,
+    config: NetworkConfig,
+    own: Lease,
+    leases: Sequence[Lease],
+    forwarder: Mapping[IPNetwork, IPAddress] | None,
 ) -> _Kernel:
     """The backend's view of this host, its owned entries and its devices' MTU (in this
     thread's network namespace)."""
@@ -394,6 +448,7 @@ def _read_kernel(
         expected = spec.options.of(config).device_mtu(mtus[holders[0]["index"]])
     if host is None:
         return _Kernel(expected)
+    host = replace(host, forwarder=forwarder)
     ownership = Ownership(host.ownership_devices, host.networks)
     try:
         sock = open_dump_socket(None)
@@ -405,7 +460,7 @@ def _read_kernel(
         raise VerifyError(f"cannot dump the kernel's routes and neighbours: {err}") from None
     devices = tuple(
         DeviceMtu(host.names[index], mtus[index], expected)
-        for index in sorted(host.ownership_devices)
+        for index in sorted(host.ownership_devices | host.mtu_devices)
         if expected is not None and index in mtus
     )
     return _Kernel(expected, host, actual, devices)
@@ -462,7 +517,7 @@ def _verify(store: LeaseStore, host: Host | None) -> VerifyReport:
     notes: list[str] = []
     if spec.inspect_host is None:
         notes.append(f"the {config.backend_type} backend's datapath is not checked")
-    kernel = _read_kernel(spec, config, own, [row.lease for row in listing.leases])
+    kernel = _read_kernel(spec, config, own, [row.lease for row in listing.leases], host.forwarder)
     if host.subnet_file is None:
         notes.append("subnet.env is not checked (no subnet file given)")
         return report(own, kernel, notes=notes)

@@ -14,12 +14,12 @@ from typing import Any
 import jinja2
 
 from pyflannel_runtime import DEFAULT_SUBNET_FILE
+from pyflannel_runtime.agent.envfile import AGENT_ENV_FILE
 from pyflannel_runtime.model.cluster import ClusterModel
 from pyflannel_runtime.model.cluster_plan import NodePlan, plan_cluster
 from pyflannel_runtime.model.subnet_env import SubnetEnv
 from pyflannel_runtime.ops.files import WantedFile
 
-AGENT_ENV_FILE = "/etc/pyflannel/pyflanneld.env"
 SYSTEMD_UNIT_FILE = "/etc/systemd/system/pyflanneld.service"
 
 _PLAIN_ENV_VALUE = re.compile(r"[A-Za-z0-9_./:,@%+=-]*")

@@ -162,15 +162,10 @@ def annotation_changes(
         or differs(keys.subnet_kube_managed, "true")
         or overwritten(keys.public_ip_overwrite, public_ip)
     )
-    if attrs.public_ipv6 is not None:
-        stale = stale or (
-            differs(keys.backend_v6_data, v6_data)
-            or differs(keys.backend_type, attrs.backend_type)
-            or differs(keys.public_ipv6, public_ipv6)
-            or differs(keys.subnet_kube_managed, "true")
-            or overwritten(keys.public_ipv6_overwrite, public_ipv6)
-        )
-    if not stale:
+    # flannel also checks the IPv6 keys when the node has a public IPv6. Every key the patch
+    # can then carry is one of the keys checked, so the patch below, which keeps only what
+    # differs, is empty exactly when those checks pass: they need not be repeated.
+    if not stale and attrs.public_ipv6 is None:
         return {}
 
     backend = attrs.backend_type
@@ -196,7 +191,7 @@ def annotation_changes(
 
 def _advertised(current: Mapping[str, str], key: str, overwrite_key: str, local: str) -> str:
     """The public IP peers should use: the user's overwrite annotation wins over the local IP."""
-    overwrite = current.get(overwrite_key, "")
+    overwrite = current.get(overwrite_key)
     if not overwrite:
         return local
     if current.get(key) != overwrite:

@@ -64,7 +64,8 @@ def status(lab: AgentLab, host: LabHost) -> tuple[int, str]:
     assert lab.etcd is not None
     done = lab.net.run(host.ns, sys.executable, "-c", RUN_CLI, "status",
                        f"--etcd-endpoints={lab.etcd.endpoint}",
-                       f"--subnet-file={lab.subnet_file(host)}", check=False)  # fmt: skip
+                       f"--subnet-file={lab.subnet_file(host)}", "--healthz-port=8081",
+                       "--agent-env=", check=False)  # fmt: skip
     return done.returncode, done.stdout + done.stderr
 
 
@@ -100,7 +101,7 @@ def test_leases_outside_the_network_never_reach_the_datapath(lab: AgentLab) -> N
     for key, why in HOSTILE.items():
         subnet = key.replace("-", "/")
         assert f"  {subnet}: {why}\n" in out, out
-    assert out.rstrip().endswith(", 3 rejected"), out
+    assert out.rstrip().endswith(", 3 rejected; agent ready"), out
 
     # A start-up snapshot: the restarted agent syncs the marker and the other hosts only.
     lab.stop_agent(h1)
@@ -122,7 +123,7 @@ def test_leases_outside_the_network_never_reach_the_datapath(lab: AgentLab) -> N
     if backend == "udp":
         assert code == 0 and "rejected" not in out, out
     else:
-        assert code == 0 and out.endswith(" 0 missing, 0 stale\n"), out
+        assert code == 0 and out.endswith(" 0 missing, 0 stale; agent ready\n"), out
 
 
 def test_a_bad_backend_option_fails_before_the_device_is_touched() -> None:

@@ -102,10 +102,18 @@ def test_renew_margin_range(margin: int) -> None:
     validate(Options(subnet_lease_renew_margin=1439))
 
 
-def test_usage_lists_every_flag() -> None:
+def test_usage_lists_every_flag_with_its_variable() -> None:
     text = usage("pyflanneld")
     for name in ("-etcd-endpoints", "-kube-subnet-mgr", "-iface-can-reach", "-subnet-lease-ttl"):
         assert f"  {name}" in text
+    for flag in FLAGS:
+        variable = "FLANNELD_" + flag.name.upper().replace("-", "_")
+        assert f" [${variable}]\n" in text
+        # ...and the variable named is the one parse_flags reads.
+        value = str(not flag.default).lower() if isinstance(flag.default, bool) else "7"
+        parsed = parse_flags([], {variable: value})
+        assert getattr(parsed, flag.name.replace("-", "_")) != flag.default
+    assert "NODE_NAME" in text and "POD_NAMESPACE" in text
 
 
 def test_main_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:

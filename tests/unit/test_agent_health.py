@@ -1,9 +1,11 @@
-"""/healthz and /readyz answer as flanneld's do (flannel-io/flannel main.go: mustRunHealthz);
-READY=1 reaches $NOTIFY_SOCKET."""
+"""/healthz and /readyz answer as flanneld's do (flannel-io/flannel main.go: mustRunHealthz),
+/statusz tells pyflanneld's version, uptime and datapath state; READY=1 reaches
+$NOTIFY_SOCKET."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import tempfile
@@ -12,6 +14,7 @@ import urllib.request
 
 import pytest
 
+from pyflannel_runtime import __version__
 from pyflannel_runtime.agent import sdnotify
 from pyflannel_runtime.agent.errors import StartupError
 from pyflannel_runtime.agent.health import HealthServer
@@ -46,6 +49,30 @@ def test_health_endpoints() -> None:
     assert not_ready == (503, "text/plain; charset=utf-8", "flanneld is not ready yet")
     assert ready == (200, "text/plain; charset=utf-8", "flanneld is ready")
     assert missing[0] == 404
+
+
+def test_statusz_is_json_beside_flanneld_s_endpoints() -> None:
+    async def scenario() -> tuple[tuple[int, str, str], tuple[int, str, str]]:
+        server = HealthServer("127.0.0.1", 0)
+        await server.start()
+        base = f"http://127.0.0.1:{server.port}"
+        try:
+            starting = await asyncio.to_thread(_get, f"{base}/statusz")
+            server.ready, server.backend = True, "udp"
+            server.datapath = lambda: {"udp": {"device": "flannel0", "routes": {}}}
+            return starting, await asyncio.to_thread(_get, f"{base}/statusz")
+        finally:
+            await server.stop()
+
+    starting, running = asyncio.run(scenario())
+    assert starting[:2] == (200, "application/json")
+    first = json.loads(starting[2])
+    assert first["name"] == "pyflanneld" and first["version"] == __version__
+    assert first["pid"] == os.getpid() and first["ready"] is False and first["backend"] is None
+    assert isinstance(first["uptime_seconds"], int) and first["started"].endswith("Z")
+    second = json.loads(running[2])
+    assert second["ready"] is True and second["backend"] == "udp"
+    assert second["udp"] == {"device": "flannel0", "routes": {}}
 
 
 def test_sd_notify_sends_ready(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -365,3 +365,63 @@ def test_the_installed_console_script(tmp_path: Path) -> None:
         "",
         "network must be able to accommodate at least four subnets\n",
     )
+
+
+# --- small things an operator types without thinking ------------------------------------------
+
+
+def test_pyflannel_and_pyflanneld_print_the_same_version_the_same_way() -> None:
+    bin_dir = Path(sys.executable).parent
+    answers = [
+        subprocess.run([str(bin_dir / program), "--version"], capture_output=True, text=True,
+                       timeout=60)
+        for program in ("pyflannel", "pyflanneld")
+    ]  # fmt: skip
+    from pyflannel_runtime import __version__
+
+    assert [(a.returncode, a.stdout, a.stderr) for a in answers] == [
+        (0, "", f"{__version__}\n")
+    ] * 2
+
+
+def test_render_quiet_writes_the_files_and_prints_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "root"
+    args = ["render", "--model", str(GOLDEN / "cluster-dual-stack.yaml"), "--node", "server-0"]
+    assert main([*args, "--out", str(out), "-q"]) == 0
+    assert capsys.readouterr() == ("", "")
+    assert (out / "etc/cni/net.d/10-flannel.conflist").exists()
+    assert main([*args, "--out", str(out), "--quiet"]) == 0
+    assert capsys.readouterr() == ("", "")
+
+
+def test_status_help_shows_defaults_and_the_agents_variables(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["status", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for shown in (
+        "default http://127.0.0.1:4001,http://127.0.0.1:2379; $FLANNELD_ETCD_ENDPOINTS",
+        "default /run/flannel/subnet.env; $FLANNELD_SUBNET_FILE",
+        "default 0; $FLANNELD_HEALTHZ_PORT",
+        "default 0.0.0.0; $FLANNELD_HEALTHZ_IP",
+        "-o {table,json}, --output {table,json} output format (default table)",
+        "(default 10)",
+        "default /etc/pyflannel/pyflanneld.env when it exists",
+    ):
+        assert shown in text
+
+
+def test_status_and_ipam_take_dash_o() -> None:
+    parser = build_parser()
+    assert parser.parse_args(["status", "-o", "json"]).output == "json"
+    assert parser.parse_args(["ipam", "-o", "json"]).output == "json"
+
+
+def test_config_publish_takes_the_agents_etcd_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "publish", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for flag in ("endpoints", "prefix", "keyfile", "certfile", "cafile", "username", "password"):
+        assert f"$FLANNELD_ETCD_{flag.upper()}" in text
+    assert "--dry-run" in text and "--agent-env FILE" in text

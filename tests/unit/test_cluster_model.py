@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import random
 import re
 from ipaddress import IPv4Address, IPv4Network, IPv6Network
@@ -11,7 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyflannel_runtime.model.cluster import ClusterModelError, load_model
+from pyflannel_runtime.model.cluster import (
+    DELEGATE_EXTRA_MAX_BYTES,
+    DELEGATE_EXTRA_MAX_DEPTH,
+    ClusterModelError,
+    _bounded_json,
+    load_model,
+)
 from pyflannel_runtime.model.cluster_plan import PlanError, plan_cluster
 from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config
 
@@ -490,3 +498,194 @@ def test_the_plan_is_deterministic(order: list[str], duplicate: int) -> None:
     except PlanError as err:
         actual = err.problems
     assert actual == expected
+
+
+# --- what the mutation run showed untested ----------------------------------------------------
+
+V6_ONLY = {"flannel_enable_ipv4": False, "flannel_enable_ipv6": True}
+V6_NET = {"flannel_ipv6_network": "fd00::/48"}
+
+
+@pytest.mark.parametrize(
+    ("data", "problems"),
+    [
+        (
+            {"flannel_network": "10.244.0.1/16"},
+            ["flannel_network: 10.244.0.1/16 has host bits set (did you mean 10.244.0.0/16?)"],
+        ),
+        ({"flannel_network": "fd00::/48"}, ["flannel_network: 'fd00::/48' is not an IPv4 CIDR"]),
+        ({"flannel_network": 5}, ["flannel_network: 5 is not an IPv4 CIDR"]),
+        ({"flannel_network": "10.244.0.0"}, ["flannel_network: '10.244.0.0' is not an IPv4 CIDR"]),
+        (
+            {"flannel_enable_ipv6": True, "flannel_ipv6_network": "10.0.0.0/8"},
+            ["flannel_ipv6_network: '10.0.0.0/8' is not an IPv6 CIDR"],
+        ),
+        (
+            {"nodes": {"n1": {"public_ip": "fd00::1"}}},
+            ["nodes.n1.public_ip: 'fd00::1' is not an IPv4 address"],
+        ),
+        ({"nodes": {"n1": {"public_ip": 5}}}, ["nodes.n1.public_ip: 5 is not an IPv4 address"]),
+        (
+            {"nodes": {"n1": {"public_ipv6": "192.0.2.1"}}, "flannel_enable_ipv6": True, **V6_NET},
+            ["nodes.n1.public_ipv6: '192.0.2.1' is not an IPv6 address"],
+        ),
+        (
+            {"flannel_datastore": "etcd", "flannel_etcd_endpoints": ["ftp://x"]},
+            ["flannel_etcd_endpoints.0: 'ftp://x' is not an http:// or https:// URL"],
+        ),
+        (
+            {"flannel_datastore": "etcd", "flannel_etcd_endpoints": ["http://a,http://b"]},
+            ["flannel_etcd_endpoints.0: 'http://a,http://b' is not an http:// or https:// URL"],
+        ),
+        (
+            {"flannel_datastore": "etcd", "flannel_etcd_endpoints": ["http://"]},
+            ["flannel_etcd_endpoints.0: 'http://' is not an http:// or https:// URL"],
+        ),
+        (
+            {"flannel_subnet_file": "/run/subnet.env"},
+            [
+                "flannel_subnet_file: '/run/subnet.env' must be in a directory below /run/, "
+                "e.g. /run/flannel/"
+            ],
+        ),
+        (
+            {"flannel_backend_type": "ipip"},
+            ["flannel_backend_type: Input should be 'vxlan', 'host-gw' or 'udp'"],
+        ),
+        (
+            {
+                "flannel_cni_delegate_extra": {
+                    "name": "x",
+                    "cniVersion": "1",
+                    "isDefaultGateway": True,
+                    "hairpinMode": True,
+                    "bridge": "cni1",
+                }
+            },
+            [
+                "flannel_cni_delegate_extra.name: the flannel plugin sets it",
+                "flannel_cni_delegate_extra.cniVersion: the flannel plugin sets it",
+                "flannel_cni_delegate_extra.isDefaultGateway: set flannel_is_default_gateway "
+                "instead",
+                "flannel_cni_delegate_extra.hairpinMode: set flannel_hairpin_mode instead",
+            ],
+        ),
+        (
+            {
+                **V6_ONLY,
+                **V6_NET,
+                "nodes": {"n1": {"subnet": "10.244.1.0/24", "public_ip": "192.0.2.1"}},
+            },
+            [
+                "nodes.n1.subnet: only used when flannel_enable_ipv4 is true",
+                "nodes.n1.public_ip: only used when flannel_enable_ipv4 is true",
+            ],
+        ),
+        (
+            {"nodes": {"n1": {"ipv6_subnet": "fd00::/64", "public_ipv6": "2001:db8::1"}}},
+            [
+                "nodes.n1.ipv6_subnet: only used when flannel_enable_ipv6 is true",
+                "nodes.n1.public_ipv6: only used when flannel_enable_ipv6 is true",
+            ],
+        ),
+        (
+            {**V6_ONLY, **V6_NET, "flannel_network": "10.9.0.0/16", "flannel_subnet_len": 20},
+            [
+                "flannel_network: only used when flannel_enable_ipv4 is true",
+                "flannel_subnet_len: only used when flannel_enable_ipv4 is true",
+            ],
+        ),
+        (
+            {"flannel_ipv6_network": "fd00::/48", "flannel_ipv6_subnet_len": 56},
+            [
+                "flannel_ipv6_network: only used when flannel_enable_ipv6 is true",
+                "flannel_ipv6_subnet_len: only used when flannel_enable_ipv6 is true",
+            ],
+        ),
+        (
+            {
+                "flannel_datastore": "etcd",
+                "flannel_etcd_endpoints": ["http://a:2379"],
+                "flannel_etcd_certfile": "/etc/c.pem",
+                "flannel_etcd_keyfile": "/etc/k.pem",
+            },
+            ["flannel_etcd_endpoints: TLS files are set but no endpoint is https://"],
+        ),
+        (
+            {"flannel_vxlan_vni": 2**24},
+            ["flannel_vxlan_vni: Input should be less than or equal to 16777215"],
+        ),
+        (
+            {"flannel_vxlan_vni": -1},
+            ["flannel_vxlan_vni: Input should be greater than or equal to 0"],
+        ),
+    ],
+)
+def test_each_problem_is_named_exactly(data: dict[str, Any], problems: list[str]) -> None:
+    assert problems_of(data) == problems
+
+
+def test_the_problems_make_one_message_line_each() -> None:
+    with pytest.raises(ClusterModelError) as err:
+        plan_cluster(load_model({"flannel_network": 5, "flannel_vxlan_vni": -1}))
+    assert str(err.value) == "\n".join(err.value.problems) and len(err.value.problems) == 2
+
+
+def test_a_v6_only_plan_keeps_the_ipv6_network() -> None:
+    model = load_model({**V6_ONLY, **V6_NET})
+    assert model.to_network_config().ipv6_network == IPv6Network("fd00::/48")
+    assert load_model({}).to_network_config().ipv6_network is None
+    assert plan_cluster(model).network_config == check_network_config(model.to_network_config())
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=4), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def compact_size(value: Any) -> int:
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+@given(json_values, st.booleans())
+def test_delegate_extra_is_measured_as_its_compact_json(value: Any, over: bool) -> None:
+    """The bound is exact: padded to DELEGATE_EXTRA_MAX_BYTES of compact JSON it passes, one
+    byte more and it is refused."""
+    padding = DELEGATE_EXTRA_MAX_BYTES - compact_size([value, ""]) + int(over)
+    padded = [value, "x" * padding]
+    assert compact_size(padded) == DELEGATE_EXTRA_MAX_BYTES + int(over)
+    if over:
+        with pytest.raises(ValueError, match=r"^larger than 65536 bytes as JSON$"):
+            _bounded_json(padded)
+    else:
+        assert _bounded_json(padded) is padded
+        assert _bounded_json({"k": value}) == {"k": value}
+
+
+def test_delegate_extra_depth_and_number_limits() -> None:
+    def nested(levels: int) -> Any:
+        value: Any = 0
+        for _ in range(levels):
+            value = [value] if levels % 2 else {"a": value}
+        return value
+
+    assert _bounded_json(nested(DELEGATE_EXTRA_MAX_DEPTH)) == nested(DELEGATE_EXTRA_MAX_DEPTH)
+    for levels in (DELEGATE_EXTRA_MAX_DEPTH + 1, DELEGATE_EXTRA_MAX_DEPTH + 2):
+        with pytest.raises(ValueError, match=r"^nests deeper than 16 levels$"):
+            _bounded_json(nested(levels))
+    assert _bounded_json([2**13999 - 1]) == [2**13999 - 1]  # 13 999 bits
+    with pytest.raises(ValueError, match=r"^an integer is too large to write out$"):
+        _bounded_json([2**13999])  # 14 000 bits
+    for bad in (math.inf, -math.inf):
+        with pytest.raises(ValueError, match=rf"^{bad} is not a JSON number$"):
+            _bounded_json([bad])
+    assert _bounded_json([True, False, None, "é", [], {}]) is not None

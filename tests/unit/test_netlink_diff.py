@@ -135,15 +135,34 @@ def test_order_is_replaces_then_deletes_each_neigh_fdb_route(
     wanted: list[Entry], kernel: FakeKernel
 ) -> None:
     ops = diff_ops(desired_state(wanted), kernel.state())
+    # neighbours and FDB entries are only ever replaced; routes replaced or created
+    assert all(
+        op.action in (Action.REPLACE, Action.DELETE)
+        for op in ops
+        if not isinstance(op.entry, Route)
+    )
+    assert all(op.action in Action for op in ops)
     rank = {Neigh: 0, Fdb: 1, Route: 2}
     keys = [(op.action is Action.DELETE, rank[type(op.entry)]) for op in ops]
     assert keys == sorted(keys)
 
 
-def test_desired_state_keeps_the_last_entry_per_key() -> None:
-    a = Neigh(3, ip_address("10.244.2.0"), MACS[0])
-    b = Neigh(3, ip_address("10.244.2.0"), MACS[1])
-    assert desired_state([a, b]).neighs == {b}
+@given(entries)
+def test_desired_state_keeps_the_last_entry_per_key(wanted: list[Entry]) -> None:
+    """As replaces sent in this order would leave the kernel, for routes, neighbours and FDB."""
+    last = {(type(e), e.key): e for e in wanted}
+    assert desired_state(wanted) == DatapathState.of(list(last.values()))
+
+
+def test_desired_state_keeps_the_later_of_two_entries_of_each_kind() -> None:
+    gateway = ip_address("10.244.2.0")
+    pairs = [
+        (Route(SUBNETS[0], IPS[0], 3), Route(SUBNETS[0], IPS[1], 3)),
+        (Neigh(3, gateway, MACS[0]), Neigh(3, gateway, MACS[1])),
+        (Fdb(3, MACS[0], IPS[0]), Fdb(3, MACS[0], IPS[1])),
+    ]
+    for first, later in pairs:
+        assert desired_state([first, later]).entries() == {later}
 
 
 def test_a_route_is_created_unless_an_owned_one_holds_its_key() -> None:

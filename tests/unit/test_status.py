@@ -4,20 +4,30 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping
 from ipaddress import IPv4Address, IPv4Network, IPv6Network, ip_address, ip_network
+from pathlib import Path
 
 import pytest
 
+from pyflannel_runtime.agent.cli_flags import AgentFlagsError, agent_environment, agent_options
+from pyflannel_runtime.agent.flags import Options
 from pyflannel_runtime.backend.host import HostDatapath
 from pyflannel_runtime.backend.peers import VxlanDevices, hostgw_peer_entries, vxlan_peer_entries
 from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs
-from pyflannel_runtime.netlink.entries import DatapathState, Fdb, Neigh, Route
+from pyflannel_runtime.netlink.entries import (
+    DatapathState,
+    Fdb,
+    IPAddress,
+    IPNetwork,
+    Neigh,
+    Route,
+)
 from pyflannel_runtime.ops.verify import Datapath, compare, describe, find_host_lease
 from pyflannel_runtime.status import (
-    StatusError,
+    AGENT_FLAGS,
     add_arguments,
-    agent_options,
     remaining,
     render_json,
     render_table,
@@ -213,6 +223,7 @@ def test_json_output_for_scripts() -> None:
     assert data["leases"][1]["datapath"] == "programmed"
     assert data["stale"] == ["route 10.244.9.0/24 via 10.244.9.0 dev flannel.1 onlink"]
     assert data["summary"] == {
+        "datapath_checked": True,
         "leases": 2,
         "programmed": 1,
         "missing": 0,
@@ -229,20 +240,54 @@ def parse(*argv: str) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def options(*argv: str, env: dict[str, str]) -> Options:
+    args = parse(*argv)
+    return agent_options(args, AGENT_FLAGS, agent_environment(args, env))
+
+
 def test_settings_default_to_the_agents_environment_and_flags_win() -> None:
     env = {"FLANNELD_ETCD_ENDPOINTS": "http://192.0.2.5:2379", "FLANNELD_KUBE_SUBNET_MGR": "true",
-           "FLANNELD_SUBNET_FILE": "/tmp/x.env"}  # fmt: skip
-    opts = agent_options(parse(), env)
-    assert (opts.etcd_endpoints, opts.kube_subnet_mgr, opts.subnet_file) == (
+           "FLANNELD_SUBNET_FILE": "/tmp/x.env", "FLANNELD_HEALTHZ_PORT": "8081"}  # fmt: skip
+    opts = options("--agent-env=", env=env)
+    assert (opts.etcd_endpoints, opts.kube_subnet_mgr, opts.subnet_file, opts.healthz_port) == (
         "http://192.0.2.5:2379",
         True,
         "/tmp/x.env",
+        8081,
     )
-    opts = agent_options(parse("--etcd-endpoints=http://192.0.2.6:2379", "--etcd-prefix=/x"), env)
-    assert (opts.etcd_endpoints, opts.etcd_prefix) == ("http://192.0.2.6:2379", "/x")
-    assert agent_options(parse(), {}).subnet_file == "/run/flannel/subnet.env"
-    with pytest.raises(StatusError, match="FLANNELD_KUBE_SUBNET_MGR"):
-        agent_options(parse(), {"FLANNELD_KUBE_SUBNET_MGR": "maybe"})
+    opts = options("--etcd-endpoints=http://192.0.2.6:2379", "--etcd-prefix=/x",
+                   "--healthz-port=9", "--agent-env=", env=env)  # fmt: skip
+    assert (opts.etcd_endpoints, opts.etcd_prefix, opts.healthz_port) == (
+        "http://192.0.2.6:2379",
+        "/x",
+        9,
+    )
+    assert options("--agent-env=", env={}).subnet_file == "/run/flannel/subnet.env"
+    with pytest.raises(AgentFlagsError, match="FLANNELD_KUBE_SUBNET_MGR"):
+        options("--agent-env=", env={"FLANNELD_KUBE_SUBNET_MGR": "maybe"})
+    with pytest.raises(AgentFlagsError, match="-healthz-port: out of range"):
+        options("--healthz-port=70000", "--agent-env=", env={})
+
+
+def test_the_agents_environment_file_is_read_below_the_environment_and_the_flags(
+    tmp_path: Path,
+) -> None:
+    env_file = tmp_path / "pyflanneld.env"
+    env_file.write_text(
+        "# rendered\nFLANNELD_ETCD_ENDPOINTS=https://192.0.2.5:2379\n"
+        'FLANNELD_ETCD_PASSWORD="pa ss\\"word"\nFLANNELD_HEALTHZ_PORT=8081\n'
+        "FLANNELD_SUBNET_FILE=/run/flannel/subnet.env\n"
+    )
+    opts = options(f"--agent-env={env_file}", env={"FLANNELD_HEALTHZ_PORT": "9090"})
+    assert (opts.etcd_endpoints, opts.etcd_password, opts.healthz_port) == (
+        "https://192.0.2.5:2379",
+        'pa ss"word',
+        9090,
+    )
+    opts = options(f"--agent-env={env_file}", "--etcd-endpoints=http://192.0.2.6:2379", env={})
+    assert opts.etcd_endpoints == "http://192.0.2.6:2379"
+    with pytest.raises(AgentFlagsError, match=r"file: open .*nope\.env: no such file"):
+        options(f"--agent-env={tmp_path}/nope.env", env={})
 
 
 def test_leases_outside_the_network_and_unreadable_ones_are_rejected() -> None:
@@ -286,4 +331,83 @@ def test_leases_only_still_rejects_what_lies_outside_the_network() -> None:
     scope = LeaseScope(IPv4Network("10.244.0.0/16"))
     report = compare(rows(vxlan_lease(1), stray), None, None, None, "etcd", scope=scope)
     assert [s.datapath for s in report.leases] == [Datapath.UNCHECKED, Datapath.REJECTED]
-    assert summary(report) == "2 leases, 0 peers programmed, 0 missing, 0 stale, 1 rejected"
+    assert summary(report) == "2 leases, datapath not checked, 1 rejected"
+
+
+def udp_lease(n: int) -> Lease:
+    return Lease(IPv4Network(f"10.244.{n}.0/24"), None, LeaseAttrs(IPv4Address(f"192.0.2.1{n}"),
+                 None, "udp"))  # fmt: skip
+
+
+def udp_host(forwarder: Mapping[IPNetwork, IPAddress] | None) -> HostDatapath:
+    return HostDatapath(
+        "udp",
+        names={7: "flannel0"},
+        mtu_devices=frozenset({7}),
+        checked=("flannel0 is up with 10.244.1.0/32", "route 10.244.0.0/16 dev flannel0"),
+        forwarder=forwarder,
+    )
+
+
+def test_udp_peers_are_checked_against_the_forwarders_routes() -> None:
+    own, peer2, peer3, peer4 = udp_lease(1), udp_lease(2), udp_lease(3), udp_lease(4)
+    forwarder: dict[IPNetwork, IPAddress] = {
+        peer2.subnet: peer2.attrs.public_ip,
+        peer3.subnet: IPv4Address("192.0.2.99"),
+    }
+    report = compare(rows(own, peer2, peer3, peer4), own, udp_host(forwarder), DatapathState(),
+                     "etcd")  # fmt: skip
+    assert [(s.datapath, s.note) for s in report.leases] == [
+        (Datapath.OWN, ""),
+        (Datapath.PROGRAMMED, ""),
+        (Datapath.MISSING, "the forwarder sends 10.244.3.0/24 to 192.0.2.99, not 192.0.2.13"),
+        (Datapath.MISSING, "the forwarder has no route for 10.244.4.0/24 (to 192.0.2.14)"),
+    ]
+    assert not report.ok
+    table = render_table(report, 0)
+    assert (
+        "| 10.244.4.0/24 | 192.0.2.14 | udp     | -        | never   |     | missing    |" in table
+    )
+    assert (
+        "Missing on this host:\n"
+        "  10.244.3.0/24: the forwarder sends 10.244.3.0/24 to 192.0.2.99, not 192.0.2.13\n"
+        "  10.244.4.0/24: the forwarder has no route for 10.244.4.0/24 (to 192.0.2.14)\n"
+    ) in table
+    assert (
+        "Checked on this host:\n  flannel0 is up with 10.244.1.0/32\n"
+        "  route 10.244.0.0/16 dev flannel0\n"
+    ) in table
+    assert table.endswith("\n4 leases, 1 peer programmed, 2 missing, 0 stale\n")
+    data = report_dict(report)
+    assert data["leases"][3]["missing"] == [
+        "the forwarder has no route for 10.244.4.0/24 (to 192.0.2.14)"
+    ]
+
+
+def test_udp_peers_without_the_forwarders_routes_are_not_counted_as_checked() -> None:
+    own, peer = udp_lease(1), udp_lease(2)
+    report = compare(rows(own, peer), own, udp_host(None), DatapathState(), "etcd")
+    assert report.leases[1].datapath is Datapath.UNCHECKED and report.ok
+    assert summary(report) == "2 leases, peers not checked, 0 stale"
+    assert report.notes[-1] == (
+        "udp peers not checked: the agent does not publish its forwarder's routes "
+        "(pyflanneld does on /statusz)"
+    )
+
+
+def test_summaries_claim_only_what_was_checked_and_name_the_agents_state() -> None:
+    from pyflannel_runtime.ops.agent import AgentEndpoint, AgentHealth, AgentState, unchecked
+
+    own, peer = vxlan_lease(1), vxlan_lease(2)
+    listing = compare(rows(own, peer), None, None, None, "etcd")
+    assert summary(listing) == "2 leases, datapath not checked"
+    checked = compare(rows(own, peer), own, VXLAN_HOST, DatapathState.of(vxlan_entries(peer)),
+                      "etcd")  # fmt: skip
+    down = AgentHealth(AgentEndpoint("127.0.0.1", 8081), AgentState.DOWN, "connection refused")
+    assert summary(checked, down) == ("2 leases, 1 peer programmed, 0 missing, 0 stale; agent down")
+    assert summary(checked, unchecked("healthz off")).endswith("; agent health not checked")
+    table = render_table(checked, 0, down)
+    assert table.startswith("Agent down: connection refused\n\n+---")
+    data = report_dict(checked, down)
+    assert data["agent"]["state"] == "down" and data["ok"] is False
+    assert report_dict(checked, unchecked("healthz off"))["ok"] is True
