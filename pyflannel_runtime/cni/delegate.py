@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import ipaddress
     from typing import Any
 
-    from pyflannel_runtime.cni.netconf import FlannelNetConf
+    from pyflannel_runtime.cni.plugin_config import FlannelNetConf
     from pyflannel_runtime.model.subnet_env import CniSubnetEnv
 
 
@@ -45,27 +45,30 @@ _ROUTE_FIELDS = ("dst", "gw", *_ROUTE_INTS, *_ROUTE_INT_POINTERS)
 
 def _ip_text(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
     """Go prints IPv4-mapped IPv6 addresses in dotted form."""
-    if address.version == 6 and address.ipv4_mapped is not None:
-        return str(address.ipv4_mapped)
-    return str(address)
+    mapped = address.ipv4_mapped if address.version == 6 else None
+    return str(address if mapped is None else mapped)
 
 
 def _route_dst(value: Any) -> str:
-    """types.IPNet: net.ParseCIDR keeps the address unmasked, then prints it back."""
+    """types.IPNet: net.ParseCIDR keeps the address unmasked, then prints it back. Go prints an
+    IPv4-mapped network as IPv4 with the last 32 bits of its mask (net.IPNet.String)."""
     if value is None:
         return "<nil>"
     if not isinstance(value, str):
         raise DelegateError(f"json: cannot unmarshal {go_kind(value)} into Go value of type string")
     import ipaddress  # only input routes need it: kept off the start-up path
 
-    _, slash, prefix = value.partition("/")
     try:
-        if not slash or not prefix.isascii() or not prefix.isdigit():
-            raise ValueError(value)
-        interface = ipaddress.ip_interface(value)
+        # ipaddress checks the length as Go does (decimal digits only); Go needs the slash.
+        interface = ipaddress.ip_interface(value) if "/" in value else None
     except ValueError:
-        raise DelegateError(f"invalid CIDR address: {value}") from None
-    return f"{_ip_text(interface.ip)}/{interface.network.prefixlen}"
+        interface = None
+    if interface is None:
+        raise DelegateError(f"invalid CIDR address: {value}")
+    prefix = interface.network.prefixlen
+    if interface.version == 6 and interface.ip.ipv4_mapped is not None:
+        prefix = max(prefix - 96, 0)
+    return f"{_ip_text(interface.ip)}/{prefix}"
 
 
 def _route_gw(value: Any) -> str | None:

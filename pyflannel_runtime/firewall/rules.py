@@ -1,4 +1,5 @@
-"""flannel's firewall rules as data, and the exact iptables-restore / nft payloads (spec §6).
+"""flannel's firewall rules as data, and the exact iptables-restore / nft payloads
+(docs/compatibility.md, "iptables and nftables rules").
 
 Pure functions only: the managers in ``iptables.py`` and ``nftables.py`` feed them what they
 observed on the host and run what they return.
@@ -6,6 +7,7 @@ observed on the host and run what they return.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network
@@ -54,7 +56,9 @@ def _check_same_family(network: IPNetwork, subnet: IPNetwork) -> None:
 
 
 def masq_rules(network: IPNetwork, subnet: IPNetwork, fully_random: bool) -> list[Rule]:
-    """§6.1, in install order; ``network`` is the cluster network, ``subnet`` the own lease."""
+    """The masquerade rules in install order (flannel-io/flannel
+    pkg/trafficmngr/iptables/iptables.go: masqRules, masqIP6Rules); ``network`` is the cluster
+    network, ``subnet`` the own lease."""
     _check_same_family(network, subnet)
     n, s = str(network), str(subnet)
     comment = ("-m", "comment", "--comment", MASQ_COMMENT)
@@ -72,7 +76,7 @@ def masq_rules(network: IPNetwork, subnet: IPNetwork, fully_random: bool) -> lis
 
 
 def forward_rules(network: IPNetwork) -> list[Rule]:
-    """§6.2, in install order."""
+    """The forward rules in install order (iptables.go: forwardRules)."""
     n = str(network)
     comment = ("-m", "comment", "--comment", FORWARD_COMMENT)
     return [
@@ -88,9 +92,8 @@ def forward_rules(network: IPNetwork) -> list[Rule]:
 def restore_line(action: str, rule: Rule) -> str:
     """``-A``/``-D`` line; the comment is quoted because iptables-restore splits on spaces."""
     tokens = [action, rule.chain]
-    for i, token in enumerate(rule.spec):
-        quoted = i > 0 and rule.spec[i - 1] == "--comment"
-        tokens.append(f'"{token}"' if quoted else token)
+    for previous, token in itertools.pairwise(("", *rule.spec)):
+        tokens.append(f'"{token}"' if previous == "--comment" else token)
     return " ".join(tokens)
 
 
@@ -124,7 +127,7 @@ def teardown_payload(rules: Sequence[Rule], existing: Collection[Rule]) -> str:
 
 def _jumps_to(line: str, chain: str) -> bool:
     tokens = line.split()
-    return len(tokens) >= 2 and tokens[0] == "-A" and tokens[-2:] == ["-j", chain]
+    return tokens[:1] == ["-A"] and tokens[-2:] == ["-j", chain]
 
 
 def chain_removal_payload(table_dumps: Mapping[str, str]) -> str:
@@ -150,9 +153,12 @@ def chain_removal_payload(table_dumps: Mapping[str, str]) -> str:
 # --- nftables scripts (`nft -f -`) --------------------------------------------------------
 
 
+_NFT_TABLES = {4: ("ip", "flannel-ipv4"), 6: ("ip6", "flannel-ipv6")}
+
+
 def nft_table(version: int) -> tuple[str, str]:
     """The (family, name) of flannel's nft table for an IP version."""
-    return ("ip", "flannel-ipv4") if version == 4 else ("ip6", "flannel-ipv6")
+    return _NFT_TABLES[version]
 
 
 def _nft_addr(version: int) -> str:
@@ -163,7 +169,7 @@ def nft_init_script() -> str:
     """Both tables, with flannel's table comments."""
     return "".join(
         f'add table {family} {name} {{ comment "rules for {name}" ; }}\n'
-        for family, name in (nft_table(4), nft_table(6))
+        for family, name in _NFT_TABLES.values()
     )
 
 
@@ -180,7 +186,8 @@ def _nft_chain_refill(
 
 
 def nft_masq_rules(network: IPNetwork, subnet: IPNetwork, fully_random: bool) -> list[str]:
-    """§6.3 postrtg rules. Unlike iptables: exact mark match, and `saddr != S` in rule 4."""
+    """The postrtg rules (flannel-io/flannel pkg/trafficmngr/nftables/nftables.go:
+    addMasqRules). Unlike iptables: exact mark match, and `saddr != S` in rule 4."""
     _check_same_family(network, subnet)
     a, n, s = _nft_addr(network.version), str(network), str(subnet)
     masquerade = "masquerade fully-random" if fully_random else "masquerade"

@@ -1,7 +1,8 @@
 """net-conf.json (and etcd's ``<prefix>/config``): decoding, validation and defaults.
 
-Decoding follows Go's encoding/json as flannel uses it (spec §1.1); validation is flannel's
-CheckNetworkConfig with its messages verbatim (§1.3). Standard library only.
+Decoding follows Go's encoding/json as flannel uses it (flannel-io/flannel pkg/subnet/config.go:
+ParseConfig); validation is flannel's CheckNetworkConfig (same file) with its messages
+verbatim. Standard library only.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def _raw_text(value: Any) -> str:
     """What a Go UnmarshalJSON sees once it trims the quotes off a JSON value."""
     if isinstance(value, str):
         return value
-    return json.dumps(to_plain(value), separators=(",", ":")).strip('"')
+    return json.dumps(to_plain(value), separators=(",", ":"))
 
 
 def _decode_cidr(value: Any, version: int) -> IPv4Network | IPv6Network:
@@ -230,7 +231,7 @@ def _check_v4(cfg: NetworkConfig) -> dict[str, Any]:
     elif lo not in net:
         raise ConfigError("SubnetMin is not in the range of the Network")
     if hi is None or int(hi) == 0:
-        hi = IPv4Address((base + net.num_addresses - size) % 2**32)
+        hi = IPv4Address(base + net.num_addresses - size)
     elif hi not in net:
         raise ConfigError("SubnetMax is not in the range of the Network")
     if int(lo) % size:
@@ -266,7 +267,7 @@ def _check_v6(cfg: NetworkConfig) -> dict[str, Any]:
     elif lo not in net:
         raise ConfigError("IPv6SubnetMin is not in the range of the IPv6Network")
     if hi is None or int(hi) == 0:
-        hi = IPv6Address((base + net.num_addresses - size) % 2**128)
+        hi = IPv6Address(base + net.num_addresses - size)
     elif hi not in net:
         raise ConfigError("IPv6SubnetMax is not in the range of the IPv6Network")
     if int(lo) % size:

@@ -114,24 +114,49 @@ class PreviousSubnets(_Record):
         )
 
 
+# godotenv's isSpace: blanks that do not end a line.
+_DOTENV_BLANKS = "\t\v\f\r \x85\xa0"
+
+
+def _dotenv_value(value: str) -> str | None:
+    """godotenv's extractVarValue for the text after ``=``: a quoted value ends at the first
+    unescaped closing quote; an unquoted one at the last ``#`` that follows a blank, so
+    ``a # b # c`` keeps ``a # b``. None for an unterminated quote (godotenv fails there)."""
+    quote = value[:1]
+    if quote in ("'", '"'):
+        for i in range(1, len(value)):
+            if value[i] == quote and value[i - 1] != "\\":
+                return value[:i].strip(quote)
+        return None
+    for i in range(len(value) - 1, 0, -1):
+        if value[i] == "#" and value[i - 1] in _DOTENV_BLANKS:
+            value = value[:i]
+            break
+    return value.strip(_DOTENV_BLANKS)
+
+
+_EXPORT_PREFIXES = tuple(f"export{blank}" for blank in _DOTENV_BLANKS)
+
+
 def parse_dotenv(text: str) -> dict[str, str]:
-    """A godotenv-compatible subset: `export`, comments, single/double quotes, `=` or `:`."""
+    """A godotenv-compatible subset: `export`, comments, single/double quotes, `=` or `:`;
+    no escapes or ``$`` expansion inside double quotes (flanneld writes neither).
+
+    As in godotenv's parser: lines end at LF or CR; a statement may start after any Unicode
+    space, its key is right-trimmed of Unicode spaces, its value trimmed of blanks only. A
+    comment line yields only keys that start with ``#``, which nobody reads.
+    """
     values: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export "):
-            line = line[len("export ") :].lstrip()
+    for raw in text.replace("\r", "\n").split("\n"):  # CRLF leaves an empty line: harmless
+        line = raw.lstrip()
+        if line.startswith(_EXPORT_PREFIXES):
+            line = line[len("export") :].lstrip(_DOTENV_BLANKS)
         sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
         if sep <= 0:
             continue
-        key, value = line[:sep].strip(), line[sep + 1 :].strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        elif "#" in value:
-            value = value.split(" #", 1)[0].rstrip()
-        values[key] = value
+        value = _dotenv_value(line[sep + 1 :].lstrip(_DOTENV_BLANKS))
+        if value is not None:
+            values[line[:sep].rstrip()] = value
     return values
 
 
@@ -221,7 +246,31 @@ def masked_cidr(value: str) -> tuple[int, str]:
     prefix = int(length)
     mask = ((1 << prefix) - 1) << (bits - prefix)
     network = (int.from_bytes(packed, "big") & mask).to_bytes(bits // 8, "big")
-    return (6 if family == AF_INET6 else 4), f"{inet_ntop(family, network)}/{prefix}"
+    text = inet_ntop(family, network)
+    if family == AF_INET6 and "." in text and not network.startswith(_IPV4_MAPPED):
+        text = _ipv6_hex(network)
+    return (6 if family == AF_INET6 else 4), f"{text}/{prefix}"
+
+
+_IPV4_MAPPED = bytes(10) + b"\xff\xff"
+
+
+def _ipv6_hex(packed: bytes) -> str:
+    """Go's text of an IPv6 address (netip's string6: RFC 5952, the first longest run of two
+    or more zero groups as ``::``). glibc's inet_ntop agrees except for ``::a.b.c.d``, which it
+    prints in the deprecated IPv4-compatible form."""
+    groups = [int.from_bytes(packed[i : i + 2], "big") for i in range(0, 16, 2)]
+    start = end = 0
+    for i in range(8):
+        j = i
+        while j < 8 and groups[j] == 0:
+            j += 1
+        if j - i >= 2 and j - i > end - start:
+            start, end = i, j
+    hexes = [f"{g:x}" for g in groups]
+    if end == start:
+        return ":".join(hexes)
+    return ":".join(hexes[:start]) + "::" + ":".join(hexes[end:])
 
 
 def _cidr_list(value: str, version: int) -> list[str]:

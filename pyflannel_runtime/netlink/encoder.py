@@ -84,7 +84,7 @@ def _message(msg_type: int, flags: int, seq: int, ack: bool, body: bytes) -> byt
     return _NLMSGHDR.pack(_NLMSGHDR.size + len(body), msg_type, flags, seq, 0) + body
 
 
-def encode_route(route: Route, action: Action, seq: int, ack: bool = True) -> bytes:
+def encode_route(route: Route, action: Action, seq: int, ack: bool) -> bytes:
     """`ip route replace|add <dst> via <gw> dev <oif> [onlink]` or the delete of its key."""
     family = _family(route.dst.network_address)
     dst = _attr(RTA_DST, route.dst.network_address.packed)
@@ -113,7 +113,7 @@ def encode_route(route: Route, action: Action, seq: int, ack: bool = True) -> by
     return _message(RTM_DELROUTE, _DEL_FLAGS, seq, ack, header + dst + prio)
 
 
-def encode_neigh(neigh: Neigh, action: Action, seq: int, ack: bool = True) -> bytes:
+def encode_neigh(neigh: Neigh, action: Action, seq: int, ack: bool) -> bytes:
     """`ip neigh replace|add <ip> lladdr <mac> dev <ifindex> nud permanent` or its delete."""
     family = _family(neigh.ip)
     dst = _attr(NDA_DST, neigh.ip.packed)
@@ -126,7 +126,7 @@ def encode_neigh(neigh: Neigh, action: Action, seq: int, ack: bool = True) -> by
     return _message(RTM_DELNEIGH, _DEL_FLAGS, seq, ack, header + dst)
 
 
-def encode_fdb(fdb: Fdb, action: Action, seq: int, ack: bool = True) -> bytes:
+def encode_fdb(fdb: Fdb, action: Action, seq: int, ack: bool) -> bytes:
     """`bridge fdb replace|add <mac> dev <ifindex> dst <ip> self permanent` or the delete of
     that one remote (naming the dst deletes only it when the MAC has several)."""
     header = _NDMSG.pack(AF_BRIDGE, fdb.ifindex, NUD_PERMANENT, NTF_SELF, 0)

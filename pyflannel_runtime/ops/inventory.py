@@ -40,14 +40,8 @@ from typing import Any
 import yaml
 from pydantic import SecretStr
 
-from pyflannel_runtime.model.cluster import (
-    ClusterModel,
-    ClusterModelError,
-    ClusterPlan,
-    NodePlan,
-    load_model,
-    plan,
-)
+from pyflannel_runtime.model.cluster import ClusterModel, ClusterModelError, load_model
+from pyflannel_runtime.model.cluster_plan import ClusterPlan, NodePlan, plan_cluster
 from pyflannel_runtime.netdev.selection import select_on_view
 from pyflannel_runtime.netdev.types import (
     ExternalInterface,
@@ -498,7 +492,7 @@ def check_inventory(
     nodes = {host: _node_overrides(settings[host], networks.get(host)) for host in hosts}
     try:
         model = load_model({**cluster, "nodes": nodes})
-        cluster_plan = plan(model)
+        cluster_plan = plan_cluster(model)
     except ClusterModelError as err:
         problems += [line for p in err.problems for line in _attributed(p, hosts)]
     if problems:

@@ -1,4 +1,8 @@
-"""Pure translations between Kubernetes Node objects (decoded JSON) and leases (§4.3-§4.6)."""
+"""Pure translations between Kubernetes Node objects (decoded JSON) and leases.
+
+flannel-io/flannel pkg/subnet/kube/kube.go: AcquireLease, nodeToLease, handleUpdateLeaseEvent,
+CompleteLease.
+"""
 
 from __future__ import annotations
 
@@ -158,15 +162,10 @@ def annotation_changes(
         or differs(keys.subnet_kube_managed, "true")
         or overwritten(keys.public_ip_overwrite, public_ip)
     )
-    if attrs.public_ipv6 is not None:
-        stale = stale or (
-            differs(keys.backend_v6_data, v6_data)
-            or differs(keys.backend_type, attrs.backend_type)
-            or differs(keys.public_ipv6, public_ipv6)
-            or differs(keys.subnet_kube_managed, "true")
-            or overwritten(keys.public_ipv6_overwrite, public_ipv6)
-        )
-    if not stale:
+    # flannel also checks the IPv6 keys when the node has a public IPv6. Every key the patch
+    # can then carry is one of the keys checked, so the patch below, which keeps only what
+    # differs, is empty exactly when those checks pass: they need not be repeated.
+    if not stale and attrs.public_ipv6 is None:
         return {}
 
     backend = attrs.backend_type
@@ -192,7 +191,7 @@ def annotation_changes(
 
 def _advertised(current: Mapping[str, str], key: str, overwrite_key: str, local: str) -> str:
     """The public IP peers should use: the user's overwrite annotation wins over the local IP."""
-    overwrite = current.get(overwrite_key, "")
+    overwrite = current.get(overwrite_key)
     if not overwrite:
         return local
     if current.get(key) != overwrite:
@@ -278,8 +277,8 @@ def network_available_patch(now: datetime) -> dict[str, Any]:
 
 
 class NodeLeaseTracker:
-    """The lease last reported for each flannel node, which makes the update filter (§4.5)
-    exact: a node update is an event only when the lease it yields differs. Unlike flannel this
+    """The lease last reported for each flannel node, which makes the update filter (kube.go:
+    handleUpdateLeaseEvent) exact: a node update is an event only when the lease it yields differs. Unlike flannel this
     notices changes to the v6 annotations and to the podCIDRs, and a node that stops being a
     flannel node (or is deleted) is a removal.
 

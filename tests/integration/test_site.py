@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playbook import PlaybookRun, assert_converged, lab_hosts, run_playbook
-from playbook import on_host as ssh
+
+from pyflannel_runtime.lab.playbook import PlaybookRun, run_playbook
+from tests.integration.site_lab import assert_converged, lab_hosts
+from tests.integration.site_lab import on_host as ssh
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 

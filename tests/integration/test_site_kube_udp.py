@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-from playbook import assert_converged, lab_hosts, on_host, run_playbook
 
+from pyflannel_runtime.lab.playbook import run_playbook
 from tests.fakes.kube_api import FakeKubeApi
+from tests.integration.site_lab import assert_converged, lab_hosts, on_host
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 

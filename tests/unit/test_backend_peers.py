@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from ipaddress import IPv4Address, IPv6Address, ip_address, ip_network
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pyflannel_runtime.backend.peers import (
     PeerSkipped,
@@ -121,3 +124,90 @@ def test_vtep_mac_fast_path_agrees_with_the_decoder(raw: str) -> None:
     assert vxlan_peer_entries(lease, VxlanDevices(4, None))[0] == Neigh(
         4, ip_address("10.244.2.0"), MAC
     )
+
+
+def test_direct_routing_for_one_family_leaves_the_other_tunnelled() -> None:
+    lease = vxlan_lease(v6=True)
+    entries = vxlan_peer_entries(lease, VxlanDevices(4, 5), {ip_address("192.0.2.12"): 2})
+    assert entries == (
+        Route(ip_network("10.244.2.0/24"), ip_address("192.0.2.12"), 2),
+        Neigh(5, ip_address("fd00:10:244:2::"), "0a:58:00:00:00:02"),
+        Fdb(5, "0a:58:00:00:00:02", ip_address("2001:db8::12")),
+        Route(ip_network("fd00:10:244:2::/64"), ip_address("fd00:10:244:2::"), 5, True, 1024),
+    )
+    v6_only_device = vxlan_peer_entries(lease, VxlanDevices(None, 5))
+    assert v6_only_device == entries[1:]
+
+
+# --- every combination of families, devices and DirectRouting ----------------------------------
+
+
+@st.composite
+def peer_leases(draw: st.DrawFn, backend: str) -> Lease:
+    """v4-only, v6-only and dual-stack peers, with or without public IPs and per-family data."""
+    n = draw(st.integers(1, 250))
+    v4, v6 = draw(st.booleans()), draw(st.booleans())
+    return Lease(
+        subnet=ip_network(f"10.244.{n}.0/24") if v4 else ip_network("0.0.0.0/0"),
+        ipv6_subnet=ip_network(f"fd00:10:244:{n:x}::/64") if v6 else None,
+        attrs=LeaseAttrs(
+            IPv4Address(f"192.0.2.{n}") if v4 else IPv4Address("0.0.0.0"),
+            draw(st.sampled_from([None, IPv6Address(f"2001:db8::{n:x}")])),
+            backend,
+            vxlan_backend_data(1, f"0a:58:0a:f4:{n:02x}:00") if v4 else None,
+            vxlan_backend_data(1, f"0a:58:00:00:{n:02x}:06") if v6 else None,
+        ),
+        enable_ipv4=v4,
+        enable_ipv6=v6,
+    )
+
+
+def families(lease: Lease) -> list[tuple[int, Any, Any, str | None]]:
+    """(IP version, subnet, public IP, backend data) of each family the lease enables."""
+    out = []
+    if lease.enable_ipv4:
+        out.append((4, lease.subnet, lease.attrs.public_ip, lease.attrs.backend_data))
+    if lease.enable_ipv6 and lease.attrs.public_ipv6 is not None:
+        out.append((6, lease.ipv6_subnet, lease.attrs.public_ipv6, lease.attrs.backend_v6_data))
+    return out
+
+
+@given(
+    peer_leases("vxlan"),
+    st.sampled_from([VxlanDevices(4, None), VxlanDevices(None, 5), VxlanDevices(4, 5)]),
+    st.sets(st.sampled_from(["v4", "v6"])),
+)
+def test_vxlan_entries_per_family_in_order(
+    lease: Lease, devices: VxlanDevices, direct_families: set[str]
+) -> None:
+    """Each family the lease and this node both have: neighbour, FDB, onlink route on that
+    family's device (IPv6 routes at the kernel's default metric), or with DirectRouting one
+    route via the peer's public IP; v4 first. A family either side lacks gets nothing."""
+    direct = {ip: 2 for version, _, ip, _ in families(lease) if f"v{version}" in direct_families}
+    expected: list[Any] = []
+    for version, subnet, public_ip, data in families(lease):
+        dev = devices.v4 if version == 4 else devices.v6
+        if dev is None:
+            continue
+        metric = 1024 if version == 6 else 0
+        if public_ip in direct:
+            expected.append(Route(subnet, public_ip, 2, priority=metric))
+            continue
+        mac = data[data.index('"VtepMAC":"') + 11 : -2]
+        gateway = subnet.network_address
+        expected += [
+            Neigh(dev, gateway, mac),
+            Fdb(dev, mac, public_ip),
+            Route(subnet, gateway, dev, onlink=True, priority=metric),
+        ]
+    assert vxlan_peer_entries(lease, devices, direct) == tuple(expected)
+
+
+@given(peer_leases("host-gw"), st.booleans(), st.booleans())
+def test_hostgw_one_route_per_family_both_sides_have(lease: Lease, ipv4: bool, ipv6: bool) -> None:
+    expected = [
+        Route(subnet, public_ip, 2, priority=1024 if version == 6 else 0)
+        for version, subnet, public_ip, _ in families(lease)
+        if (ipv4 if version == 4 else ipv6)
+    ]
+    assert hostgw_peer_entries(lease, 2, ipv4, ipv6) == tuple(expected)

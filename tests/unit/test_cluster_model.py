@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import random
 import re
 from ipaddress import IPv4Address, IPv4Network, IPv6Network
@@ -12,17 +14,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyflannel_runtime.model.cluster import (
+    DELEGATE_EXTRA_MAX_BYTES,
+    DELEGATE_EXTRA_MAX_DEPTH,
     ClusterModelError,
-    PlanError,
+    _bounded_json,
     load_model,
-    plan,
 )
+from pyflannel_runtime.model.cluster_plan import PlanError, plan_cluster
 from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config
 
 
 def problems_of(data: Any) -> list[str]:
     with pytest.raises(ClusterModelError) as err:
-        plan(load_model(data))
+        plan_cluster(load_model(data))
     return err.value.problems
 
 
@@ -54,7 +58,7 @@ def test_a_misspelt_node_setting_names_the_node() -> None:
 
 def test_a_node_without_overrides_may_be_null() -> None:
     model = load_model({"nodes": {"worker-1": None}})
-    assert [node.name for node in plan(model).nodes] == ["worker-1"]
+    assert [node.name for node in plan_cluster(model).nodes] == ["worker-1"]
 
 
 @pytest.mark.parametrize(
@@ -302,7 +306,7 @@ def test_node_overrides_win_over_cluster_settings() -> None:
             "nodes": {"a": {"interface": "eth1", "public_ip": "192.0.2.10"}, "b": {}},
         }
     )
-    a, b = plan(model).nodes
+    a, b = plan_cluster(model).nodes
     assert (a.name, a.interface, a.interface_regexp, a.public_ip) == (
         "a",
         "eth1",
@@ -313,7 +317,7 @@ def test_node_overrides_win_over_cluster_settings() -> None:
 
 
 def test_unknown_node_is_an_error_listing_the_known_ones() -> None:
-    cluster = plan(load_model({"nodes": {"b": {}, "a": {}}}))
+    cluster = plan_cluster(load_model({"nodes": {"b": {}, "a": {}}}))
     with pytest.raises(PlanError) as err:
         cluster.node("c")
     assert err.value.problems == ["nodes.c: not in the cluster model (nodes: a, b)"]
@@ -330,7 +334,7 @@ def test_a_public_ip_shared_by_two_nodes_is_refused() -> None:
 def test_kube_mode_accepts_the_first_subnet_and_etcd_mode_does_not() -> None:
     # The controller manager hands out 10.244.0.0/24 too; flannel's etcd manager never does.
     node = {"nodes": {"n1": {"subnet": "10.244.0.0/24"}}}
-    assert plan(load_model(node)).node("n1").subnet == IPv4Network("10.244.0.0/24")
+    assert plan_cluster(load_model(node)).node("n1").subnet == IPv4Network("10.244.0.0/24")
     assert problems_of({**node, "flannel_datastore": "etcd"}) == [
         "nodes.n1.subnet: 10.244.0.0/24 is outside SubnetMin..SubnetMax (10.244.1.0..10.244.255.0)"
     ]
@@ -344,7 +348,7 @@ def test_ipv6_pins_are_checked_like_ipv4_ones() -> None:
     ok = load_model(
         {**base, "nodes": {"a": {"subnet": "10.244.1.0/24", "ipv6_subnet": "fd00:0:0:101::/64"}}}
     )
-    assert plan(ok).node("a").ipv6_subnet == IPv6Network("fd00:0:0:101::/64")
+    assert plan_cluster(ok).node("a").ipv6_subnet == IPv6Network("fd00:0:0:101::/64")
     problems = problems_of(
         {
             **base,
@@ -366,8 +370,8 @@ def test_the_plan_does_not_depend_on_the_order_nodes_are_listed() -> None:
     nodes = {name: {"subnet": f"10.244.{i + 1}.0/24"} for i, name in enumerate(names)}
     shuffled = list(nodes.items())
     random.Random(7).shuffle(shuffled)
-    first = plan(load_model({"nodes": nodes}))
-    second = plan(load_model({"nodes": dict(shuffled)}))
+    first = plan_cluster(load_model({"nodes": nodes}))
+    second = plan_cluster(load_model({"nodes": dict(shuffled)}))
     assert first == second
     assert [n.name for n in first.nodes] == sorted(names)
 
@@ -437,11 +441,11 @@ def test_pinned_subnets_are_refused_exactly_when_they_do_not_fit(
 
     model = load_model(data)
     if not misfits and not overlapping:
-        planned = plan(model)
+        planned = plan_cluster(model)
         assert {n.name: n.subnet for n in planned.nodes} == pins
         return
     with pytest.raises(PlanError) as err:
-        plan(model)
+        plan_cluster(model)
     problems = err.value.problems
     overlap_lines = [p for p in problems if " overlaps " in p]
     named_in_overlaps = {n for line in overlap_lines for n in re.findall(r"nodes\.(n\d)\.", line)}
@@ -479,11 +483,11 @@ def test_expected_mtu_is_the_underlay_mtu_less_the_backend_overhead(
     model = load_model(data)
     if too_big or too_small:
         with pytest.raises(PlanError) as err:
-            plan(model)
+            plan_cluster(model)
         assert all(p.startswith("nodes.n") for p in err.value.problems)
         assert len(err.value.problems) == too_big + too_small
     else:
-        node = plan(model).node("n")
+        node = plan_cluster(model).node("n")
         assert node.mtu == expected
         assert node.interface_mtu == (interface_mtu or 1500)
 
@@ -496,11 +500,202 @@ def test_the_plan_is_deterministic(order: list[str], duplicate: int) -> None:
     data = {"nodes": {name: {"subnet": subnets[name]} for name in order}}
     reference = {"nodes": {name: {"subnet": subnets[name]} for name in sorted(order)}}
     try:
-        expected: Any = plan(load_model(reference))
+        expected: Any = plan_cluster(load_model(reference))
     except PlanError as err:
         expected = err.problems
     try:
-        actual: Any = plan(load_model(data))
+        actual: Any = plan_cluster(load_model(data))
     except PlanError as err:
         actual = err.problems
     assert actual == expected
+
+
+# --- what the mutation run showed untested ----------------------------------------------------
+
+V6_ONLY = {"flannel_enable_ipv4": False, "flannel_enable_ipv6": True}
+V6_NET = {"flannel_ipv6_network": "fd00::/48"}
+
+
+@pytest.mark.parametrize(
+    ("data", "problems"),
+    [
+        (
+            {"flannel_network": "10.244.0.1/16"},
+            ["flannel_network: 10.244.0.1/16 has host bits set (did you mean 10.244.0.0/16?)"],
+        ),
+        ({"flannel_network": "fd00::/48"}, ["flannel_network: 'fd00::/48' is not an IPv4 CIDR"]),
+        ({"flannel_network": 5}, ["flannel_network: 5 is not an IPv4 CIDR"]),
+        ({"flannel_network": "10.244.0.0"}, ["flannel_network: '10.244.0.0' is not an IPv4 CIDR"]),
+        (
+            {"flannel_enable_ipv6": True, "flannel_ipv6_network": "10.0.0.0/8"},
+            ["flannel_ipv6_network: '10.0.0.0/8' is not an IPv6 CIDR"],
+        ),
+        (
+            {"nodes": {"n1": {"public_ip": "fd00::1"}}},
+            ["nodes.n1.public_ip: 'fd00::1' is not an IPv4 address"],
+        ),
+        ({"nodes": {"n1": {"public_ip": 5}}}, ["nodes.n1.public_ip: 5 is not an IPv4 address"]),
+        (
+            {"nodes": {"n1": {"public_ipv6": "192.0.2.1"}}, "flannel_enable_ipv6": True, **V6_NET},
+            ["nodes.n1.public_ipv6: '192.0.2.1' is not an IPv6 address"],
+        ),
+        (
+            {"flannel_datastore": "etcd", "flannel_etcd_endpoints": ["ftp://x"]},
+            ["flannel_etcd_endpoints.0: 'ftp://x' is not an http:// or https:// URL"],
+        ),
+        (
+            {"flannel_datastore": "etcd", "flannel_etcd_endpoints": ["http://a,http://b"]},
+            ["flannel_etcd_endpoints.0: 'http://a,http://b' is not an http:// or https:// URL"],
+        ),
+        (
+            {"flannel_datastore": "etcd", "flannel_etcd_endpoints": ["http://"]},
+            ["flannel_etcd_endpoints.0: 'http://' is not an http:// or https:// URL"],
+        ),
+        (
+            {"flannel_subnet_file": "/run/subnet.env"},
+            [
+                "flannel_subnet_file: '/run/subnet.env' must be in a directory below /run/, "
+                "e.g. /run/flannel/"
+            ],
+        ),
+        (
+            {"flannel_backend_type": "ipip"},
+            ["flannel_backend_type: Input should be 'vxlan', 'host-gw' or 'udp'"],
+        ),
+        (
+            {
+                "flannel_cni_delegate_extra": {
+                    "name": "x",
+                    "cniVersion": "1",
+                    "isDefaultGateway": True,
+                    "hairpinMode": True,
+                    "bridge": "cni1",
+                }
+            },
+            [
+                "flannel_cni_delegate_extra.name: the flannel plugin sets it",
+                "flannel_cni_delegate_extra.cniVersion: the flannel plugin sets it",
+                "flannel_cni_delegate_extra.isDefaultGateway: set flannel_is_default_gateway "
+                "instead",
+                "flannel_cni_delegate_extra.hairpinMode: set flannel_hairpin_mode instead",
+            ],
+        ),
+        (
+            {
+                **V6_ONLY,
+                **V6_NET,
+                "nodes": {"n1": {"subnet": "10.244.1.0/24", "public_ip": "192.0.2.1"}},
+            },
+            [
+                "nodes.n1.subnet: only used when flannel_enable_ipv4 is true",
+                "nodes.n1.public_ip: only used when flannel_enable_ipv4 is true",
+            ],
+        ),
+        (
+            {"nodes": {"n1": {"ipv6_subnet": "fd00::/64", "public_ipv6": "2001:db8::1"}}},
+            [
+                "nodes.n1.ipv6_subnet: only used when flannel_enable_ipv6 is true",
+                "nodes.n1.public_ipv6: only used when flannel_enable_ipv6 is true",
+            ],
+        ),
+        (
+            {**V6_ONLY, **V6_NET, "flannel_network": "10.9.0.0/16", "flannel_subnet_len": 20},
+            [
+                "flannel_network: only used when flannel_enable_ipv4 is true",
+                "flannel_subnet_len: only used when flannel_enable_ipv4 is true",
+            ],
+        ),
+        (
+            {"flannel_ipv6_network": "fd00::/48", "flannel_ipv6_subnet_len": 56},
+            [
+                "flannel_ipv6_network: only used when flannel_enable_ipv6 is true",
+                "flannel_ipv6_subnet_len: only used when flannel_enable_ipv6 is true",
+            ],
+        ),
+        (
+            {
+                "flannel_datastore": "etcd",
+                "flannel_etcd_endpoints": ["http://a:2379"],
+                "flannel_etcd_certfile": "/etc/c.pem",
+                "flannel_etcd_keyfile": "/etc/k.pem",
+            },
+            ["flannel_etcd_endpoints: TLS files are set but no endpoint is https://"],
+        ),
+        (
+            {"flannel_vxlan_vni": 2**24},
+            ["flannel_vxlan_vni: Input should be less than or equal to 16777215"],
+        ),
+        (
+            {"flannel_vxlan_vni": -1},
+            ["flannel_vxlan_vni: Input should be greater than or equal to 0"],
+        ),
+    ],
+)
+def test_each_problem_is_named_exactly(data: dict[str, Any], problems: list[str]) -> None:
+    assert problems_of(data) == problems
+
+
+def test_the_problems_make_one_message_line_each() -> None:
+    with pytest.raises(ClusterModelError) as err:
+        plan_cluster(load_model({"flannel_network": 5, "flannel_vxlan_vni": -1}))
+    assert str(err.value) == "\n".join(err.value.problems) and len(err.value.problems) == 2
+
+
+def test_a_v6_only_plan_keeps_the_ipv6_network() -> None:
+    model = load_model({**V6_ONLY, **V6_NET})
+    assert model.to_network_config().ipv6_network == IPv6Network("fd00::/48")
+    assert load_model({}).to_network_config().ipv6_network is None
+    assert plan_cluster(model).network_config == check_network_config(model.to_network_config())
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=4), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def compact_size(value: Any) -> int:
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+@given(json_values, st.booleans())
+def test_delegate_extra_is_measured_as_its_compact_json(value: Any, over: bool) -> None:
+    """The bound is exact: padded to DELEGATE_EXTRA_MAX_BYTES of compact JSON it passes, one
+    byte more and it is refused."""
+    padding = DELEGATE_EXTRA_MAX_BYTES - compact_size([value, ""]) + int(over)
+    padded = [value, "x" * padding]
+    assert compact_size(padded) == DELEGATE_EXTRA_MAX_BYTES + int(over)
+    if over:
+        with pytest.raises(ValueError, match=r"^larger than 65536 bytes as JSON$"):
+            _bounded_json(padded)
+    else:
+        assert _bounded_json(padded) is padded
+        assert _bounded_json({"k": value}) == {"k": value}
+
+
+def test_delegate_extra_depth_and_number_limits() -> None:
+    def nested(levels: int) -> Any:
+        value: Any = 0
+        for _ in range(levels):
+            value = [value] if levels % 2 else {"a": value}
+        return value
+
+    assert _bounded_json(nested(DELEGATE_EXTRA_MAX_DEPTH)) == nested(DELEGATE_EXTRA_MAX_DEPTH)
+    for levels in (DELEGATE_EXTRA_MAX_DEPTH + 1, DELEGATE_EXTRA_MAX_DEPTH + 2):
+        with pytest.raises(ValueError, match=r"^nests deeper than 16 levels$"):
+            _bounded_json(nested(levels))
+    assert _bounded_json([2**13999 - 1]) == [2**13999 - 1]  # 13 999 bits
+    with pytest.raises(ValueError, match=r"^an integer is too large to write out$"):
+        _bounded_json([2**13999])  # 14 000 bits
+    for bad in (math.inf, -math.inf):
+        with pytest.raises(ValueError, match=rf"^{bad} is not a JSON number$"):
+            _bounded_json([bad])
+    assert _bounded_json([True, False, None, "é", [], {}]) is not None

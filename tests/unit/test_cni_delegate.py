@@ -1,4 +1,5 @@
-"""The delegate flannel builds (§9.3) and Go's JSON encoding of it, as exact bytes."""
+"""The delegate flannel builds (flannel-io/cni-plugin flannel_linux.go: doCmdAdd) and Go's JSON
+encoding of it, as exact bytes."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pyflannel_runtime.cni.delegate import (
     check_delegate,
     encode_delegate,
 )
-from pyflannel_runtime.cni.netconf import NetConfError, parse_netconf, saved_delegate_type
+from pyflannel_runtime.cni.plugin_config import NetConfError, parse_netconf, saved_delegate_type
 from pyflannel_runtime.gojson.core import GoJSONError, decode
 from pyflannel_runtime.gojson.encode import marshal
 from pyflannel_runtime.model.subnet_env import parse_cni_subnet_env
@@ -129,12 +130,83 @@ def test_input_routes_keep_go_route_field_order_and_come_first() -> None:
     ],
 )
 def test_bad_input_routes(routes: object, reason: str) -> None:
+    assert_route_error(routes, reason)
+
+
+def assert_route_error(routes: object, reason: str) -> None:
     with pytest.raises(DelegateError) as err:
         delegate_bytes({"name": "n", "ipam": {"routes": routes}}, UNIT_ENV)
     assert str(err.value) == (
         "failed to assemble Delegate IPAM: failed to read IPAM routes: "
         f"failed to parse ipam.routes: {reason}"
     )
+
+
+def input_routes(routes: list[object]) -> list[dict[str, object]]:
+    delegate = json.loads(delegate_bytes({"name": "n", "ipam": {"routes": routes}}, UNIT_ENV))
+    return delegate["ipam"]["routes"][:-1]  # the network's own route comes last
+
+
+@pytest.mark.parametrize(
+    ("route", "written"),
+    [
+        (None, {"dst": "<nil>"}),  # a null entry is a zero types.Route
+        ({}, {"dst": "<nil>"}),
+        ({"dst": "10.1.2.3/24"}, {"dst": "10.1.2.3/24"}),  # the address is kept unmasked
+        ({"dst": "::ffff:10.0.0.1/120"}, {"dst": "10.0.0.1/24"}),  # net.IPNet.String()
+        ({"dst": "::ffff:10.0.0.1/64"}, {"dst": "10.0.0.1/0"}),
+        ({"dst": "fd00::1/64"}, {"dst": "fd00::1/64"}),
+        ({"dst": "10.0.0.0/8", "gw": ""}, {"dst": "10.0.0.0/8"}),  # an empty net.IP is nil
+        ({"dst": "10.0.0.0/8", "gw": "::ffff:10.0.0.1"}, {"dst": "10.0.0.0/8", "gw": "10.0.0.1"}),
+        ({"dst": "10.0.0.0/8", "Gw": "fd00::1"}, {"dst": "10.0.0.0/8", "gw": "fd00::1"}),
+        # numbers go through float64 and its shortest text in flannel: the largest float64
+        # below 2**63 still fits an int, as 9223372036854775000
+        (
+            {"dst": "10.0.0.0/8", "mtu": 2**63 - 1024},
+            {"dst": "10.0.0.0/8", "mtu": 9223372036854775000},
+        ),
+        ({"dst": "10.0.0.0/8", "scope": 0, "mtu": 0}, {"dst": "10.0.0.0/8", "scope": 0}),
+    ],
+)
+def test_input_routes_as_go_types_route_writes_them(
+    route: object, written: dict[str, object]
+) -> None:
+    assert input_routes([route]) == [written]
+
+
+@pytest.mark.parametrize(
+    ("route", "reason"),
+    [
+        ("x", "json: cannot unmarshal string into Go value of type types.route"),
+        ({"dst": 7}, "json: cannot unmarshal number into Go value of type string"),
+        ({"dst": "10.0.0.0/+8"}, "invalid CIDR address: 10.0.0.0/+8"),
+        ({"dst": "10.0.0.0/²"}, "invalid CIDR address: 10.0.0.0/²"),
+        (
+            {"dst": "10.0.0.0/8", "gw": 1},
+            "json: cannot unmarshal number into Go struct field route.gw of type net.IP",
+        ),
+        (
+            {"dst": "10.0.0.0/8", "mtu": True},
+            "json: cannot unmarshal bool into Go struct field route.mtu of type int",
+        ),
+        (
+            {"dst": "10.0.0.0/8", "table": "1"},
+            "json: cannot unmarshal string into Go struct field route.table of type int",
+        ),
+        (
+            {"dst": "10.0.0.0/8", "priority": 2**63},
+            "json: cannot unmarshal number 9223372036854776000 into Go struct field "
+            "route.priority of type int",
+        ),
+        (
+            {"dst": "10.0.0.0/8", "advmss": -(2**63)},
+            "json: cannot unmarshal number -9223372036854776000 into Go struct field "
+            "route.advmss of type int",
+        ),
+    ],
+)
+def test_input_route_errors(route: object, reason: str) -> None:
+    assert_route_error([route], reason)
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,9 @@
-"""Golden rule lines of spec §6 and the payloads built from them."""
+"""Golden rule lines (flannel-io/flannel e2e/rules.go, pkg/trafficmngr/) and the payloads built
+from them."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from ipaddress import IPv4Network, IPv6Network
 
@@ -91,7 +93,8 @@ def test_rule_spec_keeps_the_comment_as_one_argument() -> None:
 
 
 def test_mixed_ip_versions_are_rejected() -> None:
-    with pytest.raises(ValueError):
+    message = "network 10.244.0.0/16 and subnet fd00:10:244:1::/64 are of different IP versions"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         masq_rules(N4, S6, fully_random=True)
 
 
@@ -172,6 +175,25 @@ def test_chain_removal_payload_removes_both_chains_with_their_jumps() -> None:
     )
 
 
+def test_chain_removal_payload_goes_on_past_a_table_without_its_chain() -> None:
+    assert chain_removal_payload({"nat": "-P POSTROUTING ACCEPT\n", "filter": FILTER_DUMP}) == (
+        "*filter\n"
+        '-D FORWARD -m comment --comment "flanneld forward" -j FLANNEL-FWD\n'
+        "-F FLANNEL-FWD\n"
+        "-X FLANNEL-FWD\n"
+        "COMMIT\n"
+    )
+
+
+def test_only_appended_jumps_into_the_chain_are_deleted() -> None:
+    dump = (
+        "-N FLANNEL-FWD\n\n-j FLANNEL-FWD\n-I FORWARD -j FLANNEL-FWD\n-A FORWARD -j FLANNEL-FWDX\n"
+    )
+    assert chain_removal_payload({"filter": dump}) == (
+        "*filter\n-F FLANNEL-FWD\n-X FLANNEL-FWD\nCOMMIT\n"
+    )
+
+
 def test_chain_removal_payload_is_empty_without_flannel_chains() -> None:
     bare = "-P INPUT ACCEPT\n-P FORWARD ACCEPT\n-P OUTPUT ACCEPT\n"
     assert chain_removal_payload({"filter": bare, "nat": ""}) == ""
@@ -233,7 +255,11 @@ def test_nft_forward_script() -> None:
 
 
 def test_nft_probe_tests_fully_random_masquerade() -> None:
-    assert nft_fully_random_probe_script().endswith(
+    """The whole transaction: without its table or chain, ``nft --check`` fails on every
+    kernel and fully-random masquerade would silently never be used."""
+    assert nft_fully_random_probe_script() == (
+        "add table ip flannel-ipv4\n"
+        "add chain ip flannel-ipv4 masqueradeTest { type nat hook postrouting priority srcnat ; }\n"
         "add rule ip flannel-ipv4 masqueradeTest ip saddr != 127.0.0.1 masquerade fully-random\n"
     )
 

@@ -1,10 +1,12 @@
-"""Node objects to leases and back (spec §4.3-§4.6): pure functions, no API server."""
+"""Node objects to leases and back (docs/compatibility.md, "Node annotations"): pure functions,
+no API server."""
 
 from __future__ import annotations
 
 import json
 import logging
 import re
+import time
 from datetime import UTC, datetime, timedelta, timezone
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import Any
@@ -17,6 +19,7 @@ from pyflannel_runtime.subnet.kube_nodes import (
     NodeLeaseError,
     NodeLeaseTracker,
     annotation_changes,
+    annotations_patch,
     network_available_patch,
     node_to_lease,
     own_lease,
@@ -101,9 +104,15 @@ def test_node_to_lease_without_data_or_with_null_data() -> None:
 @pytest.mark.parametrize(
     ("n", "message"),
     [
-        (node(annotations=flannel_annotations(public_ip="192.0.2.300")), "invalid IP address"),
-        (node(annotations=flannel_annotations(public_ip="")), "invalid IP address"),
-        (node(annotations=flannel_annotations(backend_data="{oops")), "is not valid JSON"),
+        (
+            node(annotations=flannel_annotations(public_ip="192.0.2.300")),
+            'invalid IP address: "192.0.2.300"',
+        ),
+        (node(annotations=flannel_annotations(public_ip="")), 'invalid IP address: ""'),
+        (
+            node(annotations=flannel_annotations(backend_data="{oops")),
+            "annotation flannel.alpha.coreos.com/backend-data is not valid JSON: {oops",
+        ),
         (
             node(pod_cidr=None, annotations=flannel_annotations()),
             "missing IPv4 address on n.Spec.PodCIDRs",
@@ -115,8 +124,9 @@ def test_node_to_lease_without_data_or_with_null_data() -> None:
     ],
 )
 def test_node_to_lease_failures(n: dict[str, Any], message: str) -> None:
-    with pytest.raises(NodeLeaseError, match=message):
+    with pytest.raises(NodeLeaseError) as err:
         node_to_lease(n, KEYS, True, False)
+    assert str(err.value) == message
 
 
 # --- AcquireLease -----------------------------------------------------------------------------
@@ -331,7 +341,10 @@ def test_a_malformed_node_is_skipped_with_a_warning_and_keeps_its_last_lease(
     with caplog.at_level(logging.WARNING):
         assert t.update("n1", bad) == []
         assert t.update("n3", node("n3", annotations=flannel_annotations(public_ip="x"))) == []
-    assert 'Error turning node "n1" to lease: invalid IP address: "not-an-ip"' in caplog.text
+    assert caplog.messages == [
+        'Error turning node "n1" to lease: invalid IP address: "not-an-ip"',
+        'Error turning node "n3" to lease: invalid IP address: "x"',
+    ]
     # A re-list keeps the last good lease of n1 and every other peer.
     snapshot = t.reset(
         [bad, node("n2", pod_cidr="10.244.2.0/24", annotations=flannel_annotations())]
@@ -350,3 +363,272 @@ def test_deleting_or_unmanaging_a_node_removes_its_full_lease() -> None:
     unmanaged = node(annotations={P + "public-ip": "192.0.2.1"})
     assert t.update("n1", unmanaged) == [removed(node_to_lease(n, KEYS, True, False))]
     assert t.update("n1", None) == []
+
+
+# --- what the mutation run showed untested ----------------------------------------------------
+
+V6DATA = '{"VNI":1,"VtepMAC":"aa:bb:cc:dd:ee:ff"}'
+
+
+def dual_attrs(**kw: Any) -> LeaseAttrs:
+    return vxlan_attrs(
+        **{"public_ipv6": IPv6Address("2001:db8::1"), "backend_v6_data": V6DATA} | kw
+    )
+
+
+def dual_annotations(**extra: str) -> dict[str, str]:
+    return flannel_annotations(**{"public_ipv6": "2001:db8::1", "backend_v6_data": V6DATA} | extra)
+
+
+V4_STALE = [
+    ({"backend_data": "null"}, {"backend-data": DATA1}),
+    ({"backend_type": "udp"}, {"backend-type": "vxlan"}),
+    ({"public_ip": "192.0.2.9"}, {"public-ip": "192.0.2.1"}),
+    ({"kube_subnet_manager": "false"}, {"kube-subnet-manager": "true"}),
+    ({"public_ip_overwrite": "203.0.113.5"}, {"public-ip": "203.0.113.5"}),
+]
+V6_STALE = [
+    ({"backend_v6_data": "null"}, {"backend-v6-data": V6DATA}),
+    ({"public_ipv6": "2001:db8::9"}, {"public-ipv6": "2001:db8::1"}),
+    ({"public_ipv6_overwrite": "2001:db8::5"}, {"public-ipv6": "2001:db8::5"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("dual", "stale", "patch"),
+    [(True, *case) for case in V4_STALE + V6_STALE] + [(False, *case) for case in V4_STALE],
+)
+def test_each_stale_annotation_alone_is_patched(
+    dual: bool, stale: dict[str, str], patch: dict[str, str]
+) -> None:
+    """A node, dual-stack or v4-only, up to date but for one annotation gets exactly that one."""
+    annotations = dual_annotations if dual else flannel_annotations
+    attrs = dual_attrs() if dual else vxlan_attrs()
+    expected = {P + k: v for k, v in patch.items()}
+    assert annotation_changes(annotations(**stale), attrs, KEYS) == expected
+    assert annotation_changes(annotations(), attrs, KEYS) == {}
+
+
+def test_an_absent_annotation_equals_an_empty_wanted_one() -> None:
+    """flannel reads a missing annotation as "": a udp node (BackendType "") needs no patch."""
+    attrs = LeaseAttrs(IPv4Address("192.0.2.1"), backend_v6_data=V6DATA)
+    current = {P + "kube-subnet-manager": "true", P + "backend-data": "null"}
+    current[P + "public-ip"] = "192.0.2.1"
+    assert annotation_changes(current, attrs, KEYS) == {}
+
+
+def test_without_a_public_ipv6_the_ipv6_keys_do_not_make_a_node_stale() -> None:
+    """flannel compares the IPv6 annotations only for a node with a public IPv6: a node up to
+    date for IPv4 is left alone even though a patch would also carry IPv6 data."""
+    attrs = vxlan_attrs(backend_v6_data=V6DATA)
+    assert annotation_changes(flannel_annotations(), attrs, KEYS) == {}
+    # An overwrite equal to the local IP is no reason to patch either.
+    same = flannel_annotations(public_ip_overwrite="192.0.2.1")
+    assert annotation_changes(same, attrs, KEYS) == {}
+    assert (
+        annotation_changes(flannel_annotations(public_ipv6_overwrite="2001:db8::5"), attrs, KEYS)
+        == {}
+    )
+    # Stale for IPv4: now the IPv6 data and the overwritten IPv6 go along.
+    current = flannel_annotations(public_ip="192.0.2.9", public_ipv6_overwrite="2001:db8::5")
+    assert annotation_changes(current, attrs, KEYS) == {
+        P + "backend-v6-data": V6DATA,
+        P + "public-ip": "192.0.2.1",
+        P + "public-ipv6": "2001:db8::5",
+    }
+
+
+@pytest.mark.parametrize(
+    ("backend", "v6_keys"),
+    [
+        ("vxlan", True),
+        ("wireguard", True),
+        ("host-gw", True),
+        ("extension", True),
+        ("udp", False),
+        ("ipip", False),
+    ],
+)
+def test_which_backends_advertise_their_ipv6(backend: str, v6_keys: bool) -> None:
+    """flannel's AcquireLease: vxlan and wireguard when they have IPv6 data, host-gw and
+    extension whenever the node has a public IPv6."""
+    changes = annotation_changes({}, dual_attrs(backend_type=backend), KEYS)
+    assert (P + "backend-v6-data" in changes) is v6_keys
+    assert (P + "public-ipv6" in changes) is v6_keys
+    null_data = dual_attrs(backend_type=backend, backend_v6_data=None)
+    null_changes = annotation_changes({}, null_data, KEYS)
+    expect_null = backend in ("host-gw", "extension")
+    assert null_changes.get(P + "backend-v6-data") == ("null" if expect_null else None)
+    no_v6 = annotation_changes({}, vxlan_attrs(backend_type=backend, backend_v6_data=V6DATA), KEYS)
+    assert (P + "backend-v6-data" in no_v6) is (backend == "vxlan")
+    assert P + "public-ipv6" not in no_v6
+
+
+def test_an_overwritten_public_ip_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO):
+        annotation_changes(
+            flannel_annotations(public_ip_overwrite="203.0.113.5"), vxlan_attrs(), KEYS
+        )
+    assert caplog.messages == [
+        "Overriding public ip with '203.0.113.5' from node annotation "
+        "'flannel.alpha.coreos.com/public-ip-overwrite'"
+    ]
+    caplog.clear()
+    v6 = dual_annotations(public_ipv6_overwrite="2001:db8::5", public_ipv6="2001:db8::5")
+    v6[P + "backend-type"] = "udp"
+    with caplog.at_level(logging.INFO):
+        annotation_changes(v6, dual_attrs(), KEYS)
+    assert caplog.messages == []
+    caplog.clear()
+    current = flannel_annotations(public_ip="203.0.113.5", public_ip_overwrite="203.0.113.5")
+    current[P + "backend-type"] = "udp"  # stale, but the advertised IP is already in place
+    with caplog.at_level(logging.INFO):
+        annotation_changes(current, vxlan_attrs(), KEYS)
+    assert caplog.messages == []
+
+
+def test_node_to_lease_reads_only_the_enabled_families() -> None:
+    annotations = dual_annotations(public_ip="192.0.2.1")
+    n = node(pod_cidrs=["10.244.1.0/24", "fd00:1::/64"], annotations=annotations)
+    v6_only = node_to_lease(n, KEYS, False, True)
+    assert v6_only == Lease(
+        None,
+        IPv6Network("fd00:1::/64"),
+        LeaseAttrs(IPv4Address("0.0.0.0"), IPv6Address("2001:db8::1"), "vxlan", None, V6DATA),
+        enable_ipv4=False,
+        enable_ipv6=True,
+    )
+    v4_only = node_to_lease(n, KEYS, True, False)
+    assert v4_only == Lease(
+        IPv4Network("10.244.1.0/24"),
+        None,
+        LeaseAttrs(IPv4Address("192.0.2.1"), None, "vxlan", DATA1, None),
+    )
+    typeless = dict(annotations)
+    del typeless[P + "backend-type"]
+    assert node_to_lease(node(annotations=typeless), KEYS, True, False).attrs.backend_type == ""
+
+
+@pytest.mark.parametrize(
+    ("annotations", "families", "message"),
+    [
+        ({}, (True, False), 'invalid IP address: ""'),
+        ({P + "public-ip": "192.0.2.1"}, (False, True), 'invalid IP address: ""'),
+        (
+            {P + "public-ip": "192.0.2.1", P + "backend-data": "{"},
+            (True, False),
+            "annotation flannel.alpha.coreos.com/backend-data is not valid JSON: {",
+        ),
+        (
+            {P + "public-ipv6": "2001:db8::1", P + "backend-v6-data": "["},
+            (False, True),
+            "annotation flannel.alpha.coreos.com/backend-v6-data is not valid JSON: [",
+        ),
+        (
+            {P + "public-ipv6": "2001:db8::1"},
+            (False, True),
+            "missing IPv6 address on n.Spec.PodCIDRs",
+        ),
+    ],
+)
+def test_node_to_lease_messages(
+    annotations: dict[str, str], families: tuple[bool, bool], message: str
+) -> None:
+    with pytest.raises(NodeLeaseError) as err:
+        node_to_lease(node(annotations=annotations), KEYS, *families)
+    assert str(err.value) == message
+
+
+def test_empty_pod_cidrs_are_skipped() -> None:
+    n = node(
+        pod_cidr=None,
+        pod_cidrs=["", "fd00:1::/64", "10.244.3.0/24"],
+        annotations=flannel_annotations(),
+    )
+    assert node_to_lease(n, KEYS, True, False).subnet == IPv4Network("10.244.3.0/24")
+
+
+def test_messages_quote_names_as_go_does() -> None:
+    with pytest.raises(NodeLeaseError) as err:
+        own_pod_cidrs(node("nöde-1", pod_cidr=None))
+    assert str(err.value) == 'node "nöde-1" pod cidr not assigned'
+
+
+def test_nodes_without_metadata_have_no_name_and_no_annotations() -> None:
+    t = tracker()
+    assert t.update("n1", {"spec": {"podCIDR": "10.244.1.0/24"}}) == []
+    assert t.reset([{"spec": {}}, {"metadata": {}}]) == ()
+    assert own_pod_cidrs({"metadata": {}, "spec": {"podCIDR": "10.244.1.0/24"}}) == (
+        IPv4Network("10.244.1.0/24"),
+        None,
+    )
+    with pytest.raises(NodeLeaseError, match=r'^node "" pod cidr not assigned$'):
+        own_pod_cidrs({"spec": {}})
+
+
+def test_own_pod_cidrs_of_a_v6_only_node() -> None:
+    assert own_pod_cidrs(node(pod_cidr="fd00:1::/64")) == (None, IPv6Network("fd00:1::/64"))
+
+
+def test_own_lease_without_an_ipv6_network_names_the_whole_space() -> None:
+    with pytest.raises(NodeLeaseError, match=re.escape('subnet "::/0" specified')):
+        _own("10.244.1.0/24", "fd00:0:0:1::/64", ipv6_network=None)
+
+
+def test_the_patch_holds_only_the_annotations() -> None:
+    assert annotations_patch({P + "public-ip": "192.0.2.1"}) == {
+        "metadata": {"annotations": {P + "public-ip": "192.0.2.1"}}
+    }
+
+
+def test_the_condition_stamp_is_utc_whatever_the_local_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        when = datetime(2026, 3, 4, 7, 8, 9, tzinfo=UTC)
+        condition = network_available_patch(when)["status"]["conditions"][0]
+        assert condition["lastHeartbeatTime"] == "2026-03-04T07:08:09Z"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+@pytest.mark.parametrize(
+    ("v4", "v6", "families", "subnets"),
+    [
+        ("10.244.1.0/24", "fd00:0:0:1::/64", (False, True), (None, "fd00:0:0:1::/64")),
+        ("10.244.1.0/24", "fd00:0:0:1::/64", (True, False), ("10.244.1.0/24", None)),
+        (None, "fd00:0:0:1::/64", (True, True), (None, "fd00:0:0:1::/64")),
+    ],
+)
+def test_own_lease_keeps_only_the_enabled_families(
+    v4: str | None, v6: str | None, families: tuple[bool, bool], subnets: tuple[str | None, ...]
+) -> None:
+    attrs = LeaseAttrs(IPv4Address("192.0.2.1"), backend_type="vxlan")
+    lease = own_lease(
+        IPv4Network(v4) if v4 else None,
+        IPv6Network(v6) if v6 else None,
+        attrs,
+        network=IPv4Network("10.244.0.0/16"),
+        ipv6_network=IPv6Network("fd00::/48"),
+        enable_ipv4=families[0],
+        enable_ipv6=families[1],
+        backend_type="vxlan",
+        name="n1",
+        expiration=1234.5,
+    )
+    assert (lease.subnet, lease.ipv6_subnet) == tuple(
+        None if s is None else (IPv4Network(s) if "." in s else IPv6Network(s)) for s in subnets
+    )
+    assert (lease.attrs, lease.expiration) == (attrs, 1234.5)
+    assert (lease.enable_ipv4, lease.enable_ipv6) == (
+        subnets[0] is not None,
+        subnets[1] is not None,
+    )
+
+
+def test_a_new_node_is_added_with_its_lease() -> None:
+    n = node(annotations=flannel_annotations())
+    assert tracker().update("n1", n) == [added(node_to_lease(n, KEYS, True, False))]

@@ -1,4 +1,5 @@
-"""Lease JSON and subnet keys, byte for byte against flannel's examples (§3.2, §3.3)."""
+"""Lease JSON and subnet keys, byte for byte against flannel's examples (flannel-io/flannel
+Documentation/reservations.md, pkg/subnet/subnet_test.go)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
 from pyflannel_runtime.model.lease import (
+    Lease,
     LeaseAttrs,
     LeaseError,
     make_subnet_key,
@@ -135,9 +137,120 @@ def test_fast_and_general_decoding_agree(
 
     from pyflannel_runtime.gojson.structs import compact
 
-    attrs = LeaseAttrs(ip, ipv6, backend_type, None if data is None else compact(data))
+    raw = None if data is None else compact(data)
+    attrs = LeaseAttrs(ip, ipv6, backend_type, raw, raw if ipv6 is not None else None)
     text = attrs.to_json()
     # What the general (Go-rules) decoder makes of the text, with the fast path bypassed by
     # a leading space that JSON ignores.
     assert LeaseAttrs.from_json(text) == LeaseAttrs.from_json(" " + text) == attrs
     assert json.loads(LeaseAttrs.from_json(text).to_json()) == json.loads(text)
+
+
+# --- what the mutation run showed untested ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"PublicIP":5}', "invalid public IP in lease: 5 is not a string"),
+        ('{"PublicIPv6":true}', "invalid public IP in lease: True is not a string"),
+        ('{"PublicIP":"nope"}', "invalid public IP in lease: Expected 4 octets in 'nope'"),
+        (
+            '{"PublicIP":"1.2.3.300","PublicIPv6":null}',  # the fast path's layout
+            "invalid public IP in lease: Octet 300 (> 255) not permitted in '1.2.3.300'",
+        ),
+        (
+            '{"BackendType":5}',
+            "json: cannot unmarshal into Go struct field BackendType of type string",
+        ),
+        ("[]", "json: cannot unmarshal array into Go value of type lease.LeaseAttrs"),
+    ],
+)
+def test_lease_errors_say_what_is_wrong(text: str, message: str) -> None:
+    with pytest.raises(LeaseError) as err:
+        LeaseAttrs.from_json(text)
+    assert str(err.value) == message
+
+
+def test_a_json_syntax_error_passes_the_decoders_reason_on() -> None:
+    with pytest.raises(LeaseError) as err:
+        LeaseAttrs.from_json("{")
+    assert str(err.value) and str(err.value) != "None"
+
+
+def test_leases_decode_from_bytes_and_default_to_no_public_ip() -> None:
+    attrs = LeaseAttrs(IPv4Address("192.0.2.7"), IPv6Address("2001:db8::7"), "vxlan", '{"VNI":1}')
+    assert LeaseAttrs.from_json(attrs.to_json().encode()) == attrs
+    assert LeaseAttrs.from_json(b" " + attrs.to_json().encode()) == attrs
+    assert LeaseAttrs.from_json(b"{}") == LeaseAttrs() == LeaseAttrs.from_json("{}")
+    with pytest.raises(LeaseError):
+        LeaseAttrs.from_json(b'{"PublicIP":"1.2.3.4\xff"}')
+
+
+def test_the_general_decoder_keeps_the_ipv6_backend_data() -> None:
+    attrs = LeaseAttrs.from_json(
+        '{ "PublicIP": "192.0.2.7", "BackendType": "vxlan", "backendV6Data": {"VNI": 1} }'
+    )
+    assert (attrs.backend_type, attrs.backend_data, attrs.backend_v6_data) == (
+        "vxlan",
+        None,
+        '{"VNI":1}',
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "parsed"),
+    [
+        ("10.0.0.0-31", (IPv4Network("10.0.0.0/31"), None)),
+        ("10.0.0.0-32", None),  # Go reads the length as a 5-bit uint
+        ("10.0.0.0-24&fd00::-127", (IPv4Network("10.0.0.0/24"), IPv6Network("fd00::/127"))),
+        ("10.0.0.0-24&fd00::-128", None),  # a 7-bit uint
+        ("10.0.0.0-24&fd00::1-64", (IPv4Network("10.0.0.0/24"), IPv6Network("fd00::/64"))),
+    ],
+)
+def test_subnet_key_lengths_and_host_bits(
+    key: str, parsed: tuple[IPv4Network, IPv6Network | None] | None
+) -> None:
+    if parsed is not None:
+        assert parse_subnet_key(key) == parsed
+        return
+    with pytest.raises(LeaseError) as err:
+        parse_subnet_key(key)
+    assert str(err.value) == f"invalid subnet key: {key}"
+
+
+def test_invalid_subnet_key_message() -> None:
+    with pytest.raises(LeaseError, match=r"^invalid subnet key: x$"):
+        parse_subnet_key("x")
+
+
+def test_a_dual_stack_lease_key_names_both_subnets() -> None:
+    lease = Lease(IPv4Network("10.12.13.0/24"), IPv6Network("fd00:12:13::/56"), LeaseAttrs())
+    assert lease.key() == "10.12.13.0-24&fd00:12:13::-56"
+
+
+def test_subnet_key_segment_bound_is_exact() -> None:
+    """The last path segment is searched only up to 128 characters; the prefix path may be
+    longer, and an error shows a long key cut."""
+    fitting = "x" * (128 - len("10.0.0.0-24")) + "10.0.0.0-24"
+    assert parse_subnet_key(fitting) == (IPv4Network("10.0.0.0/24"), None)
+    assert parse_subnet_key("/" + "p" * 300 + "/" + fitting)[0] == IPv4Network("10.0.0.0/24")
+    with pytest.raises(LeaseError, match=r"^invalid subnet key: x{118}10\.0\.0\.0-24$"):
+        parse_subnet_key("x" + fitting)
+    whole = "y" * 256
+    with pytest.raises(LeaseError, match=rf"^invalid subnet key: {whole}$"):
+        parse_subnet_key(whole)
+    with pytest.raises(LeaseError) as err:
+        parse_subnet_key("y" * 257)
+    assert str(err.value) == f"invalid subnet key: {'y' * 128}... (257 characters)"
+
+
+def test_a_canonical_lease_beyond_the_document_bound_is_refused() -> None:
+    data = '{"VNI":1,"VtepMAC":"' + "a" * (1 << 20) + '"}'
+    text = (
+        '{"PublicIP":"192.0.2.7","PublicIPv6":null,"BackendType":"vxlan","BackendData":'
+        + data
+        + "}"
+    )
+    with pytest.raises(LeaseError):
+        LeaseAttrs.from_json(text)

@@ -10,7 +10,7 @@ import pytest
 from pyroute2.netlink.rtnl.ndmsg import ndmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
-from pyflannel_runtime.netlink.encoder import Ack, encode_op, parse_acks
+from pyflannel_runtime.netlink.encoder import Ack, _attr, encode_op, parse_acks
 from pyflannel_runtime.netlink.entries import Action, Fdb, Neigh, Op, Route
 from pyflannel_runtime.netlink.linkwatch import LinkEvent, parse_link_events
 
@@ -124,3 +124,95 @@ def test_parse_link_events() -> None:
     body = struct.pack("=BxHiII", 0, 1, 6, 0, 0) + attr
     msg = struct.pack("=IHHII", 16 + len(body), 17, 0, 0, 0) + body
     assert list(parse_link_events(msg)) == [LinkEvent(True, 6, "flannel.1")]
+
+
+# --- what the mutation run showed untested ----------------------------------------------------
+
+
+def test_attributes_are_padded_to_four_bytes() -> None:
+    """NLA_ALIGN: the length counts the payload, the padding does not."""
+    for payload, padded in ((b"", 4), (b"a", 8), (b"abc", 8), (b"abcd", 8), (b"abcde", 12)):
+        attr = _attr(7, payload)
+        assert len(attr) == padded
+        assert attr[:4] == struct.pack("=HH", 4 + len(payload), 7)
+        assert attr[4:] == payload + b"\0" * (padded - 4 - len(payload))
+
+
+def test_without_ack_the_kernel_is_asked_to_answer_only_failures() -> None:
+    for entry in (V4_ROUTE, Neigh(4, ip_address("10.244.2.0"), "0a:58:0a:f4:02:00"),
+                  Fdb(4, "0a:58:0a:f4:02:00", ip_address("192.0.2.12"))):  # fmt: skip
+        for action in Action:
+            with_ack = encode_op(Op(action, entry), 5)
+            without = encode_op(Op(action, entry), 5, ack=False)
+            flags = struct.unpack_from("=H", without, 6)[0]
+            assert flags & 0x4 == 0 and flags & 0x1
+            assert struct.unpack_from("=H", with_ack, 6)[0] == flags | 0x4
+            assert without[8:] == with_ack[8:] and without[:6] == with_ack[:6]
+
+
+def test_a_route_without_gateway_has_no_gateway_attribute() -> None:
+    route = Route(ip_network("10.244.2.0/24"), None, 5)
+    ours = encode_op(Op(Action.REPLACE, route), 7)
+    fields = dict(family=2, dst_len=24, table=254, proto=3, scope=0, type=1, flags=0)
+    attrs = [("RTA_DST", "10.244.2.0"), ("RTA_OIF", 5)]
+    assert ours == pyroute2_bytes(rtmsg, 24, NEW, 7, fields, attrs)
+
+
+def tlv(kind: int, payload: bytes) -> bytes:
+    return struct.pack("=HH", 4 + len(payload), kind) + payload + b"\0" * (-len(payload) & 3)
+
+
+def full_ack(seq: int, error: int, tlvs: bytes) -> bytes:
+    """An NLMSG_ERROR echoing the whole 52-byte request (no CAP_ACK), with extended TLVs."""
+    echoed = struct.pack("=IHHII", 52, 24, NEW, seq, 0) + bytes(36)
+    body = struct.pack("=i", -error) + echoed + tlvs
+    return struct.pack("=IHHII", 16 + len(body), 2, 0x200, seq, 1234) + body
+
+
+def capped_ack(seq: int, error: int, tlvs: bytes) -> bytes:
+    body = struct.pack("=i", -error) + struct.pack("=IHHII", 52, 24, NEW, seq, 0) + tlvs
+    return struct.pack("=IHHII", 16 + len(body), 2, 0x300, seq, 1234) + body
+
+
+MSG, OFFS = 1, 2
+
+
+@pytest.mark.parametrize("build", [full_ack, capped_ack])
+@pytest.mark.parametrize(
+    ("tlvs", "message"),
+    [
+        (
+            tlv(OFFS, struct.pack("=I", 20)) + tlv(MSG, b"Invalid prefix MAX\0"),
+            "Invalid prefix MAX",
+        ),
+        (tlv(9, b"") + tlv(MSG, b"after an empty one\0"), "after an empty one"),
+        (tlv(OFFS, b"1234") + tlv(9, b"abcdefgh") + tlv(MSG, b"third\0"), "third"),
+        (tlv(MSG, b"bad \xff byte\0"), "bad \ufffd byte"),
+        (tlv(OFFS, struct.pack("=I", 20)), ""),
+        (struct.pack("=HH", 2, MSG) + b"junk", ""),  # a length under the header: stop
+        (b"", ""),
+    ],
+)
+def test_extended_ack_text_is_found_among_the_attributes(
+    build: Any, tlvs: bytes, message: str
+) -> None:
+    assert list(parse_acks(build(3, 22, tlvs))) == [Ack(3, 22, message)]
+
+
+def test_other_messages_and_short_errors_are_read_past() -> None:
+    noop = struct.pack("=IHHII", 16, 1, 0, 0, 0)  # NLMSG_NOOP, header only
+    short = struct.pack("=IHHII", 20, 2, 0, 4, 0) + struct.pack("=i", -1)
+    data = noop + short + capped_ack(5, 0, b"")
+    assert list(parse_acks(data)) == [Ack(4, 1), Ack(5, 0)]
+    assert list(parse_acks(short)) == [Ack(4, 1)]  # no extended-ack flag: nothing more is read
+    assert list(parse_acks(struct.pack("=IHHII", 8, 2, 0, 6, 0) + bytes(8))) == []
+
+
+def test_create_refuses_to_overwrite_and_replace_overwrites() -> None:
+    """CREATE asks for EXCL (an IPv6 route is not appended as a second next hop), REPLACE for
+    REPLACE, whatever the entry."""
+    for entry in (V4_ROUTE, V6_ROUTE, Neigh(4, ip_address("10.244.2.0"), "0a:58:0a:f4:02:00"),
+                  Fdb(4, "0a:58:0a:f4:02:00", ip_address("192.0.2.12"))):  # fmt: skip
+        create = struct.unpack_from("=H", encode_op(Op(Action.CREATE, entry), 1), 6)[0]
+        replace = struct.unpack_from("=H", encode_op(Op(Action.REPLACE, entry), 1), 6)[0]
+        assert (create, replace) == (0x1 | 0x4 | 0x400 | 0x200, 0x1 | 0x4 | 0x400 | 0x100)

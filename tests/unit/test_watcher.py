@@ -1,7 +1,9 @@
-"""The LeaseWatcher (spec §3.5), with flannel's quirks fixed."""
+"""The LeaseWatcher (flannel-io/flannel pkg/lease/lease.go), with flannel's quirks fixed
+(docs/compatibility.md, "Snapshots that change a peer", "Leases outside the Network")."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator
 from ipaddress import IPv4Address, IPv4Network, IPv6Network
@@ -70,6 +72,13 @@ def replay(replica: dict[PeerId, Lease], emitted: list[LeaseEvent]) -> None:
     for event in emitted:
         key = peer_id(event.lease)
         if event.type is EventType.ADDED:
+            old = replica.get(key)
+            # A backend installs an Added peer's routes over what it has; a route for another
+            # subnet of the same peer stays behind unless a Removed came first.
+            assert old is None or (old.subnet, old.ipv6_subnet) == (
+                event.lease.subnet,
+                event.lease.ipv6_subnet,
+            )
             replica[key] = event.lease
         elif key in replica:
             # A removal carries the full lease known for the peer: its attrs undo its state.
@@ -80,9 +89,20 @@ def state(watcher: LeaseWatcher) -> dict[PeerId, Lease]:
     return {peer_id(lease): lease for lease in watcher.leases}
 
 
-def drive(ops: list[tuple[str, Any]]) -> Iterator[tuple[LeaseWatcher, list[LeaseEvent]]]:
+# This node as dual-stack, v4-only and v6-only, each with the scope it programs.
+NODES = [
+    (OWN, SCOPE),
+    (lease(0), LeaseScope(SCOPE.network)),
+    (lease(None, 0), LeaseScope(None, SCOPE.ipv6_network)),
+]
+nodes = st.sampled_from(NODES)
+
+
+def drive(
+    ops: list[tuple[str, Any]], node: tuple[Lease, LeaseScope] = (OWN, SCOPE)
+) -> Iterator[tuple[LeaseWatcher, list[LeaseEvent]]]:
     """Run the operations, checking after each that replaying the events gives the cache."""
-    watcher = LeaseWatcher(OWN, SCOPE)
+    watcher = LeaseWatcher(*node)
     replica: dict[PeerId, Lease] = {}
     for kind, payload in ops:
         emitted = watcher.update(payload) if kind == "update" else watcher.reset(payload)
@@ -91,15 +111,18 @@ def drive(ops: list[tuple[str, Any]]) -> Iterator[tuple[LeaseWatcher, list[Lease
         assert replica == state(watcher)
 
 
-@given(operations)
-def test_the_events_reproduce_the_cache_and_never_mention_our_own_lease(ops) -> None:
-    for watcher, emitted in drive(ops):
-        assert not any(watcher.is_own(e.lease) for e in emitted)
+@given(operations, nodes)
+def test_the_events_reproduce_the_cache_and_never_mention_our_own_lease(ops, node) -> None:
+    own = node[0]
+    for _, emitted in drive(ops, node):
+        for event in emitted:
+            shares = [(event.lease.subnet, own.subnet), (event.lease.ipv6_subnet, own.ipv6_subnet)]
+            assert not any(mine is not None and theirs == mine for theirs, mine in shares)
 
 
-@given(st.lists(leases, max_size=8), st.lists(leases, max_size=8))
-def test_reset_makes_the_cache_the_snapshot_and_is_idempotent(first, second) -> None:
-    watcher = LeaseWatcher(OWN, SCOPE)
+@given(st.lists(leases, max_size=8), st.lists(leases, max_size=8), nodes)
+def test_reset_makes_the_cache_the_snapshot_and_is_idempotent(first, second, node) -> None:
+    watcher = LeaseWatcher(*node)
     watcher.reset(first)
     watcher.reset(second)
     expected = {peer_id(lease): lease for lease in second if not watcher.is_own(lease)}
@@ -144,6 +167,75 @@ def test_a_peer_whose_ipv6_subnet_moved_is_removed_then_added() -> None:
     watcher = LeaseWatcher(OWN, SCOPE)
     watcher.update([added(lease(1, 1))])
     assert watcher.update([added(lease(1, 2))]) == [removed(lease(1, 1)), added(lease(1, 2))]
+
+
+def test_reset_removes_a_peer_whose_ipv6_subnet_moved_before_adding_it() -> None:
+    watcher = LeaseWatcher(OWN, SCOPE)
+    watcher.reset([lease(1, 1), lease(2, 2)])
+    assert watcher.reset([lease(1, 3), lease(2, 2)]) == [removed(lease(1, 1)), added(lease(1, 3))]
+
+
+@pytest.mark.parametrize("node", NODES, ids=["dual-stack", "v4-only", "v6-only"])
+def test_peers_of_every_kind_are_not_taken_for_this_node(node: tuple[Lease, LeaseScope]) -> None:
+    """A v6-only node has no IPv4 subnet: a v6-only peer has none either, and is still a peer
+    (likewise without IPv6)."""
+    watcher = LeaseWatcher(*node)
+    peers = [lease(1), lease(None, 1), lease(None, 3), lease(2, 2), lease(4)]
+    assert not any(watcher.is_own(peer) for peer in peers)
+    assert [peer_id(peer) for peer in peers] == [
+        peer.subnet if peer.subnet is not None else peer.ipv6_subnet for peer in peers
+    ]
+    assert watcher.update([added(peer) for peer in peers]) == [added(peer) for peer in peers]
+    assert watcher.leases == tuple(peers)
+
+
+def test_every_event_of_a_batch_counts_past_own_and_rejected_leases() -> None:
+    watcher = LeaseWatcher(OWN, SCOPE)
+    batch = [added(lease(0)), added(lease(1)), added(odd_lease("192.0.2.0/24")), added(lease(2))]
+    assert watcher.update(batch) == [added(lease(1)), added(lease(2))]
+    assert watcher.leases == (lease(1), lease(2))
+    gone = [removed(lease(0)), removed(odd_lease("192.0.2.0/24")), removed(lease(1))]
+    assert watcher.update(gone) == [removed(lease(1))]
+    assert watcher.leases == (lease(2),)
+
+
+def test_removing_an_unknown_peer_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.ERROR):
+        LeaseWatcher(OWN, SCOPE).update([removed(lease(3, 3))])
+    assert caplog.messages == ["Removed subnet (10.244.3.0-24&fd00:0:0:3::-64) was not found"]
+
+
+def test_scope_of_a_config_takes_only_the_enabled_families_and_etcd_lengths() -> None:
+    both = NetworkConfig(
+        network=IPv4Network("10.244.0.0/16"),
+        enable_ipv6=True,
+        ipv6_network=IPv6Network("fd00::/48"),
+    )
+    v6_only = check_network_config(dataclasses.replace(both, enable_ipv4=False))
+    assert LeaseScope.of(v6_only, check_lengths=True) == LeaseScope(
+        None, IPv6Network("fd00::/48"), 0, 64
+    )
+    assert LeaseScope.of(v6_only, check_lengths=False) == LeaseScope(
+        None, IPv6Network("fd00::/48"), 0, 0
+    )
+    v4_only = check_network_config(dataclasses.replace(both, enable_ipv6=False))
+    assert LeaseScope.of(v4_only, check_lengths=True) == LeaseScope(
+        IPv4Network("10.244.0.0/16"), None, 24, 0
+    )
+
+
+def test_a_scope_checks_without_an_own_lease() -> None:
+    assert SCOPE.rejection(odd_lease("10.244.5.0/24", "fd00:0:0:5::/64")) is None
+    assert SCOPE.rejection(odd_lease(None, "fd01::/64")) == (
+        "IPv6 subnet fd01::/64 is outside the network fd00::/48"
+    )
+
+
+def test_a_snapshot_batch_also_delivers_its_events() -> None:
+    watcher = LeaseWatcher(OWN, SCOPE)
+    batch = LeaseWatchBatch(snapshot=(lease(1), lease(2)), events=(removed(lease(2)),))
+    assert watcher.apply(batch) == [added(lease(1)), added(lease(2)), removed(lease(2))]
+    assert watcher.leases == (lease(1),)
 
 
 def test_apply_handles_snapshots_and_events() -> None:
@@ -236,16 +328,18 @@ def test_no_event_ever_carries_a_lease_outside_the_scope(ops) -> None:
 def test_a_rejected_lease_is_warned_about_once(caplog: pytest.LogCaptureFixture) -> None:
     watcher = LeaseWatcher(OWN, SCOPE)
     hostile = odd_lease("192.0.2.0/24")
+    warning = (
+        "Ignoring lease 192.0.2.0-24: subnet 192.0.2.0/24 is outside the network 10.244.0.0/16"
+    )
+    steps = [
+        (lambda: watcher.reset([hostile, lease(1)]), [added(lease(1))], 1),
+        (lambda: watcher.update([added(hostile)]), [], 1),
+        (lambda: watcher.reset([hostile, lease(1)]), [], 1),
+        (lambda: watcher.update([removed(Lease(hostile.subnet, None, LeaseAttrs()))]), [], 1),
+        (lambda: watcher.update([added(hostile)]), [], 2),  # again after its removal
+    ]
     with caplog.at_level(logging.WARNING):
-        assert watcher.reset([hostile, lease(1)]) == [added(lease(1))]
-        assert watcher.update([added(hostile)]) == []
-        assert watcher.reset([hostile, lease(1)]) == []
-        assert watcher.update([removed(Lease(hostile.subnet, None, LeaseAttrs()))]) == []
-        assert watcher.update([added(hostile)]) == []
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert (
-        warnings
-        == ["Ignoring lease 192.0.2.0-24: subnet 192.0.2.0/24 is outside the network 10.244.0.0/16"]
-        * 2
-    )  # once, and again after its removal
+        for step, events, warned in steps:
+            assert step() == events
+            assert caplog.messages == [warning] * warned
     assert watcher.leases == (lease(1),)

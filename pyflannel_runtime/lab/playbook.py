@@ -1,15 +1,13 @@
-"""Running this repository's playbooks against lab hosts, for tests and bench/bench_site.py.
+"""Running this repository's playbooks against lab hosts (for tests and bench/bench_site.py).
 
 ``run_playbook`` runs ``ansible-playbook`` from the repository root (its ansible.cfg, the
 collection by FQCN) and parses the PLAY RECAP. With ``count_modules`` every ssh command Ansible
 starts goes through a logging wrapper, so the run also says how many modules ran on each host
-(with pipelining, one ssh command per module). ``lab_hosts``, ``on_host`` and
-``assert_converged`` are what the site.yml test modules share.
+(with pipelining, one ssh command per module).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -20,12 +18,14 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from pyflannel_runtime.lab.paths import project_root
+
+ROOT = project_root()
 BIN = Path(sys.executable).parent
 LAB_INVENTORY = ROOT / "inventories" / "lab"
 # One wheelhouse build per source tree, shared by every test, the bench and molecule.
@@ -108,30 +108,3 @@ def run_playbook(
         modules = _module_counts(log, count_modules) if count_modules is not None else {}
     output = done.stdout + done.stderr
     return PlaybookRun(done.returncode, output, seconds, parse_recap(done.stdout), modules)
-
-
-@contextlib.contextmanager
-def lab_hosts(count: int = 3) -> Iterator[Any]:
-    """Systemd lab hosts (pyflannel_runtime.lab) from the cached image, removed afterwards."""
-    from pyflannel_runtime.lab import hosts
-
-    state = hosts.up(count)
-    try:
-        yield state
-    finally:
-        hosts.down()
-
-
-def on_host(lab: Any, name: str, command: str) -> str:
-    """``command`` as root on a lab host over SSH; its output (a failure fails the test)."""
-    done = lab.ssh(lab.host(name)).run(f"sudo sh -c {shlex.quote(command)}")
-    assert done.returncode == 0, f"{name}: {command}: {done.stderr}"
-    return str(done.stdout)
-
-
-def assert_converged(run: PlaybookRun, names: list[str]) -> None:
-    """site.yml ran on every host without a failure and its verify role saw every pod reach
-    every other."""
-    assert run.returncode == 0 and not run.failed_hosts(), run.explain()
-    assert sorted(run.recap) == sorted(names), run.explain()
-    assert "every pod reaches every other pod" in run.output, run.explain()
