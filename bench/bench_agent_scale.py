@@ -1,8 +1,9 @@
 """One pyflanneld (vxlan) against 5 000 peer leases in a real etcd: programming time, event
 latency, memory and steady-state writes.
 
-Lab: an AgentLab with one host (tests/integration/agentlab.py), the cluster config changed to
-SubnetLen 29 so 5 000 peers fit in 10.244.0.0/16, the host's lease reserved as 10.244.0.8/29.
+Lab: an AgentLab with one host (pyflannel_runtime/lab/netns_agents.py), the cluster config
+changed to SubnetLen 29 so 5 000 peers fit in 10.244.0.0/16, the host's lease reserved as
+10.244.0.8/29.
 Peer leases are put into etcd before the agent starts (aetcd transactions, from a helper
 process in the underlay namespace, where etcd listens), attached to an etcd lease as flanneld's
 keys are. The agent runs with flanneld's default
@@ -45,19 +46,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration"), str(ROOT / "bench")]
+from bench_netlink import iproute2, make_host
 
-from agentlab import PREFIX, AgentLab  # noqa: E402
-from bench_netlink import iproute2, make_host  # noqa: E402
-from netlab import LabHost  # noqa: E402
-
-from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data  # noqa: E402
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs, make_subnet_key  # noqa: E402
-from pyflannel_runtime.netlink.decoder import decode_neigh, decode_route  # noqa: E402
-from pyflannel_runtime.netlink.netns import run_in_netns  # noqa: E402
+from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
+from pyflannel_runtime.lab.netns_agents import PREFIX, AgentLab
+from pyflannel_runtime.lab.netns_lab import LabHost
+from pyflannel_runtime.model.lease import Lease, LeaseAttrs, make_subnet_key
+from pyflannel_runtime.netlink.decoder import decode_neigh, decode_route
+from pyflannel_runtime.netlink.netns import run_in_netns
 
 NETWORK = IPv4Network("10.244.0.0/16")
 SUBNET_LEN = 29

@@ -22,8 +22,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from pyflannel_runtime.cni.install import install_plugin
 
 BRIDGE = "/usr/lib/cni/bridge"
@@ -91,7 +89,7 @@ def inner(work: Path, pod_netns: str, iterations: int) -> None:
 
 def _write_configs(work: Path, tag: str) -> None:
     from pyflannel_runtime.cni.delegate import build_delegate, encode_delegate
-    from pyflannel_runtime.cni.netconf import parse_netconf
+    from pyflannel_runtime.cni.plugin_config import parse_netconf
     from pyflannel_runtime.model.subnet_env import parse_cni_subnet_env
 
     subnet_env = "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.9.1/24\n"

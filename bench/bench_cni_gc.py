@@ -22,16 +22,13 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from pyflannel_runtime.cni.delegate import build_delegate, encode_delegate
 from pyflannel_runtime.cni.install import install_plugin
-from pyflannel_runtime.cni.netconf import parse_netconf
+from pyflannel_runtime.cni.plugin_config import parse_netconf
 from pyflannel_runtime.cni.state import save_config
 from pyflannel_runtime.model.subnet_env import parse_cni_subnet_env
 

@@ -14,14 +14,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration")]
-
-from playbook import run_playbook  # noqa: E402
-
-from pyflannel_runtime.lab import hosts  # noqa: E402
+from pyflannel_runtime.lab import hosts
+from pyflannel_runtime.lab.playbook import run_playbook
 
 
 def main() -> int:

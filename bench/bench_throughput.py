@@ -1,10 +1,11 @@
 """Pod-to-pod TCP throughput through the agent-programmed datapath vs the same topology
 programmed by hand, for vxlan and host-gw.
 
-  * agent: an AgentLab (tests/integration/agentlab.py): real etcd, pyflanneld on both hosts
-    (no --ip-masq, as flanneld's default), which install flannel's FORWARD accept rules;
-  * by hand: a plain NetLab programmed with the `ip` / `bridge` commands of lab-recipes §1,
-    plus the same FORWARD rules as `iptables` commands, so the labs differ only in who
+  * agent: an AgentLab (pyflannel_runtime/lab/netns_agents.py): real etcd, pyflanneld on both
+    hosts (no --ip-masq, as flanneld's default), which install flannel's FORWARD accept rules;
+  * by hand: a plain NetLab programmed with the `ip` / `bridge` commands flanneld's backends
+    amount to (docs/compatibility.md, "VXLAN device and per-peer entries" and "host-gw
+    routes"), plus the same FORWARD rules as `iptables` commands, so the labs differ only in who
     programmed them (their `iptables -S` is compared before measuring). `--bare-by-hand`
     leaves the rules out, and so prices them too.
 
@@ -39,15 +40,10 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration")]
-
-from agentlab import AgentLab  # noqa: E402
-from netlab import NetLab  # noqa: E402
+from pyflannel_runtime.lab.netns_agents import AgentLab
+from pyflannel_runtime.lab.netns_lab import NetLab
 
 MTU = {"vxlan": 1450, "host-gw": 1500}
 CPUS = (0, 1)
@@ -56,7 +52,8 @@ WARMUP = 0.3
 TAIL = 0.2
 CLUSTER = "10.244.0.0/16"
 COMMENT = ("-m", "comment", "--comment", "flanneld forward")
-# flanneld's forward rules (spec §6.2) as an operator would type them.
+# flanneld's forward rules as an operator would type them (flannel-io/flannel
+# pkg/trafficmngr/iptables/iptables.go: forwardRules).
 FORWARD_RULES = (
     ("-N", "FLANNEL-FWD"),
     ("-A", "FORWARD", *COMMENT, "-j", "FLANNEL-FWD"),
@@ -66,7 +63,7 @@ FORWARD_RULES = (
 
 
 def program_by_hand(lab: NetLab, backend: str) -> None:
-    """lab-recipes §1, for every host and each of its peers."""
+    """flanneld's device and per-peer entries as `ip` / `bridge` commands, on every host."""
     for h in lab.hosts:
         n = h.n
         if backend == "vxlan":
@@ -259,7 +256,7 @@ def main() -> None:
     parser.add_argument(
         "--bare-by-hand",
         action="store_true",
-        help="by-hand lab without flannel's FORWARD rules (lab-recipes §1 only)",
+        help="by-hand lab without flannel's FORWARD rules (the datapath only)",
     )
     args = parser.parse_args()
     ratios = {

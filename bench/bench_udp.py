@@ -1,7 +1,7 @@
 """udp backend throughput vs a C per-packet TUN<->UDP forwarder (socat), pod to pod.
 
-Topology (tests/integration/netlab.py): 2 netns hosts on a bridge underlay (MTU 1500), one pod
-each behind cni0, pod MTU 1472. Forwarders on both hosts, flannel's framing on UDP 8285:
+Topology (pyflannel_runtime/lab/netns_lab.py): 2 netns hosts on a bridge underlay (MTU 1500),
+one pod each behind cni0, pod MTU 1472. Forwarders on both hosts, flannel's framing on UDP 8285:
 
   * socat: socat TUN:<subnet>/16 <-> UDP:<peer>:8285 per host; one read/sendto and one
     recvfrom/write per packet, the design of flannel's C proxy (proxy_amd64.c);
@@ -58,21 +58,21 @@ import os
 import signal
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration")]
-
-
-from netlab import LabHost, NetLab, close_udp_network, external_interface, host_lease  # noqa: E402
-
-from pyflannel_runtime.backend.udp import UdpBackend, UdpNetwork  # noqa: E402
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs  # noqa: E402
-from pyflannel_runtime.model.netconf import check_network_config, parse_config  # noqa: E402
+from pyflannel_runtime.backend.udp import UdpBackend, UdpNetwork
+from pyflannel_runtime.lab.netns_lab import (
+    LabHost,
+    NetLab,
+    close_udp_network,
+    external_interface,
+    host_lease,
+)
+from pyflannel_runtime.model.lease import Lease, LeaseAttrs
+from pyflannel_runtime.model.netconf import check_network_config, parse_config
 
 PREFIX = "pudpb"
 POD_MTU = 1472

@@ -57,11 +57,15 @@ class ActionModule(ClusterAction):
     ) -> dict[str, Any]:
         host = task_vars["inventory_hostname"]
         cluster = checked.model.model_dump(mode="json", exclude={"nodes"})
+        node = _node_fact(checked, host)
+        if node is not None:
+            # The controller file the agent role copies to flannel_kubeconfig_file.
+            node["kubeconfig_src"] = self.node_source(task_vars)
         return {
             "changed": False,
             "ansible_facts": {
                 "_flannel_cluster": cluster,
-                "_flannel_node": _node_fact(checked, host),
+                "_flannel_node": node,
             },
             "nodes": [node.name for node in checked.plan.nodes],
         }

@@ -13,7 +13,7 @@ from ansible_collections.pyflannel.network.plugins.plugin_utils.cluster import C
 if TYPE_CHECKING:
     from pyflannel_runtime.ops.inventory import InventoryPlan
 
-KINDS = ("conflist", "net_conf", "agent_env", "systemd_unit", "subnet_env")
+KINDS = ("conflist", "net_conf", "agent_env", "systemd_unit", "subnet_env", "kubeconfig")
 
 
 def _paths(model: Any) -> dict[str, str]:
@@ -29,9 +29,16 @@ def _paths(model: Any) -> dict[str, str]:
 
 
 class ActionModule(ClusterAction):
-    _VALID_ARGS = frozenset(("group", "files"))
+    _VALID_ARGS = frozenset(("group", "files", "kubeconfig_src"))
     OPTIONS = {
-        "files": {"type": "list", "elements": "str", "choices": list(KINDS), "default": list(KINDS)}
+        "files": {
+            "type": "list",
+            "elements": "str",
+            "choices": list(KINDS),
+            "default": list(KINDS),
+        },
+        # A controller file copied to flannel_kubeconfig_file (kind kubeconfig; none when unset).
+        "kubeconfig_src": {"type": "str"},
     }
 
     def act(
@@ -50,5 +57,15 @@ class ActionModule(ClusterAction):
             for relative, wanted in sorted(rendered.items())
             if f"/{relative}" in selected
         }
-        # The net-conf text also for the etcd datastore, where it goes into <prefix>/config.
-        return {"changed": False, "files": files, "net_conf": render_net_conf(checked.model)}
+        target = checked.model.flannel_kubeconfig_file
+        if "kubeconfig" in args["files"] and args["kubeconfig_src"] and target:
+            content = self.read_source(args["kubeconfig_src"]).decode("utf-8", "replace")
+            files[target] = {"content": content, "mode": "0600", "sensitive": True}
+        return {
+            "changed": False,
+            "files": files,
+            # The net-conf text also for the etcd datastore, where it goes into <prefix>/config.
+            "net_conf": render_net_conf(checked.model),
+            # Credentials (the etcd password, a kubeconfig) stay out of the output.
+            "_ansible_no_log": any(f["sensitive"] for f in files.values()),
+        }

@@ -58,6 +58,8 @@ def verify_summary(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[st
         lines.append(f"  MTU           {env.get('FLANNEL_MTU', 'unknown')}")
         if routes.get("summary"):
             lines.append(f"  datapath      {routes['summary']}")
+        for note in routes.get("notes", []):
+            lines.append(f"    note        {note}")
         for entry in routes.get("missing", []):
             lines.append(f"    missing     {entry}")
         for entry in routes.get("stale", []):

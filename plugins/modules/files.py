@@ -22,7 +22,8 @@ options:
     description:
       - Absolute path to C({content, mode, owner, group, sensitive}); C(mode) is an octal string
         such as C("0644"); C(owner) and C(group) are names, left as they are when not given;
-        C(sensitive=true) keeps the content out of C(--diff) output.
+        C(sensitive=true) keeps the content out of C(--diff) output and out of the module's
+        arguments in the result.
     type: dict
     required: true
 """
@@ -73,12 +74,16 @@ def _wanted(module):
             mode = int(str(spec.get("mode", "0644")), 8)
         except ValueError:
             module.fail_json(msg=f"files.{path}.mode: {spec.get('mode')!r} is not an octal mode")
+        sensitive = bool(spec.get("sensitive", False))
+        if sensitive and spec["content"]:
+            # Out of every output, the module's own arguments (shown with -v) included.
+            module.no_log_values.add(str(spec["content"]))
         wanted[path] = WantedFile(
             str(spec["content"]),
             mode,
             owner=spec.get("owner"),
             group=spec.get("group"),
-            sensitive=bool(spec.get("sensitive", False)),
+            sensitive=sensitive,
         )
     return wanted
 

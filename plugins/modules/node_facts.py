@@ -30,6 +30,11 @@ options:
     description: The agent's virtualenv, whose wheelhouse stamp is reported.
     type: path
     default: /opt/pyflannel/venv
+  files:
+    description: Paths reported as a regular file or not (e.g. a kubeconfig the agent is to read).
+    type: list
+    elements: path
+    default: []
 extends_documentation_fragment:
   - pyflannel.network.attributes
 attributes:
@@ -58,7 +63,7 @@ ansible_facts:
   type: dict
   contains:
     pyflannel_host:
-      description: Links, default routes, route look-ups, backend support, Python and runtime state.
+      description: Links, default routes, route look-ups, backend support, Python and runtime state, files.
       type: dict
       sample:
         links:
@@ -70,6 +75,7 @@ ansible_facts:
         kernel: 6.1.0-18-amd64
         runtime: {python: /opt/pyflannel/venv/bin/python, wheelhouse: 9f2c...}
         packages: {etcd-server: 3.4.23-4+b7, containernetworking-plugins: null}
+        files: {/etc/kubernetes/kubelet.conf: true}
 """
 
 import json
@@ -195,6 +201,7 @@ def main():
             "route_to": {"type": "list", "elements": "str", "default": []},
             "packages": {"type": "list", "elements": "str", "default": []},
             "venv": {"type": "path", "default": "/opt/pyflannel/venv"},
+            "files": {"type": "list", "elements": "path", "default": []},
         },
         supports_check_mode=True,
     )
@@ -211,6 +218,7 @@ def main():
         "kernel": platform.release(),
         "runtime": _runtime(module.params["venv"]),
         "packages": _packages(module, module.params["packages"]),
+        "files": {path: os.path.isfile(path) for path in module.params["files"]},
     }
     module.exit_json(changed=False, ansible_facts={"pyflannel_host": facts})
 

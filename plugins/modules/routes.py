@@ -71,10 +71,11 @@ summary:
   type: str
   sample: 3 leases, 2 peers programmed, 0 missing, 0 stale
 leases:
-  description: How many leases, and how many peers are programmed, missing entries, skipped or rejected.
+  description: How many leases, and how many peers are programmed, missing entries, skipped, rejected
+    or not checked (a backend with no per-peer kernel entries, such as udp).
   returned: always
   type: dict
-  sample: {total: 3, programmed: 2, missing: 0, skipped: 0, rejected: 0}
+  sample: {total: 3, programmed: 2, missing: 0, skipped: 0, rejected: 0, unchecked: 0}
 missing:
   description: Entries the agent programs that the kernel lacks (C(ip)/C(bridge) syntax).
   returned: always
@@ -98,6 +99,12 @@ subnet_env:
   description: The variables of subnet.env as the node has it (empty when absent).
   returned: always
   type: dict
+notes:
+  description: What was not checked, and why.
+  returned: always
+  type: list
+  elements: str
+  sample: ["the udp backend's datapath is not checked"]
 problems:
   description: What is wrong and is not repaired here.
   returned: always
@@ -165,6 +172,14 @@ def _problems(report):
     return problems
 
 
+def summarize(counts, missing, stale):
+    """One line for people; peers that were not checked are not counted as programmed."""
+    peers = f"{counts['programmed']} peers programmed"
+    if counts["unchecked"]:
+        peers += f", {counts['unchecked']} not checked"
+    return f"{counts['total']} leases, {peers}, {missing} missing, {stale} stale"
+
+
 def main():
     module = build_module()
     require_runtime(module)
@@ -198,14 +213,13 @@ def main():
         "missing": report.count(Datapath.MISSING),
         "skipped": report.count(Datapath.SKIPPED),
         "rejected": report.rejected,
+        "unchecked": report.count(Datapath.UNCHECKED),
     }
     result = {
         "changed": bool(ops) if module.check_mode else writes > 0,
-        "summary": (
-            f"{counts['total']} leases, {counts['programmed']} peers programmed, "
-            f"{len(missing)} missing, {len(stale)} stale"
-        ),
+        "summary": summarize(counts, len(missing), len(stale)),
         "leases": counts,
+        "notes": list(report.notes),
         "missing": missing,
         "stale": stale,
         "writes": writes,

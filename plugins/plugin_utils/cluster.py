@@ -3,16 +3,24 @@ through pyflannel_runtime.ops.inventory (imported from the controller's environm
 
 from __future__ import annotations
 
+import errno
 import functools
 from pathlib import Path
 from typing import Any
 
 import yaml
-from ansible.errors import AnsibleActionFail
+from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
 
 try:
-    from pyflannel_runtime.ops.inventory import InventoryPlan, check_inventory
+    from pyflannel_runtime.fsutil import read_small_file
+    from pyflannel_runtime.ops.inventory import (
+        KUBECONFIG_LIMIT,
+        KUBECONFIG_SOURCE,
+        InventoryPlan,
+        ReadSource,
+        check_inventory,
+    )
 except ImportError as err:  # pragma: no cover - depends on the controller's environment
     _IMPORT_ERROR: ImportError | None = err
 else:
@@ -52,7 +60,9 @@ def cluster_hosts(task_vars: dict[str, Any], group: str) -> list[str]:
     return hosts
 
 
-def check_cluster(task_vars: dict[str, Any], group: str, *, with_facts: bool) -> InventoryPlan:
+def check_cluster(
+    task_vars: dict[str, Any], group: str, *, with_facts: bool, read_source: ReadSource
+) -> InventoryPlan:
     """The whole cluster, as every node's own variables (and facts) describe it."""
     require_runtime()
     hostvars = task_vars["hostvars"]
@@ -75,7 +85,7 @@ def check_cluster(task_vars: dict[str, Any], group: str, *, with_facts: bool) ->
             "the pyflannel.network.preflight role has not run on "
             f"{', '.join(missing)} (every host of group {group!r} must be in the play)"
         )
-    return check_inventory(settings, facts if with_facts else None, role_variables())
+    return check_inventory(settings, facts if with_facts else None, role_variables(), read_source)
 
 
 class ClusterAction(ActionBase):
@@ -94,6 +104,32 @@ class ClusterAction(ActionBase):
     ) -> dict[str, Any]:
         raise NotImplementedError
 
+    def find_source(self, source: str) -> str:
+        """A controller file as ansible.builtin.copy finds its src (files/ of the role or the
+        playbook, then the playbook's directory); OSError when there is none."""
+        try:
+            return str(self._find_needle("files", source))
+        except AnsibleError as err:
+            message = str(err.message).splitlines()[0]
+            raise OSError(errno.ENOENT, message) from None
+
+    def read_source(self, source: str) -> bytes:
+        """A controller file's contents, decrypted when it is vault-encrypted."""
+        try:
+            real = self._loader.get_real_file(self.find_source(source), decrypt=True)
+        except AnsibleError as err:
+            raise OSError(errno.EIO, str(err.message).splitlines()[0]) from None
+        try:
+            return read_small_file(real, KUBECONFIG_LIMIT)
+        finally:
+            self._loader.cleanup_tmp_file(real)
+
+    def node_source(self, task_vars: dict[str, Any]) -> str | None:
+        """This host's flannel_kubeconfig_src, found on the controller (None when unset)."""
+        settings = task_vars.get(SETTINGS_FACT) or {}
+        source = settings.get(KUBECONFIG_SOURCE)
+        return self.find_source(str(source)) if source else None
+
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
@@ -102,10 +138,14 @@ class ClusterAction(ActionBase):
         )
         group = args["group"] or task_vars.get("flannel_nodes_group", "flannel_nodes")
         try:
-            checked = check_cluster(task_vars, group, with_facts=self.with_facts(args))
+            checked = check_cluster(
+                task_vars, group, with_facts=self.with_facts(args), read_source=self.read_source
+            )
             result.update(self.act(checked, args, task_vars))
         except AnsibleActionFail as err:
             return {**result, "failed": True, "msg": err.message}
+        except OSError as err:  # a controller file that went away after the check
+            return {**result, "failed": True, "msg": f"{KUBECONFIG_SOURCE}: {err}"}
         except ValueError as err:  # InventoryError; PlanError for a host that is no flannel node
             problems = getattr(err, "problems", [str(err)])
             message = f"invalid inventory, {len(problems)} problem(s):\n" + "\n".join(problems)

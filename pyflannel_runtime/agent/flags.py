@@ -1,4 +1,6 @@
-"""flanneld's command line: the same flags, defaults and FLANNELD_* environment (spec §0, §8.1).
+"""flanneld's command line: the same flags, defaults and FLANNELD_* environment.
+
+flannel-io/flannel main.go: init (the flags, parsed), usage, main (flagutil.SetFlagsFromEnv).
 
 Go's flag package accepts `-flag`, `--flag`, `-flag=value` and `-flag value`, and bool flags
 only as `-flag` or `-flag=<bool>`. Any flag not given on the command line is read from

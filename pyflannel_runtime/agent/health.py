@@ -1,12 +1,12 @@
 """flanneld's /healthz and /readyz endpoints, on asyncio streams, plus pyflanneld's /statusz.
 
-/healthz and /readyz answer exactly as flanneld's (main.go mustRunHealthz): same paths, bodies,
-status codes and content type, so probes written for flanneld keep working. What flanneld does
-not tell, the agent's version, uptime and what its datapath holds in userspace, is on a path of
-its own: /statusz, a JSON object (the z-page name of /healthz and /readyz, as Kubernetes
-components serve /statusz). flanneld answers 404 there, which is how `pyflannel status` tells
-the two agents apart. Nothing on it is secret: the udp forwarder's routes are the peers'
-subnets and public IPs, which every lease already publishes.
+/healthz and /readyz answer exactly as flanneld's (flannel-io/flannel main.go: mustRunHealthz):
+same paths, bodies, status codes and content type, so probes written for flanneld keep working.
+What flanneld does not tell, the agent's version, uptime and what its datapath holds in
+userspace, is on a path of its own: /statusz, a JSON object (the z-page name of /healthz and
+/readyz, as Kubernetes components serve /statusz). flanneld answers 404 there, which is how
+`pyflannel status` tells the two agents apart. Nothing on it is secret: the udp forwarder's
+routes are the peers' subnets and public IPs, which every lease already publishes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""pyflanneld: flanneld's startup order, lifecycle and exit codes (spec §0, §8.3)."""
+"""pyflanneld: flanneld's startup order, lifecycle and exit codes.
+
+flannel-io/flannel main.go: main, shutdownHandler; docs/compatibility.md, "Flags, environment
+and exit codes".
+"""
 
 from __future__ import annotations
 

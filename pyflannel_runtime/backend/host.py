@@ -186,10 +186,16 @@ def inspect_udp(
         checked.append(f"{name} is up with {address}/32")
     else:
         problems.append(f"{name} is down")
-    routes = ipr.get_routes(family=socket.AF_INET, table=254, dst=str(network.network_address),
-                            dst_len=network.prefixlen)  # fmt: skip
+    # A dump of the main table, filtered here: pyroute2 turns a `dst` filter into a route
+    # lookup, which for the network's first subnet (its address is the network's own, as on a
+    # node whose podCIDR is 10.244.0.0/24) answers with the local route through lo.
     route = f"route {network} dev {name}"
-    if any(r.get_attr("RTA_OIF") == index for r in routes):
+    if any(
+        r["dst_len"] == network.prefixlen
+        and r.get_attr("RTA_DST") == str(network.network_address)
+        and r.get_attr("RTA_OIF") == index
+        for r in ipr.get_routes(family=socket.AF_INET, table=254)
+    ):
         checked.append(route)
     else:
         problems.append(f"{route} is missing")

@@ -1,4 +1,5 @@
-"""The host-gw backend (§5.2): one route per peer, via its public IP on the external interface.
+"""The host-gw backend: one route per peer, via its public IP on the external interface
+(flannel-io/flannel pkg/backend/hostgw/hostgw.go: RegisterNetwork; pkg/backend/route_network.go).
 
 flannel's 10 s route check only re-adds routes it remembers; here the agent's periodic
 reconcile also fixes wrong ones and removes stale ones.

@@ -24,7 +24,7 @@ from pyroute2 import IPRoute
 from pyflannel_runtime.backend.peers import PeerSkipped
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseEvent
 from pyflannel_runtime.netlink.batch import BatchSender, OpFailure
-from pyflannel_runtime.netlink.diff import desired_state, plan, removal_ops
+from pyflannel_runtime.netlink.diff import desired_state, diff_ops, removal_ops
 from pyflannel_runtime.netlink.dump import Ownership, owned_state
 from pyflannel_runtime.netlink.entries import Action, Entry, Fdb, Neigh, Op, Route
 from pyflannel_runtime.netlink.netns import iproute
@@ -145,7 +145,7 @@ class PeerProgrammer(abc.ABC):
         ownership = self.ownership()
         actual = await self.kernel(lambda ipr: owned_state(ipr, ownership))
         desired = desired_state(e for group in self._entries.values() for e in group)
-        return await self._send_with_rollback(plan(desired, actual))
+        return await self._send_with_rollback(diff_ops(desired, actual))
 
     def forget_entries(self) -> None:
         """Drop the computed entries, e.g. when a device they point at was recreated."""

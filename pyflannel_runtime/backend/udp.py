@@ -1,4 +1,5 @@
-"""The udp backend (§5.3): flannel0 (TUN) plus userspace forwarding over UDP port 8285.
+"""The udp backend: flannel0 (TUN) plus userspace forwarding over UDP port 8285
+(flannel-io/flannel pkg/backend/udp/udp_network_amd64.go, proxy_amd64.c).
 
 Wire format is flannel's: each UDP datagram carries one bare inner IPv4 packet, sent from and
 to the configured port. The datapath lives in worker processes (`udp_worker`), one per queue of
@@ -46,7 +47,7 @@ from pyflannel_runtime.netlink.netns import iproute, run_in_netns, write_sysctl
 log = logging.getLogger("pyflannel.backend.udp")
 
 TUN_NAME_TEMPLATE = "flannel%d"
-TUN_TXQUEUELEN = 10000  # the default 500 drops TCP bursts in the TUN queue (lab-recipes §2)
+TUN_TXQUEUELEN = 10000  # the default 500 drops TCP bursts in the TUN queue
 SOCKET_BUFFER = 4 << 20
 _READY_TIMEOUT = 30.0
 _STOP_TIMEOUT = 2.0

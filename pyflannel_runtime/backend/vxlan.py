@@ -1,4 +1,6 @@
-"""The vxlan backend (§5.1): flannel.<VNI> devices plus neighbour, FDB and route per peer.
+"""The vxlan backend: flannel.<VNI> devices plus neighbour, FDB and route per peer
+(flannel-io/flannel pkg/backend/vxlan/vxlan.go: RegisterNetwork; vxlan_network.go:
+handleSubnetEvents).
 
 Beyond flannel: startup and periodic reconcile remove stale entries, and a device deleted
 under us is recreated with all peers replayed.

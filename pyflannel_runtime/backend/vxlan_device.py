@@ -1,4 +1,6 @@
-"""flannel.<VNI> / flannel-v6.<VNI>: create, reuse if compatible, address, bring up (§5.1).
+"""flannel.<VNI> / flannel-v6.<VNI>: create, reuse if compatible, address, bring up
+(flannel-io/flannel pkg/backend/vxlan/device.go: newVXLANDevice, ensureLink, vxlanLinksIncompat;
+vxlan.go: configureDeviceIPv4IPv6).
 
 Blocking pyroute2 calls; the vxlan network runs them in its kernel worker thread.
 """

@@ -45,7 +45,7 @@ def cmd_add(environ: Mapping[str, str], stdin: bytes, stdout: BinaryIO, stderr: 
         encode_delegate,
     )
     from pyflannel_runtime.cni.invoke import InvokeError, exec_plugin, find_in_path
-    from pyflannel_runtime.cni.netconf import NetConfError, parse_netconf
+    from pyflannel_runtime.cni.plugin_config import NetConfError, parse_netconf
     from pyflannel_runtime.cni.state import save_config
 
     try:
@@ -96,7 +96,7 @@ def cmd_del(environ: Mapping[str, str], stdin: bytes, stderr: BinaryIO) -> str |
     """flannel's cmdDel. Returns why the saved config was dropped without a delegate DEL (it
     does not parse), None otherwise."""
     from pyflannel_runtime.cni.invoke import InvokeError, exec_plugin, find_in_path
-    from pyflannel_runtime.cni.netconf import NetConfError, parse_netconf, saved_delegate_type
+    from pyflannel_runtime.cni.plugin_config import NetConfError, parse_netconf, saved_delegate_type
     from pyflannel_runtime.cni.state import read_config, remove_config
     from pyflannel_runtime.fsutil import FileTooLarge
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import ipaddress
     from typing import Any
 
-    from pyflannel_runtime.cni.netconf import FlannelNetConf
+    from pyflannel_runtime.cni.plugin_config import FlannelNetConf
     from pyflannel_runtime.model.subnet_env import CniSubnetEnv
 
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-    from pyflannel_runtime.cni.netconf import FlannelNetConf
+    from pyflannel_runtime.cni.plugin_config import FlannelNetConf
     from pyflannel_runtime.model.subnet_env import CniSubnetEnv
 
 

@@ -35,7 +35,7 @@ from pyflannel_runtime.cni.hostlocal_store import (
     read_allocations,
     store_dir,
 )
-from pyflannel_runtime.cni.netconf import FlannelNetConf, NetConfError, parse_netconf
+from pyflannel_runtime.cni.plugin_config import FlannelNetConf, NetConfError, parse_netconf
 from pyflannel_runtime.cni.skel import ERR_INTERNAL, CniError
 from pyflannel_runtime.gojson.core import GoJSONError, decode, fold_fields, go_kind
 from pyflannel_runtime.gojson.encode import marshal

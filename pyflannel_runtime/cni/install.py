@@ -19,17 +19,22 @@ PLUGIN_NAME = "flannel"
 _LAUNCHER_MODE = 0o755
 
 
-def launcher_script(python: str | None = None, package_root: str | None = None) -> str:
-    interpreter = python or sys.executable
+def isolated_prelude(package_root: str | None = None) -> str:
+    """The first lines the launcher runs under ``python -IS``: they make this package importable
+    (tests that run code as the launcher does start with them too)."""
     root = package_root or os.path.dirname(
         os.path.dirname(os.path.abspath(pyflannel_runtime.__file__))
     )
+    return f"import sys\nsys.path.insert(0, {root!r})\n"
+
+
+def launcher_script(python: str | None = None, package_root: str | None = None) -> str:
+    interpreter = python or sys.executable
     return (
         f"#!{interpreter} -IS\n"
         '"""flannel CNI plugin (pyflannel); installed by pyflannel_runtime.cni.install."""\n'
-        "import sys\n"
-        f"sys.path.insert(0, {root!r})\n"
-        "import os\n"
+        + isolated_prelude(package_root)
+        + "import os\n"
         "from pyflannel_runtime.cni.plugin import main\n"
         "status = main()\n"
         "sys.stdout.flush()\n"

@@ -63,7 +63,7 @@ def dispatch(
         stdout.write(skel.version_json())
         return
     data = stdin.read(MAX_DOCUMENT_BYTES + 1)  # one byte more is enough for the decoder to refuse
-    skel.check_network_config(data)
+    skel.check_stdin_config(data)
     if command in ("ADD", "DEL"):
         skel.check_version_supported(skel.config_version(data))
         if command == "ADD":

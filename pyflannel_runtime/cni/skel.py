@@ -107,7 +107,7 @@ def check_environment(environ: Mapping[str, str]) -> str:
     return command
 
 
-def check_network_config(stdin: bytes) -> None:
+def check_stdin_config(stdin: bytes) -> None:
     """skel's validateConfig: the config decodes and carries a valid network name."""
     try:
         conf = decode(stdin)

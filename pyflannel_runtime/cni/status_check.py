@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import BinaryIO
 
-    from pyflannel_runtime.cni.netconf import FlannelNetConf
+    from pyflannel_runtime.cni.plugin_config import FlannelNetConf
     from pyflannel_runtime.model.subnet_env import CniSubnetEnv
 
 ERR_NOT_AVAILABLE = 50
@@ -170,7 +170,7 @@ def cmd_status(environ: Mapping[str, str], stdin: bytes, stderr: BinaryIO) -> No
     """Return when an ADD can succeed; raise CniError 50 or 51 saying why not."""
     from pyflannel_runtime.cni.commands import load_subnet_env
     from pyflannel_runtime.cni.forward import forward_to_delegate
-    from pyflannel_runtime.cni.netconf import NetConfError, parse_netconf
+    from pyflannel_runtime.cni.plugin_config import NetConfError, parse_netconf
 
     try:
         conf = parse_netconf(stdin)

@@ -1,4 +1,8 @@
-"""iptables/nftables traffic managers and the blackhole route (spec §6, §0 steps 12-15)."""
+"""iptables/nftables traffic managers and the blackhole route.
+
+flannel-io/flannel pkg/trafficmngr/; the startup steps in main.go: main. docs/compatibility.md,
+"iptables and nftables rules".
+"""
 
 from pyflannel_runtime.firewall.command import CommandRunner, FirewallError
 from pyflannel_runtime.firewall.iptables import IPTablesManager

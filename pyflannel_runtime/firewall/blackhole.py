@@ -1,4 +1,7 @@
-"""``--ip-blackhole-route`` (spec §0 step 15): keep a blackhole route for the own lease subnet."""
+"""``--ip-blackhole-route``: keep a blackhole route for the own lease subnet.
+
+flannel-io/flannel main.go: main (the resync loop); pkg/ip/iface.go: AddBlackholeV4Route.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""The iptables traffic manager (spec §6.1, §6.2): bootstrap with iptables-restore, then resync."""
+"""The iptables traffic manager: bootstrap with iptables-restore, then resync.
+
+flannel-io/flannel pkg/trafficmngr/iptables/iptables.go: SetupAndEnsureMasqRules,
+SetupAndEnsureForwardRules, ipTablesBootstrap, ensureIPTables.
+"""
 
 from __future__ import annotations
 
@@ -92,7 +96,8 @@ class IPTablesManager:
         previous_network: IPNetwork | None = None,
         previous_subnet: IPNetwork | None = None,
     ) -> None:
-        """§6.1: recycle the previous run's rules if network or lease changed, then bootstrap."""
+        """Masquerade: recycle the previous run's rules if network or lease changed, then
+        bootstrap (iptables.go: SetupAndEnsureMasqRules)."""
         version = network.version
         fully_random = await self._fully_random(version)
         rules = masq_rules(network, subnet, fully_random)
@@ -118,7 +123,8 @@ class IPTablesManager:
             await self._teardown(version, rules)
 
     async def setup_forward(self, network: IPNetwork) -> None:
-        """§6.2: accept forwarding to and from the flannel network."""
+        """Accept forwarding to and from the flannel network (iptables.go:
+        SetupAndEnsureForwardRules)."""
         version = network.version
         log.info(
             "Changing default FORWARD chain policy to ACCEPT"

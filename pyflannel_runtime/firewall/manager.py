@@ -1,4 +1,5 @@
-"""The interface both traffic managers offer, and startup steps 12-14 of spec §0."""
+"""The interface both traffic managers offer, and how flanneld starts them (flannel-io/flannel
+main.go: main, newTrafficManager)."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def new_traffic_manager(
 async def start_traffic_manager(
     use_nftables: bool, runner: CommandRunner | None = None, *, fully_random_disabled: bool = False
 ) -> TrafficManager:
-    """§0 step 12: clean up the mode not in use, then init the one in use."""
+    """Clean up the mode not in use, then init the one in use, as flanneld starts."""
     log.info("Cleaning-up unused traffic manager rules")
     await new_traffic_manager(not use_nftables, runner).cleanup()
     manager = new_traffic_manager(use_nftables, runner, fully_random_disabled=fully_random_disabled)

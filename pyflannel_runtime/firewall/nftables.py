@@ -1,4 +1,8 @@
-"""The nftables traffic manager (spec §6.3): tables flannel-ipv4/-ipv6, one `nft -f -` per setup."""
+"""The nftables traffic manager: tables flannel-ipv4/-ipv6, one `nft -f -` per setup.
+
+flannel-io/flannel pkg/trafficmngr/nftables/nftables.go: Init, SetupAndEnsureMasqRules,
+SetupAndEnsureForwardRules, CleanUp.
+"""
 
 from __future__ import annotations
 
@@ -55,7 +59,7 @@ class NFTablesManager:
         previous_network: IPNetwork | None = None,
         previous_subnet: IPNetwork | None = None,
     ) -> None:
-        """§6.3 postrtg. The previous run's values are not needed: the chain is flushed."""
+        """The postrtg chain. The previous run's values are not needed: the chain is flushed."""
         version = network.version
         log.info("nftables: setting up masking rules (%s)", "ipv4" if version == 4 else "ipv6")
         fully_random = not self._fully_random_disabled and await self._supports_fully_random()

@@ -1,4 +1,5 @@
-"""flannel's firewall rules as data, and the exact iptables-restore / nft payloads (spec §6).
+"""flannel's firewall rules as data, and the exact iptables-restore / nft payloads
+(docs/compatibility.md, "iptables and nftables rules").
 
 Pure functions only: the managers in ``iptables.py`` and ``nftables.py`` feed them what they
 observed on the host and run what they return.
@@ -55,7 +56,9 @@ def _check_same_family(network: IPNetwork, subnet: IPNetwork) -> None:
 
 
 def masq_rules(network: IPNetwork, subnet: IPNetwork, fully_random: bool) -> list[Rule]:
-    """§6.1, in install order; ``network`` is the cluster network, ``subnet`` the own lease."""
+    """The masquerade rules in install order (flannel-io/flannel
+    pkg/trafficmngr/iptables/iptables.go: masqRules, masqIP6Rules); ``network`` is the cluster
+    network, ``subnet`` the own lease."""
     _check_same_family(network, subnet)
     n, s = str(network), str(subnet)
     comment = ("-m", "comment", "--comment", MASQ_COMMENT)
@@ -73,7 +76,7 @@ def masq_rules(network: IPNetwork, subnet: IPNetwork, fully_random: bool) -> lis
 
 
 def forward_rules(network: IPNetwork) -> list[Rule]:
-    """§6.2, in install order."""
+    """The forward rules in install order (iptables.go: forwardRules)."""
     n = str(network)
     comment = ("-m", "comment", "--comment", FORWARD_COMMENT)
     return [
@@ -183,7 +186,8 @@ def _nft_chain_refill(
 
 
 def nft_masq_rules(network: IPNetwork, subnet: IPNetwork, fully_random: bool) -> list[str]:
-    """§6.3 postrtg rules. Unlike iptables: exact mark match, and `saddr != S` in rule 4."""
+    """The postrtg rules (flannel-io/flannel pkg/trafficmngr/nftables/nftables.go:
+    addMasqRules). Unlike iptables: exact mark match, and `saddr != S` in rule 4."""
     _check_same_family(network, subnet)
     a, n, s = _nft_addr(network.version), str(network), str(subnet)
     masquerade = "masquerade fully-random" if fully_random else "masquerade"

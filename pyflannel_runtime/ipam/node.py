@@ -19,7 +19,7 @@ from typing import Any
 
 from pyflannel_runtime.cni.gc import GcReport, GcTarget, collect_garbage, saved_container_ids
 from pyflannel_runtime.cni.hostlocal_store import Allocation, address_pool, read_allocations
-from pyflannel_runtime.cni.netconf import NetConfError
+from pyflannel_runtime.cni.plugin_config import NetConfError
 from pyflannel_runtime.gojson.core import GoJSONError, decode
 from pyflannel_runtime.gojson.encode import marshal
 from pyflannel_runtime.ipam.runtimes import RuntimeView, live_containers

@@ -6,6 +6,9 @@ hosts status            the hosts, their addresses and containers
 hosts restart NAME      reboot one host (same address, same NIC)
 image                   build the host image if the cache lacks it; print its tag
 podman-env              shell exports that point podman (or molecule) at the lab's storage
+netns up [--backend B] [--hosts N]
+                        the agent-only lab in network namespaces: etcd, pyflanneld, CNI pods
+netns down              remove it
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from pyflannel_runtime.lab import hosts, rootfs
+from pyflannel_runtime.lab import hosts, netns_cli, rootfs
 from pyflannel_runtime.lab.errors import LabError
 from pyflannel_runtime.lab.paths import cache_dir
 from pyflannel_runtime.lab.podman import Podman
@@ -100,6 +103,7 @@ def parser() -> argparse.ArgumentParser:
     commands.add_parser("podman-env", help="exports for the lab's podman").set_defaults(
         handler=_podman_env
     )
+    netns_cli.add_commands(commands)
     return top
 
 

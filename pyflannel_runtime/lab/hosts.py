@@ -325,6 +325,16 @@ def _reuse(state: LabState, hosts: int) -> LabState:
         raise LabError(
             f"the lab is up but {', '.join(down_hosts)} not running; run `hosts down` first"
         )
+    # A lab whose links were removed under it (a killed run, a reboot) cannot be reached again.
+    lost = [
+        link
+        for link in (state.bridge, *(h.veth for h in state.hosts))
+        if not underlay.link_exists(link)
+    ]
+    if lost:
+        raise LabError(
+            f"the lab is up but its links {', '.join(lost)} are gone; run `hosts down` first"
+        )
     _wait_ready(state, state.hosts)
     inventory.write(state.inventory, _inventory_text(state))
     log.info("the lab is already up; reusing it")

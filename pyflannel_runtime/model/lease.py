@@ -1,4 +1,8 @@
-"""Leases: the etcd value (LeaseAttrs JSON), subnet keys, and lease events (spec §3)."""
+"""Leases: the etcd value (LeaseAttrs JSON), subnet keys, and lease events.
+
+flannel-io/flannel pkg/lease/lease.go: Lease, LeaseAttrs, Event; pkg/subnet/subnet.go:
+MakeSubnetKey, ParseSubnetKey. docs/compatibility.md, "etcd keys and lease JSON".
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """net-conf.json (and etcd's ``<prefix>/config``): decoding, validation and defaults.
 
-Decoding follows Go's encoding/json as flannel uses it (spec §1.1); validation is flannel's
-CheckNetworkConfig with its messages verbatim (§1.3). Standard library only.
+Decoding follows Go's encoding/json as flannel uses it (flannel-io/flannel pkg/subnet/config.go:
+ParseConfig); validation is flannel's CheckNetworkConfig (same file) with its messages
+verbatim. Standard library only.
 """
 
 from __future__ import annotations

@@ -118,7 +118,8 @@ def select_external_interface(
     *,
     netns: str | None = None,
 ) -> ExternalInterface:
-    """Pick flanneld's external interface (spec §7); raises InterfaceError with flannel's text.
+    """Pick flanneld's external interface (flannel-io/flannel pkg/ipmatch/match.go:
+    LookupExtIface); raises InterfaceError with flannel's text.
 
     `netns` names a namespace under /run/netns to inspect instead of the current one.
     """

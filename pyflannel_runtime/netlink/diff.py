@@ -41,7 +41,7 @@ def desired_state(entries: Iterable[Entry]) -> DatapathState:
     )
 
 
-def plan(desired: DatapathState, actual: DatapathState) -> list[Op]:
+def diff_ops(desired: DatapathState, actual: DatapathState) -> list[Op]:
     """Ops that make `actual` equal `desired` (which must hold one entry per key).
 
     A vxlan MAC may carry several remotes in the kernel, so FDB entries are compared whole:

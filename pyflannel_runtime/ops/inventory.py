@@ -11,6 +11,11 @@ With the nodes' facts (``pyflannel.network.node_facts``), the agent's own interf
 runs here on the controller, so a missing interface fails with flanneld's message before the
 agent is even installed; so do a backend the kernel cannot create and host-gw nodes that do
 not share an L2 segment.
+
+With the Kubernetes datastore the agent needs a kubeconfig on every node (a systemd service has
+no pod service account): either a file the node already has (kubelet's), checked in the facts,
+or ``flannel_kubeconfig_src``, a file on the controller the agent role copies there, read here
+through the caller's ``read_source`` and checked to be a kubeconfig the agent can use.
 """
 
 from __future__ import annotations
@@ -18,8 +23,8 @@ from __future__ import annotations
 import difflib
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from ipaddress import (
     IPv4Address,
     IPv4Interface,
@@ -32,16 +37,11 @@ from ipaddress import (
 )
 from typing import Any
 
+import yaml
 from pydantic import SecretStr
 
-from pyflannel_runtime.model.cluster import (
-    ClusterModel,
-    ClusterModelError,
-    ClusterPlan,
-    NodePlan,
-    load_model,
-    plan,
-)
+from pyflannel_runtime.model.cluster import ClusterModel, ClusterModelError, load_model
+from pyflannel_runtime.model.cluster_plan import ClusterPlan, NodePlan, plan_cluster
 from pyflannel_runtime.netdev.selection import select_on_view
 from pyflannel_runtime.netdev.types import (
     ExternalInterface,
@@ -68,6 +68,13 @@ _FIELD_VARIABLES = {field: variable for variable, field in NODE_VARIABLES.items(
 CLUSTER_VARIABLES = tuple(
     name for name in ClusterModel.model_fields if name != "nodes" and name not in NODE_VARIABLES
 )
+# A controller-side kubeconfig the agent role copies to flannel_kubeconfig_file (per host: nodes
+# may have credentials of their own). Not a cluster model setting: the model sees only the copy.
+KUBECONFIG_SOURCE = "flannel_kubeconfig_src"
+# Kubeconfigs are a few KiB; one with embedded certificates well under this.
+KUBECONFIG_LIMIT = 1024 * 1024
+# A controller path as the roles resolve it -> its bytes (at most KUBECONFIG_LIMIT); OSError.
+ReadSource = Callable[[str], bytes]
 _VARIABLE_PREFIX = "flannel_"
 _NODE_PATH = re.compile(r"\bnodes\.([A-Za-z0-9._-]+?)(?:\.([a-z_0-9]+))?(?=: | |$|,)")
 
@@ -90,6 +97,8 @@ class NodeFacts:
     default_route: Mapping[int, int | None]
     routes: Mapping[str, RouteHop | None]
     backends: Mapping[str, tuple[bool, str]]
+    # path -> a regular file on the node (the paths the preflight asked about)
+    files: Mapping[str, bool] = field(default_factory=dict)
 
     @classmethod
     def from_fact(cls, fact: Mapping[str, Any]) -> NodeFacts:
@@ -124,6 +133,7 @@ class NodeFacts:
                 str(name): (bool(probe["supported"]), str(probe.get("reason", "")))
                 for name, probe in (fact.get("backends") or {}).items()
             },
+            files={str(path): bool(ok) for path, ok in (fact.get("files") or {}).items()},
         )
 
 
@@ -191,7 +201,7 @@ def _shown(value: Any) -> str:
 def _unknown_problems(
     hosts: Sequence[str], settings: Mapping[str, Mapping[str, Any]], known: Iterable[str]
 ) -> list[str]:
-    accepted = {*CLUSTER_VARIABLES, *NODE_VARIABLES, *known}
+    accepted = {*CLUSTER_VARIABLES, *NODE_VARIABLES, KUBECONFIG_SOURCE, *known}
     problems = []
     for host in hosts:
         for name in sorted(settings[host]):
@@ -353,6 +363,87 @@ def _l2_problems(networks: Mapping[str, NodeNetwork]) -> list[str]:
     return problems
 
 
+# --- the Kubernetes datastore's kubeconfig --------------------------------------------------
+
+
+def kubeconfig_problem(data: bytes) -> str | None:
+    """Why a kubeconfig cannot serve the agent (which uses its current context), or None."""
+    try:
+        config = yaml.safe_load(data)
+    except yaml.YAMLError as err:
+        return f"not a kubeconfig: {str(err).splitlines()[0]}"
+    if not isinstance(config, Mapping):
+        return "not a kubeconfig (not a YAML mapping)"
+
+    def entry(section: str, name: Any) -> Any:
+        for item in config.get(section) or ():
+            if isinstance(item, Mapping) and item.get("name") == name:
+                return item.get(section.removesuffix("s"))
+        return None
+
+    current = config.get("current-context")
+    context = entry("contexts", current) if current else None
+    if not isinstance(context, Mapping):
+        named = (
+            f"current-context {current!r} is not in contexts" if current else "no current-context"
+        )
+        return f"not a kubeconfig the agent can use: {named}"
+    cluster = entry("clusters", context.get("cluster"))
+    if not isinstance(cluster, Mapping) or not cluster.get("server"):
+        return (
+            f"not a kubeconfig the agent can use: context {current!r} names cluster "
+            f"{context.get('cluster')!r}, which is not in clusters or has no server"
+        )
+    return None
+
+
+def _source_problem(source: str, read_source: ReadSource) -> str | None:
+    try:
+        problem = kubeconfig_problem(read_source(source))
+    except OSError as err:
+        return f"{source!r} cannot be read on the controller: {err}"
+    return None if problem is None else f"{source!r}: {problem}"
+
+
+def _kubeconfig_problems(
+    hosts: Sequence[str],
+    settings: Mapping[str, Mapping[str, Any]],
+    model: ClusterModel,
+    facts: Mapping[str, NodeFacts],
+    read_source: ReadSource | None,
+) -> list[str]:
+    problems: list[str] = []
+    target = model.flannel_kubeconfig_file
+    for host in hosts:
+        source = settings[host].get(KUBECONFIG_SOURCE) or None
+        if model.flannel_datastore != "kubernetes":
+            if source is not None:
+                problems.append(
+                    f"{host}: {KUBECONFIG_SOURCE}: only used with flannel_datastore kubernetes"
+                )
+        elif target is None and source is not None:
+            problems.append(
+                f"{host}: flannel_kubeconfig_file: required when {KUBECONFIG_SOURCE} is set "
+                "(where on each node the agent role puts the copy)"
+            )
+        elif target is None:
+            problems.append(
+                f"{host}: flannel_kubeconfig_file: required with flannel_datastore kubernetes "
+                "(a systemd service has no pod service account): a kubeconfig on each node, "
+                f"e.g. kubelet's, or also set {KUBECONFIG_SOURCE} to have one copied there"
+            )
+        elif source is not None:
+            problem = _source_problem(str(source), read_source) if read_source else None
+            if problem is not None:
+                problems.append(f"{host}: {KUBECONFIG_SOURCE}: {problem}")
+        elif host in facts and not facts[host].files.get(target):
+            problems.append(
+                f"{host}: flannel_kubeconfig_file: {target} is not a file on {host} "
+                f"(put one there, or set {KUBECONFIG_SOURCE} to have the agent role copy one)"
+            )
+    return problems
+
+
 # --- the whole check --------------------------------------------------------------------------
 
 
@@ -360,11 +451,14 @@ def check_inventory(
     settings: Mapping[str, Mapping[str, Any]],
     facts: Mapping[str, Mapping[str, Any]] | None = None,
     known_variables: Iterable[str] = (),
+    read_source: ReadSource | None = None,
 ) -> InventoryPlan:
     """Validate every flannel node's variables (and facts, when given) as one cluster.
 
     ``settings`` maps each host to its ``flannel_*`` variables; ``known_variables`` are other
-    ``flannel_*`` names the roles accept (anything else is a typo). Raises InventoryError.
+    ``flannel_*`` names the roles accept (anything else is a typo); ``read_source`` reads the
+    controller's files (``flannel_kubeconfig_src``), which are not checked without it. Raises
+    InventoryError.
     """
     hosts = sorted(settings)
     if not hosts:
@@ -383,22 +477,22 @@ def check_inventory(
         ) from None
 
     networks: dict[str, NodeNetwork] = {}
-    if facts is not None:
-        stack = _stack(model)
-        for host in hosts:
-            node_facts = NodeFacts.from_fact(facts[host])
-            problems += _backend_problems(host, model, node_facts)
-            network, selection_problems = _select(host, settings[host], node_facts, stack)
-            problems += selection_problems
-            if network is not None:
-                networks[host] = network
-        if model.flannel_backend_type == "host-gw" and not problems:
-            problems += _l2_problems(networks)
+    known_facts = {host: NodeFacts.from_fact(facts[host]) for host in hosts} if facts else {}
+    stack = _stack(model)
+    for host, node_facts in known_facts.items():
+        problems += _backend_problems(host, model, node_facts)
+        network, selection_problems = _select(host, settings[host], node_facts, stack)
+        problems += selection_problems
+        if network is not None:
+            networks[host] = network
+    if known_facts and model.flannel_backend_type == "host-gw" and not problems:
+        problems += _l2_problems(networks)
+    problems += _kubeconfig_problems(hosts, settings, model, known_facts, read_source)
 
     nodes = {host: _node_overrides(settings[host], networks.get(host)) for host in hosts}
     try:
         model = load_model({**cluster, "nodes": nodes})
-        cluster_plan = plan(model)
+        cluster_plan = plan_cluster(model)
     except ClusterModelError as err:
         problems += [line for p in err.problems for line in _attributed(p, hosts)]
     if problems:

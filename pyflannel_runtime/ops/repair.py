@@ -2,7 +2,7 @@
 what its agent would program, and applying them through the agent's batched netlink writer.
 
 ``plan_repair`` is pure and is all that check mode runs; ``apply_repair`` sends the plan and
-returns how many writes it made. The plan is the agent's own reconcile (`netlink.diff.plan`)
+returns how many writes it made. The plan is the agent's own reconcile (`netlink.diff.diff_ops`)
 over the entries the report expected and the owned entries it found, so a route that is not
 flannel's is never replaced: it is created, and left alone (reported) when something else
 holds its destination.
@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from pyflannel_runtime.netlink.batch import BatchSender, OpFailure
-from pyflannel_runtime.netlink.diff import desired_state, plan
+from pyflannel_runtime.netlink.diff import desired_state, diff_ops
 from pyflannel_runtime.netlink.entries import Action, Op
 from pyflannel_runtime.netlink.netns import NETNS_RUN_DIR
 from pyflannel_runtime.ops.verify import Host, VerifyReport, describe
@@ -36,7 +36,7 @@ def plan_repair(report: VerifyReport) -> list[Op]:
     if report.actual is None:
         return []
     desired = desired_state(entry for status in report.leases for entry in status.expected)
-    return plan(desired, report.actual)
+    return diff_ops(desired, report.actual)
 
 
 def apply_repair(ops: Sequence[Op], host: Host, names: Mapping[int, str] | None = None) -> int:

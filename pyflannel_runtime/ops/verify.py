@@ -183,7 +183,7 @@ def describe(entry: Entry, names: Mapping[int, str]) -> str:
 # --- the comparison (pure) --------------------------------------------------------------------
 
 
-def find_own_lease(
+def find_host_lease(
     rows: Sequence[ListedLease],
     public_ip: IPv4Address | IPv6Address | None,
     subnets: Sequence[IPNetwork],
@@ -342,8 +342,12 @@ async def list_leases(store: LeaseStore) -> tuple[NetworkConfig, LeaseListing]:
 
 
 async def _etcd_leases(settings: EtcdSettings) -> tuple[NetworkConfig, LeaseListing]:
-    from pyflannel_runtime.subnet.etcd import ETCD_ERRORS, EtcdError, EtcdSubnetManager
-    from pyflannel_runtime.subnet.etcd import describe as etcd_describe
+    from pyflannel_runtime.subnet.etcd import (
+        ETCD_ERRORS,
+        EtcdError,
+        EtcdSubnetManager,
+        describe_etcd_error,
+    )
 
     where = f"etcd {','.join(settings.endpoints)} (prefix {settings.prefix})"
     timeout = settings.request_timeout
@@ -361,7 +365,9 @@ async def _etcd_leases(settings: EtcdSettings) -> tuple[NetworkConfig, LeaseList
             f"cannot read leases from {where}: no answer in {timeout:g}s"
         ) from None
     except failures as err:
-        raise LeaseStoreError(f"cannot read leases from {where}: {etcd_describe(err)}") from None
+        raise LeaseStoreError(
+            f"cannot read leases from {where}: {describe_etcd_error(err)}"
+        ) from None
     finally:
         await sm.close()
     ordered = sorted(listing.leases, key=_lease_order)
@@ -498,7 +504,7 @@ def _verify(store: LeaseStore, host: Host | None) -> VerifyReport:
     if host is None:
         return report()
     subnets = _own_subnets(host.subnet_file) if host.public_ip is None and host.subnet_file else []
-    own = find_own_lease(listing.leases, host.public_ip, subnets)
+    own = find_host_lease(listing.leases, host.public_ip, subnets)
     if own is None:
         named = host.public_ip or ", ".join(map(str, subnets)) or "nothing"
         problem = f"no lease belongs to this host ({named}); the datapath was not checked"

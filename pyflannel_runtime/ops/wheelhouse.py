@@ -21,7 +21,7 @@ from pathlib import Path
 
 ARCHIVE_NAME = "wheelhouse.tar"
 PROJECT = "pyflannel"
-_SOURCE_FILES = ("pyproject.toml",)
+_SOURCE_FILES = ("pyproject.toml", "README.md")
 _SOURCE_PACKAGE = "pyflannel_runtime"
 _SKIPPED_DIRS = {"__pycache__"}
 
@@ -40,14 +40,19 @@ class Wheelhouse:
     python: str  # "3.11": the interpreter the wheels were built for
 
 
-def source_digest(source: Path, python: str) -> str:
-    """sha256 over the files that make the wheel, by relative path, and the target Python."""
-    digest = hashlib.sha256(f"python {python}\n".encode())
+def _source_files(source: Path) -> list[Path]:
+    """The files that make the wheel."""
     files = [source / name for name in _SOURCE_FILES]
     for root, dirs, names in os.walk(source / _SOURCE_PACKAGE):
         dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS)
         files += [Path(root) / name for name in sorted(names) if not name.endswith(".pyc")]
-    for path in files:
+    return files
+
+
+def source_digest(source: Path, python: str) -> str:
+    """sha256 over the files that make the wheel, by relative path, and the target Python."""
+    digest = hashlib.sha256(f"python {python}\n".encode())
+    for path in _source_files(source):
         digest.update(f"{path.relative_to(source)}\0".encode())
         digest.update(path.read_bytes())
         digest.update(b"\0")
@@ -105,9 +110,15 @@ def build_wheelhouse(source: Path, cache_dir: Path) -> Wheelhouse:
     cache_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=cache_dir))
     try:
+        # pip builds the project in place (build/, *.egg-info): it builds a copy of exactly the
+        # digested files, so the source tree stays as it was and the wheel is what was digested.
+        copy = work / "source"
+        for path in _source_files(source):
+            (copy / path.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, copy / path.relative_to(source))
         wheels = work / "wheels"
         # The project's own wheel and every dependency it declares for nodes.
-        _pip("wheel", "--quiet", "--wheel-dir", str(wheels), str(source))
+        _pip("wheel", "--quiet", "--wheel-dir", str(wheels), str(copy))
         _project_wheel(wheels)
         staged = work / "result"
         staged.mkdir()

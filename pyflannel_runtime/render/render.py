@@ -15,7 +15,8 @@ import jinja2
 
 from pyflannel_runtime import DEFAULT_SUBNET_FILE
 from pyflannel_runtime.agent.envfile import AGENT_ENV_FILE
-from pyflannel_runtime.model.cluster import ClusterModel, NodePlan, plan
+from pyflannel_runtime.model.cluster import ClusterModel
+from pyflannel_runtime.model.cluster_plan import NodePlan, plan_cluster
 from pyflannel_runtime.model.subnet_env import SubnetEnv
 from pyflannel_runtime.ops.files import WantedFile
 
@@ -111,7 +112,7 @@ def render_node(model: ClusterModel, node_name: str) -> dict[str, WantedFile]:
 
     Raises PlanError when the nodes do not fit together or the node is unknown.
     """
-    node = plan(model).node(node_name)
+    node = plan_cluster(model).node(node_name)
     files = {
         f"{model.flannel_cni_conf_dir}/{model.flannel_cni_conf_file}": WantedFile(
             render_conflist(model), 0o644

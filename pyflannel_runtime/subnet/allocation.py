@@ -1,4 +1,5 @@
-"""Choosing a subnet for this node from the etcd lease list (spec §3.4), without any I/O.
+"""Choosing a subnet for this node from the etcd lease list, without any I/O (flannel-io/flannel
+pkg/subnet/etcd/local_manager.go: tryAcquireLease, allocateSubnet).
 
 Deliberate differences from flannel: a previous subnet is refused when it overlaps any lease
 (flannel only refuses an exactly equal one), and the free-subnet scan jumps over a taken

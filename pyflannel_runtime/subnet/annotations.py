@@ -1,4 +1,5 @@
-"""The node annotation keys flannel reads and writes, under ``--kube-annotation-prefix`` (§4.2)."""
+"""The node annotation keys flannel reads and writes, under ``--kube-annotation-prefix``
+(flannel-io/flannel pkg/subnet/kube/annotations.go: newAnnotations)."""
 
 from __future__ import annotations
 

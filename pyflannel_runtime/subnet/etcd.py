@@ -1,4 +1,5 @@
-"""The etcd v3 subnet manager: flannel's LocalManager and etcd registry (spec §3).
+"""The etcd v3 subnet manager: flannel's LocalManager and etcd registry (flannel-io/flannel
+pkg/subnet/etcd/local_manager.go, registry.go).
 
 Deliberate differences from flannel:
 
@@ -185,7 +186,7 @@ class _Endpoints:
             await client.close()
 
 
-def describe(err: BaseException) -> str:
+def describe_etcd_error(err: BaseException) -> str:
     return str(err) or type(err).__name__
 
 
@@ -267,7 +268,9 @@ class EtcdSubnetManager:
             try:
                 return await fn()
             except ETCD_ERRORS as err:
-                log.warning("etcd request failed, retrying in %.1fs: %s", backoff, describe(err))
+                log.warning(
+                    "etcd request failed, retrying in %.1fs: %s", backoff, describe_etcd_error(err)
+                )
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, _BACKOFF_MAX)
 
@@ -381,7 +384,7 @@ class EtcdSubnetManager:
         try:
             await self._call(lambda c: c.revoke(lease_id))
         except ETCD_ERRORS as err:
-            log.warning("Failed to revoke etcd lease %x: %s", lease_id, describe(err))
+            log.warning("Failed to revoke etcd lease %x: %s", lease_id, describe_etcd_error(err))
 
     async def _create_lease(
         self, subnet: IPv4Network | None, ipv6_subnet: IPv6Network | None, attrs: LeaseAttrs
@@ -499,7 +502,10 @@ class EtcdSubnetManager:
                 continue
             except ETCD_ERRORS as err:
                 log.warning(
-                    "etcd watch on %s failed, retrying in %.1fs: %s", name, backoff, describe(err)
+                    "etcd watch on %s failed, retrying in %.1fs: %s",
+                    name,
+                    backoff,
+                    describe_etcd_error(err),
                 )
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, _BACKOFF_MAX)
@@ -546,7 +552,10 @@ class EtcdSubnetManager:
                     try:
                         lease = await self.renew_lease(lease)
                     except ETCD_ERRORS as err:
-                        log.error("Error renewing lease (trying again in 1 min): %s", describe(err))
+                        log.error(
+                            "Error renewing lease (trying again in 1 min): %s",
+                            describe_etcd_error(err),
+                        )
                         renew_at = time.time() + RENEW_RETRY_SECONDS
                     else:
                         renew_at = self._renew_at(lease.expiration)

@@ -1,5 +1,5 @@
-"""The Kubernetes subnet manager (``--kube-subnet-mgr``, §4): leases are the nodes' podCIDRs,
-advertised through node annotations.
+"""The Kubernetes subnet manager (``--kube-subnet-mgr``): leases are the nodes' podCIDRs,
+advertised through node annotations (flannel-io/flannel pkg/subnet/kube/kube.go).
 
 The ``kubernetes`` client is synchronous, so its calls run in worker threads and the node watch
 runs in a thread of its own that hands nodes to the event loop without ever waiting on it.
@@ -173,7 +173,8 @@ class _NodeApi:
 
 
 def resolve_node_name(api: _NodeApi, environ: Mapping[str, str]) -> str:
-    """NODE_NAME, else the node the POD_NAMESPACE/POD_NAME pod runs on (§4.1)."""
+    """NODE_NAME, else the node the POD_NAMESPACE/POD_NAME pod runs on (kube.go:
+    NewSubnetManager)."""
     name = environ.get("NODE_NAME", "")
     if name:
         return name

@@ -1,4 +1,8 @@
-"""Pure translations between Kubernetes Node objects (decoded JSON) and leases (§4.3-§4.6)."""
+"""Pure translations between Kubernetes Node objects (decoded JSON) and leases.
+
+flannel-io/flannel pkg/subnet/kube/kube.go: AcquireLease, nodeToLease, handleUpdateLeaseEvent,
+CompleteLease.
+"""
 
 from __future__ import annotations
 
@@ -273,8 +277,8 @@ def network_available_patch(now: datetime) -> dict[str, Any]:
 
 
 class NodeLeaseTracker:
-    """The lease last reported for each flannel node, which makes the update filter (§4.5)
-    exact: a node update is an event only when the lease it yields differs. Unlike flannel this
+    """The lease last reported for each flannel node, which makes the update filter (kube.go:
+    handleUpdateLeaseEvent) exact: a node update is an event only when the lease it yields differs. Unlike flannel this
     notices changes to the v6 annotations and to the podCIDRs, and a node that stops being a
     flannel node (or is deleted) is a removal.
 

@@ -1,5 +1,5 @@
-"""The LeaseWatcher (§3.5): the cache of the other nodes' leases that turns watch batches into
-the events a backend acts on.
+"""The LeaseWatcher: the cache of the other nodes' leases that turns watch batches into the
+events a backend acts on (flannel-io/flannel pkg/lease/lease.go: LeaseWatcher).
 
 Differences from flannel, all deliberate:
 

@@ -1,4 +1,5 @@
-"""pyflanneld end to end: real etcd, agents in host namespaces, pods pinging across (§0, §8)."""
+"""pyflanneld end to end: real etcd, agents in host namespaces, pods pinging across
+(docs/compatibility.md, "Flags, environment and exit codes")."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from agentlab import AgentLab
-from netlab import LabHost
+
+from pyflannel_runtime.lab.netns_agents import AgentLab
+from pyflannel_runtime.lab.netns_lab import LabHost
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 

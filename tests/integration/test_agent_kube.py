@@ -1,4 +1,5 @@
-"""pyflanneld in kube mode end to end: the Node API test double, agents in host namespaces (§4)."""
+"""pyflanneld in kube mode end to end: the Node API test double, agents in host namespaces
+(docs/compatibility.md, "Node annotations")."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from agentlab import AgentLab
+
+from pyflannel_runtime.lab.netns_agents import AgentLab
+from tests.fakes.kube_api import FakeKubeApi
 
 pytestmark = pytest.mark.root
 
@@ -17,7 +20,7 @@ PREFIX = "flannel.alpha.coreos.com"
 
 @pytest.fixture
 def lab() -> Iterator[AgentLab]:
-    with AgentLab({"Type": "vxlan"}, hosts=2, prefix="pkb", datastore="kube") as running:
+    with AgentLab({"Type": "vxlan"}, hosts=2, prefix="pkb", kube_api=FakeKubeApi) as running:
         running.start_all()
         yield running
 
@@ -82,7 +85,7 @@ def test_restart_keeps_the_vtep_mac_and_patches_nothing_new(lab: AgentLab) -> No
 
 
 def test_node_without_pod_cidr_exits_one_with_flannels_message() -> None:
-    with AgentLab({"Type": "vxlan"}, hosts=1, prefix="pkb", datastore="kube") as lab:
+    with AgentLab({"Type": "vxlan"}, hosts=1, prefix="pkb", kube_api=FakeKubeApi) as lab:
         assert lab.kube is not None
         host = lab.net.hosts[0]
         lab.kube.update_node(host.ns, lambda node: node["spec"].pop("podCIDR"))
@@ -111,7 +114,7 @@ def test_peers_follow_node_events(lab: AgentLab) -> None:
 
 
 def test_invalid_net_conf_exits_one_with_flannels_message() -> None:
-    with AgentLab({"Type": "vxlan"}, hosts=1, prefix="pkb", datastore="kube") as lab:
+    with AgentLab({"Type": "vxlan"}, hosts=1, prefix="pkb", kube_api=FakeKubeApi) as lab:
         lab.net_conf.write_text('{"Network": "fc00::/48", "Backend": {"Type": "vxlan"}}')
         host = lab.net.hosts[0]
         agent = lab.start_agent(host)

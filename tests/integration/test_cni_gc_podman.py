@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from podmanlab import IMAGE, PodmanLab, podman_lab_in_scratch
+
+from tests.integration.podmanlab import IMAGE, PodmanLab, podman_lab_in_scratch
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 

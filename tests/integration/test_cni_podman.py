@@ -10,7 +10,8 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from podmanlab import IMAGE, PodmanLab, podman_lab_in_scratch
+
+from tests.integration.podmanlab import IMAGE, PodmanLab, podman_lab_in_scratch
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 

@@ -13,8 +13,9 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from agentlab import AgentLab
-from netlab import LabHost
+
+from pyflannel_runtime.lab.netns_agents import AgentLab
+from pyflannel_runtime.lab.netns_lab import LabHost
 
 pytestmark = pytest.mark.root
 

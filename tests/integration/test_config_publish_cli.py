@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from etcd_fixture import EtcdServer, make_tls_material
 
 from pyflannel_runtime.cli import main
+from pyflannel_runtime.lab.etcd_server import EtcdServer
+from tests.integration.etcd_tls import make_tls_material
 
 pytestmark = pytest.mark.etcd
 

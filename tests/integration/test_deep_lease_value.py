@@ -11,9 +11,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from agentlab import PREFIX, AgentLab
-from netlab import LabHost
-from test_status_live import status
+
+from pyflannel_runtime.lab.netns_agents import PREFIX, AgentLab
+from pyflannel_runtime.lab.netns_lab import LabHost
+from tests.integration.test_status_live import status
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 

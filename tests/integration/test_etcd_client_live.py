@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 
 import aetcd
 import pytest
-from etcd_fixture import EtcdServer, free_port
 
+from pyflannel_runtime.lab.etcd_server import EtcdServer, free_port
 from pyflannel_runtime.subnet.etcd_client import (
     Endpoint,
     EtcdClient,

@@ -1,4 +1,5 @@
-"""The etcd subnet manager against a real etcd 3.4 (spec §3.3-§3.7, §8.3).
+"""The etcd subnet manager against a real etcd 3.4 (docs/compatibility.md, "etcd keys and lease
+JSON" and "Watching leases").
 
 Every test works below its own prefix on the shared server, or on a private server when it
 changes server-wide state (TLS, auth, compaction, restarts).
@@ -18,13 +19,14 @@ from typing import Any, TypeVar
 
 import aetcd
 import pytest
-from etcd_fixture import EtcdServer, free_port, make_tls_material
 
 from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
+from pyflannel_runtime.lab.etcd_server import EtcdServer, free_port
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs
 from pyflannel_runtime.model.subnet_env import SubnetEnv, read_previous_subnets
 from pyflannel_runtime.subnet.etcd import ETCD_ERRORS, EtcdError, EtcdSettings, EtcdSubnetManager
 from pyflannel_runtime.subnet.manager import LeaseListing, LeaseRevoked, LeaseWatchBatch
+from tests.integration.etcd_tls import make_tls_material
 
 pytestmark = pytest.mark.etcd
 

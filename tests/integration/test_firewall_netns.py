@@ -1,4 +1,5 @@
-"""Real iptables / nft inside a throwaway network namespace: the e2e golden listings of §6.
+"""Real iptables / nft inside a throwaway network namespace: the golden listings of flannel's
+end-to-end suite (flannel-io/flannel e2e/rules.go).
 
 Every command runs inside the test's own namespace; the root namespace is never touched.
 """

@@ -6,9 +6,16 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
-from netlab import NetLab, added, close_all, lease_acquirer, mesh, register_backend
 
 from pyflannel_runtime.backend.base import Network
+from pyflannel_runtime.lab.netns_lab import (
+    NetLab,
+    added,
+    close_all,
+    lease_acquirer,
+    mesh,
+    register_backend,
+)
 from pyflannel_runtime.model.lease import EventType, LeaseAttrs, LeaseEvent
 
 pytestmark = pytest.mark.root

@@ -9,9 +9,10 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from agentlab import PREFIX, AgentLab
-from netlab import LabHost
-from test_agent_e2e import wait_for
+
+from pyflannel_runtime.lab.netns_agents import PREFIX, AgentLab
+from pyflannel_runtime.lab.netns_lab import LabHost
+from tests.integration.test_agent_e2e import wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 

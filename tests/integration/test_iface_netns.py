@@ -1,4 +1,5 @@
-"""Interface selection against a real kernel: a network namespace with veth links (spec §7)."""
+"""Interface selection against a real kernel: a network namespace with veth links
+(docs/compatibility.md, "Interface selection")."""
 
 from __future__ import annotations
 

@@ -171,6 +171,18 @@ def test_up_again_reuses_the_running_lab(lab: Lab) -> None:
         hosts.up(2, lab.paths)
 
 
+def test_a_recorded_lab_whose_links_are_gone_is_refused_at_once(lab: Lab) -> None:
+    """A killed run or a reboot removes the veths; up must say so, not wait for SSH."""
+    paths = LabPaths(lab.scratch / "broken", lab.scratch / "broken-inventory.yml")
+    paths.state_dir.mkdir()
+    record = json.loads(lab.paths.state_file.read_text())
+    record["hosts"][1]["veth"] = f"{record['hosts'][1]['veth']}x"
+    paths.state_file.write_text(json.dumps(record))
+    with pytest.raises(LabError, match=rf"links {record['hosts'][1]['veth']} are gone"):
+        hosts.up(3, paths)
+    assert not paths.inventory.exists()
+
+
 def test_a_restarted_host_comes_back_with_the_same_address(lab: Lab) -> None:
     podman = Podman(cache_dir())
     node2 = lab.state.host("node2")

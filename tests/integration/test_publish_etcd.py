@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from etcd_fixture import EtcdServer, make_tls_material
 
+from pyflannel_runtime.lab.etcd_server import EtcdServer
 from pyflannel_runtime.ops.publish import PublishError, Reservation, publish
 from pyflannel_runtime.subnet.etcd import EtcdSettings
+from tests.integration.etcd_tls import make_tls_material
 
 pytestmark = pytest.mark.etcd
 

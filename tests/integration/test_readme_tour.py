@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from etcd_fixture import EtcdServer, start_etcd
+
+from pyflannel_runtime.lab.etcd_server import EtcdServer, start_etcd
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 

@@ -18,7 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playbook import PlaybookRun, run_playbook
+
+from pyflannel_runtime.lab.playbook import PlaybookRun, run_playbook
+from tests.integration.site_lab import assert_converged, lab_hosts
+from tests.integration.site_lab import on_host as ssh
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 
@@ -34,27 +37,12 @@ SNAPSHOT = (
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[Any]:
-    state = hosts_api.up(3)
-    try:
+    with lab_hosts() as state:
         yield state
-    finally:
-        hosts_api.down()
-
-
-def ssh(lab: Any, name: str, command: str) -> str:
-    done = lab.ssh(lab.host(name)).run(f"sudo sh -c {shlex.quote(command)}")
-    assert done.returncode == 0, f"{name}: {command}: {done.stderr}"
-    return str(done.stdout)
 
 
 def snapshot(lab: Any) -> dict[str, str]:
     return {name: ssh(lab, name, SNAPSHOT) for name in lab.names()}
-
-
-def assert_converged(run: PlaybookRun, names: list[str]) -> None:
-    assert run.returncode == 0 and not run.failed_hosts(), run.explain()
-    assert sorted(run.recap) == sorted(names), run.explain()
-    assert "every pod reaches every other pod" in run.output, run.explain()
 
 
 # case: (extra vars for every host, host vars in an extra inventory file, what must be named)

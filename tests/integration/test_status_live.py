@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentlab import AgentLab
-from etcd_fixture import free_port
-from netlab import LabHost
 
 from pyflannel_runtime import __version__
 from pyflannel_runtime.cli import main
+from pyflannel_runtime.lab.etcd_server import free_port
+from pyflannel_runtime.lab.netns_agents import AgentLab
+from pyflannel_runtime.lab.netns_lab import LabHost
 from pyflannel_runtime.netlink.netns import run_in_netns
 from tests.fakes.kube_api import FakeKubeApi
 

@@ -16,10 +16,16 @@ from ipaddress import IPv4Address
 from pathlib import Path
 
 import pytest
-from netlab import LabHost, NetLab, close_udp_network, external_interface, host_lease
 
 from pyflannel_runtime.backend.udp import UdpBackend, UdpNetwork
 from pyflannel_runtime.backend.udp_packet import checksum, ip_header_checksum
+from pyflannel_runtime.lab.netns_lab import (
+    LabHost,
+    NetLab,
+    close_udp_network,
+    external_interface,
+    host_lease,
+)
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs
 from pyflannel_runtime.model.netconf import check_network_config, parse_config
 from pyflannel_runtime.netlink.netns import run_in_netns

@@ -8,7 +8,12 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from netlab import (
+
+from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend.base import Network
+from pyflannel_runtime.backend.vxlan import VxlanNetwork
+from pyflannel_runtime.backend.vxlan_data import parse_vxlan_backend_data
+from pyflannel_runtime.lab.netns_lab import (
     NetLab,
     added,
     close_all,
@@ -18,11 +23,6 @@ from netlab import (
     mesh,
     register_backend,
 )
-
-from pyflannel_runtime.backend import registry
-from pyflannel_runtime.backend.base import Network
-from pyflannel_runtime.backend.vxlan import VxlanNetwork
-from pyflannel_runtime.backend.vxlan_data import parse_vxlan_backend_data
 from pyflannel_runtime.model.lease import EventType, LeaseEvent
 
 pytestmark = pytest.mark.root
@@ -47,7 +47,8 @@ async def register(lab: NetLab, n: int, backend: dict[str, object] = VXLAN) -> N
 
 
 def go_flannel_host(lab: NetLab, n: int, mac: str) -> None:
-    """Configure host n exactly as Go flanneld's vxlan backend would (§5.1 equivalents)."""
+    """Configure host n exactly as Go flanneld's vxlan backend would (its iproute2 equivalents:
+    docs/compatibility.md, "VXLAN device and per-peer entries")."""
     h = lab.hosts[n - 1]
     lab.ip(h.ns, "link", "add", "flannel.1", "address", mac, "mtu", "1450", "type", "vxlan",
            "id", "1", "dev", "eth0", "local", str(h.underlay_ip), "nolearning")  # fmt: skip

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pyflannel_runtime.cni.delegate import build_delegate, encode_delegate
 from pyflannel_runtime.cni.hostlocal_store import parse_address
-from pyflannel_runtime.cni.netconf import parse_netconf
 from pyflannel_runtime.cni.plugin import run
+from pyflannel_runtime.cni.plugin_config import parse_netconf
 from pyflannel_runtime.cni.state import save_config
 from pyflannel_runtime.model.subnet_env import parse_cni_subnet_env
 

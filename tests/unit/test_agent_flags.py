@@ -1,4 +1,4 @@
-"""pyflanneld's command line behaves like flanneld's (§0, §8.1)."""
+"""pyflanneld's command line behaves like flanneld's (flannel-io/flannel main.go: init, main)."""
 
 from __future__ import annotations
 

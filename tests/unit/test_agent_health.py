@@ -1,5 +1,6 @@
-"""/healthz and /readyz answer as flanneld's do, /statusz tells pyflanneld's version, uptime
-and datapath state; READY=1 reaches $NOTIFY_SOCKET."""
+"""/healthz and /readyz answer as flanneld's do (flannel-io/flannel main.go: mustRunHealthz),
+/statusz tells pyflanneld's version, uptime and datapath state; READY=1 reaches
+$NOTIFY_SOCKET."""
 
 from __future__ import annotations
 

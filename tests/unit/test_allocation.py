@@ -1,4 +1,5 @@
-"""The pure half of lease acquisition (§3.4): compatibility, the free-subnet scan, the choice."""
+"""The pure half of lease acquisition (flannel-io/flannel pkg/subnet/etcd/local_manager.go:
+tryAcquireLease): compatibility, the free-subnet scan, the choice."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""--kube-annotation-prefix normalisation and the annotation keys (spec §4.2)."""
+"""--kube-annotation-prefix normalisation and the annotation keys (flannel-io/flannel
+pkg/subnet/kube/annotations.go: newAnnotations)."""
 
 from __future__ import annotations
 

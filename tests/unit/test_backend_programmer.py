@@ -8,8 +8,6 @@ from collections.abc import Callable, Sequence
 from ipaddress import IPv4Address, IPv4Network
 from typing import Any, TypeVar
 
-from test_netlink_diff import FakeKernel
-
 from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
 from pyflannel_runtime.backend.programmer import PeerProgrammer
 from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data as data
@@ -17,6 +15,7 @@ from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEve
 from pyflannel_runtime.netlink.batch import OpFailure
 from pyflannel_runtime.netlink.dump import Ownership
 from pyflannel_runtime.netlink.entries import Action, Entry, Fdb, Op, Route
+from tests.unit.test_netlink_diff import FakeKernel
 
 T = TypeVar("T")
 DEV = 4

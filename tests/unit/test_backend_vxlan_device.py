@@ -1,4 +1,5 @@
-"""When an existing flannel.<VNI> can be reused (§5.1), and the VTEP MAC shape."""
+"""When an existing flannel.<VNI> can be reused (flannel-io/flannel pkg/backend/vxlan/device.go:
+vxlanLinksIncompat), and the VTEP MAC shape (pkg/mac/mac.go: NewHardwareAddr)."""
 
 from __future__ import annotations
 

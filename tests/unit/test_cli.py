@@ -54,7 +54,8 @@ def test_config_check_prints_the_normalized_config(
     assert err == ""
     assert out.endswith("}\n")
     normalized = json.loads(out)
-    # flannel's own test vector (spec §1.3) plus the backend as written.
+    # flannel's own test vector (flannel-io/flannel pkg/subnet/config_test.go) plus the backend
+    # as written.
     assert normalized["Network"] == "10.3.0.0/16"
     assert (normalized["SubnetLen"], normalized["SubnetMin"], normalized["SubnetMax"]) == (
         24,

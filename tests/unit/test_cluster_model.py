@@ -17,17 +17,16 @@ from pyflannel_runtime.model.cluster import (
     DELEGATE_EXTRA_MAX_BYTES,
     DELEGATE_EXTRA_MAX_DEPTH,
     ClusterModelError,
-    PlanError,
     _bounded_json,
     load_model,
-    plan,
 )
+from pyflannel_runtime.model.cluster_plan import PlanError, plan_cluster
 from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config
 
 
 def problems_of(data: Any) -> list[str]:
     with pytest.raises(ClusterModelError) as err:
-        plan(load_model(data))
+        plan_cluster(load_model(data))
     return err.value.problems
 
 
@@ -59,7 +58,7 @@ def test_a_misspelt_node_setting_names_the_node() -> None:
 
 def test_a_node_without_overrides_may_be_null() -> None:
     model = load_model({"nodes": {"worker-1": None}})
-    assert [node.name for node in plan(model).nodes] == ["worker-1"]
+    assert [node.name for node in plan_cluster(model).nodes] == ["worker-1"]
 
 
 @pytest.mark.parametrize(
@@ -186,6 +185,16 @@ def test_network_rules_are_flannels_with_the_field_named(
             "flannel_kubeconfig_file: only used with flannel_datastore kubernetes",
         ),
         (
+            {"flannel_kubeconfig_file": "/root/.kube/config"},
+            "flannel_kubeconfig_file: /root/.kube/config is out of the agent's reach: its unit's "
+            "ProtectHome=yes hides /root from the service; use another directory, e.g. /etc/pyflannel",
+        ),
+        (
+            {"flannel_net_conf_path": "/tmp/net-conf.json"},
+            "flannel_net_conf_path: /tmp/net-conf.json is out of the agent's reach: its unit's "
+            "PrivateTmp=yes hides /tmp from the service; use another directory, e.g. /etc/pyflannel",
+        ),
+        (
             {"flannel_datastore": "etcd", "flannel_etcd_certfile": "/etc/etcd/client.pem"},
             "flannel_etcd_keyfile: required when flannel_etcd_certfile is set",
         ),
@@ -297,7 +306,7 @@ def test_node_overrides_win_over_cluster_settings() -> None:
             "nodes": {"a": {"interface": "eth1", "public_ip": "192.0.2.10"}, "b": {}},
         }
     )
-    a, b = plan(model).nodes
+    a, b = plan_cluster(model).nodes
     assert (a.name, a.interface, a.interface_regexp, a.public_ip) == (
         "a",
         "eth1",
@@ -308,7 +317,7 @@ def test_node_overrides_win_over_cluster_settings() -> None:
 
 
 def test_unknown_node_is_an_error_listing_the_known_ones() -> None:
-    cluster = plan(load_model({"nodes": {"b": {}, "a": {}}}))
+    cluster = plan_cluster(load_model({"nodes": {"b": {}, "a": {}}}))
     with pytest.raises(PlanError) as err:
         cluster.node("c")
     assert err.value.problems == ["nodes.c: not in the cluster model (nodes: a, b)"]
@@ -325,7 +334,7 @@ def test_a_public_ip_shared_by_two_nodes_is_refused() -> None:
 def test_kube_mode_accepts_the_first_subnet_and_etcd_mode_does_not() -> None:
     # The controller manager hands out 10.244.0.0/24 too; flannel's etcd manager never does.
     node = {"nodes": {"n1": {"subnet": "10.244.0.0/24"}}}
-    assert plan(load_model(node)).node("n1").subnet == IPv4Network("10.244.0.0/24")
+    assert plan_cluster(load_model(node)).node("n1").subnet == IPv4Network("10.244.0.0/24")
     assert problems_of({**node, "flannel_datastore": "etcd"}) == [
         "nodes.n1.subnet: 10.244.0.0/24 is outside SubnetMin..SubnetMax (10.244.1.0..10.244.255.0)"
     ]
@@ -339,7 +348,7 @@ def test_ipv6_pins_are_checked_like_ipv4_ones() -> None:
     ok = load_model(
         {**base, "nodes": {"a": {"subnet": "10.244.1.0/24", "ipv6_subnet": "fd00:0:0:101::/64"}}}
     )
-    assert plan(ok).node("a").ipv6_subnet == IPv6Network("fd00:0:0:101::/64")
+    assert plan_cluster(ok).node("a").ipv6_subnet == IPv6Network("fd00:0:0:101::/64")
     problems = problems_of(
         {
             **base,
@@ -361,8 +370,8 @@ def test_the_plan_does_not_depend_on_the_order_nodes_are_listed() -> None:
     nodes = {name: {"subnet": f"10.244.{i + 1}.0/24"} for i, name in enumerate(names)}
     shuffled = list(nodes.items())
     random.Random(7).shuffle(shuffled)
-    first = plan(load_model({"nodes": nodes}))
-    second = plan(load_model({"nodes": dict(shuffled)}))
+    first = plan_cluster(load_model({"nodes": nodes}))
+    second = plan_cluster(load_model({"nodes": dict(shuffled)}))
     assert first == second
     assert [n.name for n in first.nodes] == sorted(names)
 
@@ -432,11 +441,11 @@ def test_pinned_subnets_are_refused_exactly_when_they_do_not_fit(
 
     model = load_model(data)
     if not misfits and not overlapping:
-        planned = plan(model)
+        planned = plan_cluster(model)
         assert {n.name: n.subnet for n in planned.nodes} == pins
         return
     with pytest.raises(PlanError) as err:
-        plan(model)
+        plan_cluster(model)
     problems = err.value.problems
     overlap_lines = [p for p in problems if " overlaps " in p]
     named_in_overlaps = {n for line in overlap_lines for n in re.findall(r"nodes\.(n\d)\.", line)}
@@ -474,11 +483,11 @@ def test_expected_mtu_is_the_underlay_mtu_less_the_backend_overhead(
     model = load_model(data)
     if too_big or too_small:
         with pytest.raises(PlanError) as err:
-            plan(model)
+            plan_cluster(model)
         assert all(p.startswith("nodes.n") for p in err.value.problems)
         assert len(err.value.problems) == too_big + too_small
     else:
-        node = plan(model).node("n")
+        node = plan_cluster(model).node("n")
         assert node.mtu == expected
         assert node.interface_mtu == (interface_mtu or 1500)
 
@@ -491,11 +500,11 @@ def test_the_plan_is_deterministic(order: list[str], duplicate: int) -> None:
     data = {"nodes": {name: {"subnet": subnets[name]} for name in order}}
     reference = {"nodes": {name: {"subnet": subnets[name]} for name in sorted(order)}}
     try:
-        expected: Any = plan(load_model(reference))
+        expected: Any = plan_cluster(load_model(reference))
     except PlanError as err:
         expected = err.problems
     try:
-        actual: Any = plan(load_model(data))
+        actual: Any = plan_cluster(load_model(data))
     except PlanError as err:
         actual = err.problems
     assert actual == expected
@@ -628,7 +637,7 @@ def test_each_problem_is_named_exactly(data: dict[str, Any], problems: list[str]
 
 def test_the_problems_make_one_message_line_each() -> None:
     with pytest.raises(ClusterModelError) as err:
-        plan(load_model({"flannel_network": 5, "flannel_vxlan_vni": -1}))
+        plan_cluster(load_model({"flannel_network": 5, "flannel_vxlan_vni": -1}))
     assert str(err.value) == "\n".join(err.value.problems) and len(err.value.problems) == 2
 
 
@@ -636,7 +645,7 @@ def test_a_v6_only_plan_keeps_the_ipv6_network() -> None:
     model = load_model({**V6_ONLY, **V6_NET})
     assert model.to_network_config().ipv6_network == IPv6Network("fd00::/48")
     assert load_model({}).to_network_config().ipv6_network is None
-    assert plan(model).network_config == check_network_config(model.to_network_config())
+    assert plan_cluster(model).network_config == check_network_config(model.to_network_config())
 
 
 json_values = st.recursive(

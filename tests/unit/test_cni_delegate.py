@@ -1,4 +1,5 @@
-"""The delegate flannel builds (§9.3) and Go's JSON encoding of it, as exact bytes."""
+"""The delegate flannel builds (flannel-io/cni-plugin flannel_linux.go: doCmdAdd) and Go's JSON
+encoding of it, as exact bytes."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pyflannel_runtime.cni.delegate import (
     check_delegate,
     encode_delegate,
 )
-from pyflannel_runtime.cni.netconf import NetConfError, parse_netconf, saved_delegate_type
+from pyflannel_runtime.cni.plugin_config import NetConfError, parse_netconf, saved_delegate_type
 from pyflannel_runtime.gojson.core import GoJSONError, decode
 from pyflannel_runtime.gojson.encode import marshal
 from pyflannel_runtime.model.subnet_env import parse_cni_subnet_env

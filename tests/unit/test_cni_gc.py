@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
-from cni_site import PLUGINS, CniSite, install_fake_delegate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pyflannel_runtime.cni.gc import narrowest_ranges, plan_gc, valid_container_ids
 from pyflannel_runtime.cni.hostlocal_store import Allocation
-from pyflannel_runtime.cni.netconf import NetConfError
+from pyflannel_runtime.cni.plugin_config import NetConfError
+from tests.unit.cni_site import PLUGINS, CniSite, install_fake_delegate
 
 CI = settings(deadline=None, suppress_health_check=list(HealthCheck), max_examples=200)
 

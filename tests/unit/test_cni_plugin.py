@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pyflannel_runtime.cni.install import install_plugin
+from pyflannel_runtime.cni.install import install_plugin, isolated_prelude
 from pyflannel_runtime.cni.plugin import run
 
 VERSIONS = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
@@ -373,9 +373,8 @@ def test_installed_plugin_runs_and_stays_import_light(lab: Lab, tmp_path: Path) 
     assert json.loads(version.stdout)["supportedVersions"] == VERSIONS
 
     # the same code path as the launcher, reporting the modules it loaded
-    probe = (
-        "import io, sys\n"
-        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})\n"
+    probe = isolated_prelude() + (
+        "import io\n"
         "from pyflannel_runtime.cni.plugin import run\n"
         "env = dict(line.split('=', 1) for line in sys.argv[1:])\n"
         "out, err = io.BytesIO(), io.BytesIO()\n"

@@ -27,6 +27,7 @@ from pyflannel_runtime.backend import registry
 from pyflannel_runtime.backend.vxlan_data import advertised_vtep_mac, parse_vxlan_backend_data
 from pyflannel_runtime.cli import main
 from pyflannel_runtime.cni import plugin
+from pyflannel_runtime.cni.install import isolated_prelude
 from pyflannel_runtime.gojson.core import MAX_DEPTH, MAX_DOCUMENT_BYTES
 from pyflannel_runtime.model.cluster import ClusterModelError, load_model
 from pyflannel_runtime.model.lease import LeaseAttrs, LeaseError, parse_subnet_key
@@ -296,11 +297,10 @@ def test_cni_stdin(cni_root: Path, place: str, document: str, command: str) -> N
 
 
 LEAN_PLUGIN = """
-import io, sys
-sys.path.insert(0, sys.argv[1])
+import io
 from pyflannel_runtime.cni.plugin import run
-env = dict(arg.split("=", 1) for arg in sys.argv[2].split(";"))
-for path in sys.argv[3:]:
+env = dict(arg.split("=", 1) for arg in sys.argv[1].split(";"))
+for path in sys.argv[2:]:
     with open(path, "rb") as handle:
         stdin = handle.read()
     out = io.BytesIO()
@@ -321,9 +321,8 @@ def test_cni_stdin_in_the_plugins_own_process(
         path.write_bytes(utf8(embed(place, document)))
         paths.append(str(path))
     env = f"CNI_COMMAND=ADD;CNI_CONTAINERID=c1;CNI_NETNS=/x;CNI_IFNAME=eth0;CNI_PATH={cni_root}/b"
-    root = str(Path(__file__).resolve().parents[2])
     done = subprocess.run(
-        [sys.executable, "-IS", "-c", LEAN_PLUGIN, root, env, *paths],
+        [sys.executable, "-IS", "-c", isolated_prelude() + LEAN_PLUGIN, env, *paths],
         capture_output=True,
         text=True,
         check=True,

@@ -1,4 +1,5 @@
-"""Golden rule lines of spec §6 and the payloads built from them."""
+"""Golden rule lines (flannel-io/flannel e2e/rules.go, pkg/trafficmngr/) and the payloads built
+from them."""
 
 from __future__ import annotations
 

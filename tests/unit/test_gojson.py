@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pyflannel_runtime.cni.install import isolated_prelude
 from pyflannel_runtime.gojson.core import (
     MAX_DEPTH,
     MAX_DOCUMENT_BYTES,
@@ -25,8 +25,6 @@ from pyflannel_runtime.gojson.core import (
 from pyflannel_runtime.gojson.strconv import go_quote
 from pyflannel_runtime.gojson.structs import compact, fold_object, loads_pairs, to_plain
 from pyflannel_runtime.gojson.syntax import first_error
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def nested(depth: int, opener: str = "[", closer: str = "]") -> str:
@@ -81,9 +79,7 @@ def test_syntax_errors_are_gos(data: bytes, message: str) -> None:
 def test_errors_need_no_json_package() -> None:
     """The CNI plugin never imports json; the C scanner cannot raise its own error without it
     and used to fail with SystemError ("returned NULL without setting an exception")."""
-    probe = (
-        "import sys\n"
-        f"sys.path.insert(0, {str(ROOT)!r})\n"
+    probe = isolated_prelude() + (
         "from pyflannel_runtime.gojson.core import GoJSONError, decode\n"
         "for data in sys.argv[1:]:\n"
         "    try:\n"

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from pyflannel_runtime.cli import main
+from pyflannel_runtime.cni.install import isolated_prelude
 from pyflannel_runtime.model.cluster import ClusterModelError, load_model
 from pyflannel_runtime.model.lease import LeaseAttrs, LeaseError
 from pyflannel_runtime.model.netconf import ConfigError, parse_config
@@ -24,7 +25,6 @@ from pyflannel_runtime.model.subnet_env import SubnetEnvError, parse_cni_subnet_
 from pyflannel_runtime.subnet.annotations import Annotations
 from pyflannel_runtime.subnet.kube_nodes import NodeLeaseTracker
 
-ROOT = Path(__file__).resolve().parents[2]
 DEEP = "[" * 1200 + "]" * 1200
 SUBNET_ENV = "FLANNEL_NETWORK=10.1.0.0/16\nFLANNEL_SUBNET=10.1.17.1/24\nFLANNEL_MTU=1472\nFLANNEL_IPMASQ=true\n"
 
@@ -44,9 +44,8 @@ def run_python(
         if memory_mb:
             resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
 
-    prelude = f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
     return subprocess.run(
-        [sys.executable, "-IS", "-c", prelude + code, *args],
+        [sys.executable, "-IS", "-c", isolated_prelude() + code, *args],
         input=stdin,
         env=env,
         capture_output=True,

@@ -1,4 +1,5 @@
-"""Pure address preference and regex-candidate logic of interface selection (spec §7.2)."""
+"""Pure address preference and regex-candidate logic of interface selection (flannel-io/flannel
+pkg/ipmatch/match.go: LookupExtIface; pkg/ip/iface.go: GetInterfaceIP4Addrs)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""flannel's interface-selection order, messages and log lines (spec §7) on a fake kernel view."""
+"""flannel's interface-selection order, messages and log lines on a fake kernel view
+(docs/compatibility.md, "Interface selection")."""
 
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-from cni_site import PLUGINS, CniSite
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +14,7 @@ from pyflannel_runtime.cli import main
 from pyflannel_runtime.cni.hostlocal_store import Allocation, address_pool
 from pyflannel_runtime.ipam.node import IpamError, classify, ipam_usage, load_target
 from pyflannel_runtime.ipam.runtimes import ask_runtimes
+from tests.unit.cni_site import PLUGINS, CniSite
 
 CI = settings(deadline=None, suppress_health_check=list(HealthCheck), max_examples=200)
 

@@ -1,4 +1,5 @@
-"""Node objects to leases and back (spec §4.3-§4.6): pure functions, no API server."""
+"""Node objects to leases and back (docs/compatibility.md, "Node annotations"): pure functions,
+no API server."""
 
 from __future__ import annotations
 

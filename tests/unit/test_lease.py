@@ -1,4 +1,5 @@
-"""Lease JSON and subnet keys, byte for byte against flannel's examples (§3.2, §3.3)."""
+"""Lease JSON and subnet keys, byte for byte against flannel's examples (flannel-io/flannel
+Documentation/reservations.md, pkg/subnet/subnet_test.go)."""
 
 from __future__ import annotations
 

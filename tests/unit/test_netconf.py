@@ -1,4 +1,5 @@
-"""net-conf.json decoding and validation against flannel's own vectors and messages (§1)."""
+"""net-conf.json decoding and validation against flannel's own vectors and messages
+(flannel-io/flannel pkg/subnet/config.go, config_test.go)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from ipaddress import IPv4Address, IPv4Network, ip_address, ip_network
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyflannel_runtime.netlink.diff import desired_state, plan, removal_ops
+from pyflannel_runtime.netlink.diff import desired_state, diff_ops, removal_ops
 from pyflannel_runtime.netlink.entries import (
     Action,
     DatapathState,
@@ -105,7 +105,7 @@ def test_applying_the_plan_yields_the_desired_state(
     wanted: list[Entry], kernel: FakeKernel
 ) -> None:
     desired = desired_state(wanted)
-    for op in plan(desired, kernel.state()):
+    for op in diff_ops(desired, kernel.state()):
         assert kernel.apply(op), op
     assert kernel.state() == desired
 
@@ -119,7 +119,7 @@ def test_the_plan_never_takes_over_a_route_that_is_not_owned(
         if route.key not in kernel.routes:
             kernel.foreign[route.key] = route
     held = dict(kernel.foreign)
-    for op in plan(desired_state(wanted), owned):
+    for op in diff_ops(desired_state(wanted), owned):
         kernel.apply(op)
     assert kernel.foreign == held
 
@@ -127,14 +127,14 @@ def test_the_plan_never_takes_over_a_route_that_is_not_owned(
 @given(entries)
 def test_no_writes_when_in_sync(wanted: list[Entry]) -> None:
     desired = desired_state(wanted)
-    assert plan(desired, desired) == []
+    assert diff_ops(desired, desired) == []
 
 
 @given(entries, kernels())
 def test_order_is_replaces_then_deletes_each_neigh_fdb_route(
     wanted: list[Entry], kernel: FakeKernel
 ) -> None:
-    ops = plan(desired_state(wanted), kernel.state())
+    ops = diff_ops(desired_state(wanted), kernel.state())
     # neighbours and FDB entries are only ever replaced; routes replaced or created
     assert all(
         op.action in (Action.REPLACE, Action.DELETE)
@@ -171,7 +171,7 @@ def test_a_route_is_created_unless_an_owned_one_holds_its_key() -> None:
     neigh = Neigh(3, ip_address("10.244.2.0"), MACS[0])
     desired = DatapathState(routes=frozenset({new, other}), neighs=frozenset({neigh}))
     owned = DatapathState(routes=frozenset({Route(other.dst, ip_address("192.0.2.9"), 3)}))
-    ops = plan(desired, owned)
+    ops = diff_ops(desired, owned)
     assert ops[0] == Op(Action.REPLACE, neigh)  # on flannel's own devices: always flannel's
     assert set(ops[1:]) == {Op(Action.CREATE, new), Op(Action.REPLACE, other)}
 
@@ -179,9 +179,9 @@ def test_a_route_is_created_unless_an_owned_one_holds_its_key() -> None:
 def test_changed_peer_is_replaced_not_deleted() -> None:
     old = Route(ip_network("10.244.2.0/24"), ip_address("192.0.2.2"), 3)
     new = Route(ip_network("10.244.2.0/24"), ip_address("192.0.2.3"), 3)
-    assert plan(DatapathState(routes=frozenset({new})), DatapathState(routes=frozenset({old}))) == [
-        Op(Action.REPLACE, new)
-    ]
+    assert diff_ops(
+        DatapathState(routes=frozenset({new})), DatapathState(routes=frozenset({old}))
+    ) == [Op(Action.REPLACE, new)]
 
 
 def test_removal_order_is_neighbour_fdb_route() -> None:

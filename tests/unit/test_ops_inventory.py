@@ -4,6 +4,7 @@ host and variable."""
 from __future__ import annotations
 
 from ipaddress import IPv4Address, IPv4Network
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,9 +22,14 @@ ETCD = {
 
 
 def node_facts(
-    address: str, prefixlen: int = 24, mtu: int = 1500, vxlan: bool = True
+    address: str,
+    prefixlen: int = 24,
+    mtu: int = 1500,
+    vxlan: bool = True,
+    files: dict[str, bool] | None = None,
 ) -> dict[str, Any]:
     return {
+        "files": files or {},
         "links": [
             {
                 "name": "lo",
@@ -134,7 +140,11 @@ def test_a_value_equal_to_the_default_is_not_a_choice() -> None:
     # Role defaults mirror the model: the etcd prefix's default with the kubernetes datastore
     # must not count as an etcd-only setting given by the user.
     settings = {
-        h: {"flannel_etcd_prefix": "/coreos.com/network", "flannel_healthz_ip": "0.0.0.0"}
+        h: {
+            "flannel_etcd_prefix": "/coreos.com/network",
+            "flannel_healthz_ip": "0.0.0.0",
+            "flannel_kubeconfig_file": "/etc/kubernetes/kubelet.conf",
+        }
         for h in HOSTS
     }
     assert check_inventory(settings).model.flannel_datastore == "kubernetes"
@@ -156,3 +166,109 @@ def test_host_gw_needs_one_l2_segment() -> None:
     needs = "flannel_backend_type: host-gw needs every node on one L2 segment, but "
     assert any(p.startswith(f"h3: {needs}203.0.113.13 (h3) is not on h1's eth0") for p in found)
     assert any("198.51.100.11 (h1) is not on h3's eth0 network 203.0.113.0/24" in p for p in found)
+
+
+# --- the Kubernetes datastore's kubeconfig ---------------------------------------------------
+
+KUBE = {"flannel_datastore": "kubernetes", "flannel_kubeconfig_file": "/etc/pyflannel/kubeconfig"}
+KUBECONFIG = b"""\
+apiVersion: v1
+kind: Config
+clusters:
+- name: lab
+  cluster: {server: "https://198.51.100.1:6443", certificate-authority-data: Y2E=}
+users:
+- name: flannel
+  user: {token: secret}
+contexts:
+- name: flannel@lab
+  context: {cluster: lab, user: flannel}
+current-context: flannel@lab
+"""
+
+
+def kube_inventory(common: dict[str, Any] | None = None, **per_host: Any) -> dict[str, Any]:
+    return {h: {**KUBE, **(common or {}), **per_host.get(h, {})} for h in HOSTS}
+
+
+def kube_facts(kubeconfig_on: tuple[str, ...] = HOSTS) -> dict[str, dict[str, Any]]:
+    path = KUBE["flannel_kubeconfig_file"]
+    return {
+        h: node_facts(f"198.51.100.{11 + i}", files={path: h in kubeconfig_on})
+        for i, h in enumerate(HOSTS)
+    }
+
+
+def test_a_systemd_agent_needs_a_kubeconfig_with_the_kubernetes_datastore() -> None:
+    found = problems(kube_inventory({"flannel_kubeconfig_file": None}))
+    assert len(found) == 3
+    assert found[0].startswith(
+        "h1: flannel_kubeconfig_file: required with flannel_datastore kubernetes "
+        "(a systemd service has no pod service account)"
+    )
+
+
+def test_a_kubeconfig_the_nodes_have_is_checked_in_their_facts() -> None:
+    checked = check_inventory(kube_inventory(), kube_facts())
+    assert checked.model.flannel_kubeconfig_file == "/etc/pyflannel/kubeconfig"
+    assert problems(kube_inventory(), kube_facts(kubeconfig_on=("h1", "h3"))) == [
+        "h2: flannel_kubeconfig_file: /etc/pyflannel/kubeconfig is not a file on h2 (put one "
+        "there, or set flannel_kubeconfig_src to have the agent role copy one)"
+    ]
+
+
+def test_a_kubeconfig_copied_from_the_controller_is_read_and_checked_there(tmp_path: Path) -> None:
+    source = tmp_path / "flannel.kubeconfig"
+    source.write_bytes(KUBECONFIG)
+    read: list[str] = []
+
+    def read_source(path: str) -> bytes:
+        read.append(path)
+        return Path(path).read_bytes()
+
+    # Per host (nodes may have credentials of their own); not on the nodes yet, so no facts.
+    settings = kube_inventory(h2={"flannel_kubeconfig_src": str(source)})
+    checked = check_inventory(settings, kube_facts(kubeconfig_on=("h1", "h3")), [], read_source)
+    assert read == [str(source)] and checked.model.flannel_datastore == "kubernetes"
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (None, " cannot be read on the controller: "),
+        (b"- just\n- a list\n", ": not a kubeconfig (not a YAML mapping)"),
+        (b"clusters: [\n", ": not a kubeconfig: while parsing a flow "),
+        (
+            KUBECONFIG.replace(b"current-context: flannel@lab", b"current-context: admin@lab"),
+            ": not a kubeconfig the agent can use: current-context 'admin@lab' is not in contexts",
+        ),
+        (
+            KUBECONFIG.replace(b'server: "https://198.51.100.1:6443", ', b""),
+            ": not a kubeconfig the agent can use: context 'flannel@lab' names cluster 'lab', "
+            "which is not in clusters or has no server",
+        ),
+    ],
+)
+def test_a_source_that_is_no_usable_kubeconfig_is_named(
+    tmp_path: Path, content: bytes | None, why: str
+) -> None:
+    source = tmp_path / "flannel.kubeconfig"
+    if content is not None:
+        source.write_bytes(content)
+    settings = kube_inventory({"flannel_kubeconfig_src": str(source)})
+    found = problems(settings, None, read_source=lambda path: Path(path).read_bytes())
+    assert len(found) == 3
+    assert found[0].startswith(f"h1: flannel_kubeconfig_src: {str(source)!r}{why}"), found[0]
+
+
+def test_the_kubeconfig_source_belongs_to_the_kubernetes_datastore(tmp_path: Path) -> None:
+    assert problems(inventory(h3={"flannel_kubeconfig_src": str(tmp_path)})) == [
+        "h3: flannel_kubeconfig_src: only used with flannel_datastore kubernetes"
+    ]
+    found = problems(
+        kube_inventory({"flannel_kubeconfig_file": None, "flannel_kubeconfig_src": "k.yml"})
+    )
+    assert found[0] == (
+        "h1: flannel_kubeconfig_file: required when flannel_kubeconfig_src is set "
+        "(where on each node the agent role puts the copy)"
+    )

@@ -1,4 +1,4 @@
-"""Renderers: golden files from the spec byte for byte, and the formats of our own files."""
+"""Renderers: flannel's files byte for byte, and the formats of our own files."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyflannel_runtime.model.cluster import load_model, plan
+from pyflannel_runtime.model.cluster import SANDBOX_HIDDEN, load_model
+from pyflannel_runtime.model.cluster_plan import plan_cluster
 from pyflannel_runtime.model.netconf import check_network_config, parse_config
 from pyflannel_runtime.render.render import (
     render_agent_env,
@@ -37,7 +38,8 @@ def golden(name: str) -> str:
     return (GOLDEN / name).read_bytes().decode("utf-8")
 
 
-# --- flannel's own files, byte for byte (spec §2.1 and §9.5) -----------------------------------
+# --- flannel's own files, byte for byte ------------------------------------------------------
+# (flannel-io/flannel Documentation/kube-flannel.yml and Documentation/configuration.md)
 
 
 def test_default_conflist_is_the_manifests() -> None:
@@ -50,14 +52,14 @@ def test_default_net_conf_is_the_manifests() -> None:
 
 def test_dual_stack_subnet_env_is_the_documented_one() -> None:
     model = load_model(DUAL_STACK)
-    node = plan(model).node("server-0")
+    node = plan_cluster(model).node("server-0")
     assert render_subnet_env(model, node) == golden("dual-stack-subnet.env")
 
 
 def test_subnet_env_needs_every_enabled_family_pinned() -> None:
     model = load_model({"nodes": {"n1": {}}})
     with pytest.raises(ValueError, match=r"nodes\.n1\.subnet: not pinned"):
-        render_subnet_env(model, plan(model).node("n1"))
+        render_subnet_env(model, plan_cluster(model).node("n1"))
 
 
 # --- the JSON files stay canonical and mean what the model says ---------------------------------
@@ -206,7 +208,7 @@ def test_agent_env_in_kube_mode() -> None:
             "nodes": {"worker-1": {"interface": "eth1", "public_ip": "192.0.2.11"}},
         }
     )
-    text = render_agent_env(model, plan(model).node("worker-1"))
+    text = render_agent_env(model, plan_cluster(model).node("worker-1"))
     assert text.endswith("\n")
     assert environment(text) == {
         "FLANNELD_SUBNET_FILE": "/run/flannel/subnet.env",
@@ -243,7 +245,7 @@ def test_agent_env_in_etcd_mode() -> None:
             "nodes": {"n1": {"public_ipv6": "2001:db8::11", "interface_can_reach": "192.0.2.1"}},
         }
     )
-    env = environment(render_agent_env(model, plan(model).node("n1")))
+    env = environment(render_agent_env(model, plan_cluster(model).node("n1")))
     assert "FLANNELD_KUBE_SUBNET_MGR" not in env and "NODE_NAME" not in env
     assert {k: v for k, v in env.items() if k.startswith("FLANNELD_ETCD")} == {
         "FLANNELD_ETCD_ENDPOINTS": "https://192.0.2.1:2379,https://192.0.2.2:2379",
@@ -294,6 +296,13 @@ def test_systemd_unit_is_hardened() -> None:
         "WantedBy": ["multi-user.target"],
     }
     assert {key: unit.get(key) for key in expected} == expected
+
+
+@pytest.mark.parametrize("backend", ["vxlan", "udp"])
+def test_the_sandbox_rules_of_the_model_are_the_units(backend: str) -> None:
+    # The model refuses agent files in directories the unit hides, by the unit's own settings.
+    unit = render_systemd_unit(load_model({"flannel_backend_type": backend})).splitlines()
+    assert set(SANDBOX_HIDDEN) <= set(unit)
 
 
 def test_systemd_unit_follows_backend_firewall_and_paths() -> None:

@@ -24,7 +24,7 @@ from pyflannel_runtime.netlink.entries import (
     Neigh,
     Route,
 )
-from pyflannel_runtime.ops.verify import Datapath, compare, describe, find_own_lease
+from pyflannel_runtime.ops.verify import Datapath, compare, describe, find_host_lease
 from pyflannel_runtime.status import (
     AGENT_FLAGS,
     add_arguments,
@@ -135,11 +135,11 @@ def test_without_a_host_nothing_is_checked_and_problems_still_fail() -> None:
 
 def test_the_own_lease_is_found_by_public_ip_or_by_subnet() -> None:
     leases = rows(vxlan_lease(1), vxlan_lease(2))
-    assert find_own_lease(leases, ip_address("192.0.2.12"), []) == vxlan_lease(2)
-    assert find_own_lease(leases, None, [ip_network("10.244.1.0/24")]) == vxlan_lease(1)
-    assert find_own_lease(leases, ip_address("192.0.2.99"), [ip_network("10.244.1.0/24")]) is None
+    assert find_host_lease(leases, ip_address("192.0.2.12"), []) == vxlan_lease(2)
+    assert find_host_lease(leases, None, [ip_network("10.244.1.0/24")]) == vxlan_lease(1)
+    assert find_host_lease(leases, ip_address("192.0.2.99"), [ip_network("10.244.1.0/24")]) is None
     dual = Lease(None, IPv6Network("fd00:10:244:5::/64"), LeaseAttrs(), enable_ipv4=False)
-    assert find_own_lease(rows(dual), None, [ip_network("fd00:10:244:5::/64")]) == dual
+    assert find_host_lease(rows(dual), None, [ip_network("fd00:10:244:5::/64")]) == dual
 
 
 def test_entries_are_described_in_ip_syntax() -> None:

@@ -1,4 +1,5 @@
-"""The LeaseWatcher (spec §3.5), with flannel's quirks fixed."""
+"""The LeaseWatcher (flannel-io/flannel pkg/lease/lease.go), with flannel's quirks fixed
+(docs/compatibility.md, "Snapshots that change a peer", "Leases outside the Network")."""
 
 from __future__ import annotations
 

@@ -1,19 +1,15 @@
 """Module tests in community.general's style: module args patched in, exit_json and fail_json
 turned into exceptions, the result dict asserted on. The collection is imported by its FQCN
-through collections/ansible_collections/pyflannel/network (a link to the repository root)."""
+through collections/ansible_collections/pyflannel/network (a link to the repository root), which
+pytest's ``pythonpath`` setting in pyproject.toml puts on the path."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "collections"))
-
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 

@@ -1,5 +1,6 @@
 """Every role documents each of its defaults in meta/argument_specs.yml with the same default,
-and the preflight role's defaults are the cluster model's own."""
+the preflight role's defaults are the cluster model's own, and its backend choices are the
+runtime's backend registry."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pyflannel_runtime.model.cluster import ClusterModel
+from pyflannel_runtime.backend import registry
+from pyflannel_runtime.model.cluster import BACKEND_SETTINGS, ClusterModel
 from pyflannel_runtime.ops.inventory import CLUSTER_VARIABLES, NODE_VARIABLES
 
 ROLES = Path(__file__).resolve().parents[3] / "roles"
@@ -37,3 +39,12 @@ def test_preflight_defaults_are_the_models() -> None:
         if expected is not None and not isinstance(expected, bool | int | dict | list):
             expected = str(expected)
         assert defaults[name] == expected, name
+
+
+def test_preflight_offers_exactly_the_registered_backends_and_their_settings() -> None:
+    """A backend is registered once, in pyflannel_runtime.backend.registry; the role's choices
+    must follow it (ansible-core checks them before the model sees the inventory)."""
+    spec = load(ROLES / "preflight/meta/argument_specs.yml")["argument_specs"]["main"]["options"]
+    assert sorted(spec["flannel_backend_type"]["choices"]) == sorted(registry.names())
+    assert set(BACKEND_SETTINGS) <= set(spec)
+    assert {backend for backend, _ in BACKEND_SETTINGS.values()} <= set(registry.names())

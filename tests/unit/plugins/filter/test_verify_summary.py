@@ -58,3 +58,15 @@ def test_pod_address_usage_per_family_with_leaks() -> None:
     lines = verify_summary(["h1"], hostvars)
     assert "  pod addresses 12 of 253 in use, 241 free" in lines
     assert "  pod addresses 9 of 99 in use, 90 free, 2 look leaked" in lines
+
+
+def test_what_was_not_checked_is_noted_under_the_datapath() -> None:
+    routes = {
+        "summary": "3 leases, 0 peers programmed, 2 not checked, 0 missing, 0 stale",
+        "notes": ["the udp backend's datapath is not checked"],
+    }
+    lines = verify_summary(["h1"], {"h1": {"__flannel_verify_routes": routes}})
+    assert lines[3:5] == [
+        "  datapath      3 leases, 0 peers programmed, 2 not checked, 0 missing, 0 stale",
+        "    note        the udp backend's datapath is not checked",
+    ]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
 from unittest import mock
 
+import pytest
+from ansible.module_utils.testing import patch_module_args
 from ansible_collections.pyflannel.network.plugins.module_utils import runtime
 from ansible_collections.pyflannel.network.plugins.modules import files
 
@@ -87,3 +90,18 @@ def test_without_the_runtime_the_module_says_which_interpreter(
     assert result["failed"]
     assert "pyflannel_runtime" in result["msg"] and "ansible_python_interpreter" in result["msg"]
     assert not any(Path(p).exists() for p in wanted(tmp_path))
+
+
+def test_sensitive_content_stays_out_of_what_the_module_returns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = "users:\n- name: flannel\n  user: {token: s3cr3t-token}\n"
+    target = str(tmp_path / "kubeconfig")
+    args = {"files": {target: {"content": secret, "mode": "0600", "sensitive": True}}}
+    # The real exit_json: what Ansible receives, module arguments (shown with -v) included.
+    with patch_module_args({**args, "_ansible_diff": True}), pytest.raises(SystemExit):
+        files.main()
+    returned = capsys.readouterr().out
+    assert json.loads(returned)["changed_files"] == [target]
+    assert "s3cr3t-token" not in returned and "invocation" in returned
+    assert Path(target).read_text() == secret and mode(target) == 0o600

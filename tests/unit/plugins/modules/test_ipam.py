@@ -15,7 +15,8 @@ pytest.importorskip(
 
 from ansible.module_utils.common.warnings import get_warning_messages
 from ansible_collections.pyflannel.network.plugins.modules import ipam
-from cni_site import PLUGINS, CniSite
+
+from tests.unit.cni_site import PLUGINS, CniSite
 
 from ..conftest import RunModule
 

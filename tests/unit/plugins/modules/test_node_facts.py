@@ -55,3 +55,15 @@ def test_installed_packages_come_from_dpkg(run_module: RunModule) -> None:
         check=True,
     ).stdout
     assert packages == {"etcd-server": expected, "pyflannel-no-such-pkg": None}
+
+
+def test_files_are_reported_as_regular_files_or_not(
+    tmp_path: os.PathLike[str], run_module: RunModule
+) -> None:
+    kubeconfig = os.path.join(tmp_path, "kubelet.conf")
+    open(kubeconfig, "w").close()
+    missing = os.path.join(tmp_path, "absent.conf")
+    args = {"files": [kubeconfig, missing, str(tmp_path)]}
+    facts = run_module(node_facts.main, args, check=True)["ansible_facts"]["pyflannel_host"]
+    assert facts["files"] == {kubeconfig: True, missing: False, str(tmp_path): False}
+    assert NodeFacts.from_fact(facts).files == facts["files"]

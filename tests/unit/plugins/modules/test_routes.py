@@ -22,3 +22,12 @@ def test_a_bad_public_ip_is_named(run_module: RunModule) -> None:
 def test_an_unreachable_lease_store_fails_the_check(run_module: RunModule) -> None:
     result = run_module(routes.main, {"etcd_endpoints": ["http://127.0.0.1:9"]}, check=True)
     assert result["failed"] and result["msg"].startswith("cannot verify: ")
+
+
+def test_peers_a_backend_does_not_check_are_not_counted_as_programmed() -> None:
+    counts = {"total": 3, "programmed": 0, "unchecked": 2}
+    assert routes.summarize(counts, 0, 0) == (
+        "3 leases, 0 peers programmed, 2 not checked, 0 missing, 0 stale"
+    )
+    counts = {"total": 3, "programmed": 2, "unchecked": 0}
+    assert routes.summarize(counts, 1, 0) == "3 leases, 2 peers programmed, 1 missing, 0 stale"

@@ -1,4 +1,5 @@
-"""The README's main job: `scripts/lab up` then `scripts/lab down`, leaving nothing behind.
+"""The agent-only lab: `scripts/lab netns up` then `scripts/lab netns down`, leaving nothing
+behind.
 
 Other labs may come and go on the machine meanwhile (other checkouts run the same tests), so
 what is compared is this lab's own: the namespaces, processes and directories named by its
@@ -17,7 +18,7 @@ import pytest
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 
-LABCTL = Path(__file__).with_name("labctl.py")
+NETNS_LAB = [sys.executable, "-m", "pyflannel_runtime.lab", "netns"]
 SUMMARY = "3 leases, 2 peers programmed, 0 missing, 0 stale; agent ready"
 
 
@@ -40,10 +41,8 @@ def _alive(pid: int, marker: str) -> bool:
 
 def test_lab_up_prints_status_and_reachability_then_down_cleans_up(tmp_path: Path) -> None:
     state_file = tmp_path / "state.json"
-    env = dict(os.environ, PYFLANNEL_LAB_STATE=str(state_file))
-    up = subprocess.run(
-        [sys.executable, str(LABCTL), "up"], env=env, capture_output=True, text=True, timeout=300
-    )
+    env = dict(os.environ, PYFLANNEL_NETNS_LAB_STATE=str(state_file))
+    up = subprocess.run([*NETNS_LAB, "up"], env=env, capture_output=True, text=True, timeout=300)
     state = json.loads(state_file.read_text()) if state_file.exists() else None
     try:
         assert up.returncode == 0, up.stdout + up.stderr
@@ -57,12 +56,12 @@ def test_lab_up_prints_status_and_reachability_then_down_cleans_up(tmp_path: Pat
         assert pasted.returncode == 0, pasted.stdout + pasted.stderr
         assert pasted.stdout.endswith(f"\n{SUMMARY}\n")
         again = subprocess.run(
-            [sys.executable, str(LABCTL), "up"], env=env, capture_output=True, text=True, timeout=60
+            [*NETNS_LAB, "up"], env=env, capture_output=True, text=True, timeout=60
         )
         assert again.returncode == 1 and "already up" in again.stderr
     finally:
         down = subprocess.run(
-            [sys.executable, str(LABCTL), "down"],
+            [*NETNS_LAB, "down"],
             env=env,
             capture_output=True,
             text=True,

@@ -1,11 +1,13 @@
 """The whole stack in network namespaces: real etcd in the underlay, pyflanneld on every host.
 
-Built on ``netlab.NetLab`` (hosts, pods) and ``etcd_fixture.start_etcd``. With NetLab's pods,
+Built on ``netns_lab.NetLab`` (hosts, pods) and ``etcd_server.start_etcd``. With NetLab's pods,
 each host's subnet is reserved in etcd ahead (a flannel reservation: a key without an etcd
 lease, naming the host's public IP), so the pods, addressed before the agents start, sit in the
 leased subnets. Without them, etcd allocates and ``add_cni_pod`` wires pods the way kubelet's
 runtime would, through the `flannel` CNI plugin delegating to Debian's bridge and host-local.
-Agents run as plain processes (``ip netns exec``), killed by PID in ``destroy()``.
+With ``kube_api``, leases come from a Node API server in the underlay instead (the tests pass
+their test double). Agents run as plain processes (``ip netns exec``), killed by PID in
+``destroy()``.
 """
 
 from __future__ import annotations
@@ -19,19 +21,34 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from etcd_fixture import EtcdServer, start_etcd
-from netlab import LabHost, NetLab
-
+from pyflannel_runtime.lab.etcd_server import EtcdServer, start_etcd
+from pyflannel_runtime.lab.netns_lab import Lab, LabHost, NetLab
 from pyflannel_runtime.model.lease import LeaseAttrs, make_subnet_key
 from pyflannel_runtime.netlink.netns import run_in_netns
-from tests.fakes.kube_api import FakeKubeApi
 
 ETCD_IP = "192.0.2.100"
 HEALTHZ_PORT = 8081
 CNI_PLUGINS = "/usr/lib/cni"
 PREFIX = "/coreos.com/network"
+
+
+class KubeApiServer(Protocol):
+    """A Node API server the agents reach over the underlay."""
+
+    @property
+    def url(self) -> str: ...
+
+    def start(self) -> KubeApiServer: ...
+
+    def stop(self) -> None: ...
+
+    def add_node(self, name: str, *, pod_cidr: str | None = None) -> Any: ...
+
+
+class KubeApiFactory(Protocol):
+    def __call__(self, *, host: str) -> KubeApiServer: ...
 
 
 @dataclass
@@ -45,7 +62,7 @@ class Agent:
 
 
 @dataclass
-class AgentLab:
+class AgentLab(Lab):
     backend: dict[str, Any]
     hosts: int = 3
     prefix: str = "pag"
@@ -54,12 +71,12 @@ class AgentLab:
     # True: NetLab's pods, pre-addressed, with each host's subnet reserved in etcd to match.
     # False: no pods and no reservations; etcd allocates, and pods come from the CNI plugin.
     lab_pods: bool = True
-    # "etcd" (a real etcd in the underlay) or "kube" (the Node API test double there, with one
-    # node per host whose podCIDR is the host's lab subnet).
-    datastore: str = "etcd"
+    # None: leases in a real etcd in the underlay. Otherwise the Node API server this makes
+    # there, with one node per host whose podCIDR is the host's lab subnet.
+    kube_api: KubeApiFactory | None = None
     net: NetLab = field(init=False)
     etcd: EtcdServer | None = field(init=False, default=None)
-    kube: FakeKubeApi | None = field(init=False, default=None)
+    kube: KubeApiServer | None = field(init=False, default=None)
     workdir: Path = field(init=False)
     agents: dict[int, Agent] = field(init=False, default_factory=dict)
 
@@ -69,24 +86,14 @@ class AgentLab:
 
     # --- lifecycle -----------------------------------------------------------------------------
 
-    def __enter__(self) -> AgentLab:
-        try:
-            self.create()
-        except BaseException:
-            self.destroy()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.destroy()
-
     def create(self) -> None:
         self.net.create()
         self.net.ip(self.net.ul, "addr", "add", f"{ETCD_IP}/24", "dev", "br-ul")
         config = json.dumps({"Network": "10.244.0.0/16", "Backend": self.backend})
-        if self.datastore == "kube":
+        if self.kube_api is not None:
             self.net_conf.write_text(config)
-            self.kube = run_in_netns(self.net.ul, lambda: FakeKubeApi(host=ETCD_IP)).start()
+            kube_api = self.kube_api
+            self.kube = run_in_netns(self.net.ul, lambda: kube_api(host=ETCD_IP)).start()
             for host in self.net.hosts:
                 self.kube.add_node(host.ns, pod_cidr=str(host.subnet))
             return

@@ -1,4 +1,4 @@
-"""Running this repository's playbooks against lab hosts, for tests and bench/bench_site.py.
+"""Running this repository's playbooks against lab hosts (for tests and bench/bench_site.py).
 
 ``run_playbook`` runs ``ansible-playbook`` from the repository root (its ansible.cfg, the
 collection by FQCN) and parses the PLAY RECAP. With ``count_modules`` every ssh command Ansible
@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from pyflannel_runtime.lab.paths import project_root
+
+ROOT = project_root()
 BIN = Path(sys.executable).parent
 LAB_INVENTORY = ROOT / "inventories" / "lab"
 # One wheelhouse build per source tree, shared by every test, the bench and molecule.

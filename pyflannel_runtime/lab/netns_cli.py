@@ -1,4 +1,4 @@
-"""The README's main job: a flannel cluster in network namespaces, up and down.
+"""``python -m pyflannel_runtime.lab netns up|down``: a flannel cluster in network namespaces.
 
 `up` starts a real etcd in the underlay, pyflanneld on each host (subnets allocated by etcd),
 wires one pod per host through the `flannel` CNI plugin, then prints the leases, each host's
@@ -19,15 +19,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-_ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(_ROOT), str(_ROOT / "tests" / "integration")]  # runnable as a script
+from pyflannel_runtime.backend import registry
+from pyflannel_runtime.lab.netns_agents import AgentLab
+from pyflannel_runtime.lab.paths import project_root
 
-from agentlab import AgentLab  # noqa: E402
+STATE_ENV = "PYFLANNEL_NETNS_LAB_STATE"  # not lab.paths.STATE_ENV: that one is a directory
 
-from pyflannel_runtime.backend import registry  # noqa: E402
 
-STATE = Path(os.environ.get("PYFLANNEL_LAB_STATE", _ROOT / ".lab" / "state.json"))
+def state_file() -> Path:
+    return Path(os.environ.get(STATE_ENV) or project_root() / ".lab" / "state.json")
 
 
 def _write_state(lab: AgentLab, pods: dict[str, dict[str, str]]) -> None:
@@ -48,8 +50,9 @@ def _write_state(lab: AgentLab, pods: dict[str, dict[str, str]]) -> None:
         "status_command": shlex.join(lab.status_argv(lab.net.hosts[0])),
         "pods": pods,
     }
-    STATE.parent.mkdir(parents=True, exist_ok=True)
-    STATE.write_text(json.dumps(state, indent=2) + "\n")
+    path = state_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(state, indent=2) + "\n")
 
 
 def _status(argv: list[str]) -> str:
@@ -88,20 +91,23 @@ def _print_summary(lab: AgentLab, pods: dict[str, dict[str, str]]) -> bool:
 
 
 def up(backend: str, hosts: int) -> int:
-    if STATE.exists():
-        print(f"a lab is already up ({STATE}); run ./scripts/lab down first", file=sys.stderr)
+    if state_file().exists():
+        print(
+            f"a lab is already up ({state_file()}); run ./scripts/lab netns down first",
+            file=sys.stderr,
+        )
         return 1
     lab = AgentLab({"Type": backend}, hosts=hosts, prefix="pfl", lab_pods=False)
     try:
         started = time.monotonic()
         lab.create()
         lab.start_all()
-        pods = {}
+        pods: dict[str, dict[str, str]] = {}
         for host in lab.net.hosts:
             ip = lab.add_cni_pod(host, f"pod{host.n}")
             pods[host.ns] = {"netns": f"{lab.net.token}-pod{host.n}", "ip": ip}
         _write_state(lab, pods)
-        print(f"lab up in {time.monotonic() - started:.1f}s; ./scripts/lab down removes it")
+        print(f"lab up in {time.monotonic() - started:.1f}s; ./scripts/lab netns down removes it")
     except BaseException:
         for agent in lab.agents.values():
             print(f"--- {agent.host.ns} log ---\n{agent.log()[-3000:]}", file=sys.stderr)
@@ -118,10 +124,11 @@ def _is_ours(pid: int, marker: str) -> bool:
 
 
 def down() -> int:
-    if not STATE.exists():
+    path = state_file()
+    if not path.exists():
         print("no lab is up", file=sys.stderr)
         return 0
-    state = json.loads(STATE.read_text())
+    state: dict[str, Any] = json.loads(path.read_text())
     for name, pid in state["pids"].items():
         marker = "etcd" if name == "etcd" else "pyflannel_runtime.agent.main"
         if _is_ours(pid, marker):
@@ -130,23 +137,17 @@ def down() -> int:
         subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
     for directory in state["dirs"]:
         shutil.rmtree(directory, ignore_errors=True)
-    STATE.unlink()
+    path.unlink()
     print(f"lab {state['token']} removed")
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="scripts/lab", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    up_cmd = sub.add_parser("up", help="start the lab and print its state")
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``netns up`` and ``netns down`` under the lab's command line."""
+    actions = commands.add_parser("netns", help="the agent-only lab in network namespaces")
+    netns = actions.add_subparsers(required=True, metavar="ACTION")
+    up_cmd = netns.add_parser("up", help="start the lab and print its state")
     up_cmd.add_argument("--backend", choices=registry.names(), default="vxlan")
     up_cmd.add_argument("--hosts", type=int, default=3)
-    sub.add_parser("down", help="remove the lab")
-    args = parser.parse_args(argv)
-    if args.command == "up":
-        return up(args.backend, args.hosts)
-    return down()
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    up_cmd.set_defaults(handler=lambda args: up(args.backend, args.hosts))
+    netns.add_parser("down", help="remove the lab").set_defaults(handler=lambda args: down())

@@ -1,4 +1,4 @@
-"""A reusable netns lab: an underlay bridge, N hosts and one pod per host (lab-recipes §1).
+"""A reusable netns lab: an underlay bridge, N hosts and one pod per host.
 
     ul            netns with bridge br-ul (the L2 underlay)
     h1..hN        hosts: eth0 192.0.2.(10+N)/24 (+ 2001:db8::(10+N)/64), bridge cni0 10.244.N.1/24
@@ -17,11 +17,12 @@ import os
 import secrets
 import signal
 import subprocess
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from pyflannel_runtime.backend import registry
 from pyflannel_runtime.backend.base import Network
@@ -44,7 +45,34 @@ class LabHost:
     pod_ip6: IPv6Address
 
 
-class NetLab:
+class Lab(ABC):
+    """Made by ``create()`` and removed by ``destroy()``; as a context manager, everything made
+    is removed when leaving, or when ``create()`` fails part-way."""
+
+    @abstractmethod
+    def create(self) -> None: ...
+
+    @abstractmethod
+    def destroy(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        try:
+            self.create()
+        except BaseException:
+            self.destroy()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.destroy()
+
+
+class NetLab(Lab):
     def __init__(
         self,
         prefix: str = "pdp",
@@ -81,22 +109,6 @@ class NetLab:
 
     # --- lifecycle -----------------------------------------------------------------------------
 
-    def __enter__(self) -> NetLab:
-        try:
-            self.create()
-        except BaseException:
-            self.destroy()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.destroy()
-
     def namespaces(self) -> list[str]:
         per_host = [(h.ns, h.pod_ns) if self.pods else (h.ns,) for h in self.hosts]
         return [self.ul] + [name for names in per_host for name in names]
@@ -117,23 +129,7 @@ class NetLab:
     def _create_host(self, h: LabHost) -> None:
         mtu = str(self.underlay_mtu)
         port = f"vh{h.n}"
-        self.ip(
-            self.ul,
-            "link",
-            "add",
-            port,
-            "mtu",
-            mtu,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "mtu",
-            mtu,
-            "netns",
-            h.ns,
-        )
+        self._veth_to_eth0(self.ul, port, h.ns, mtu)
         self.ip(self.ul, "link", "set", port, "master", "br-ul", "up")
         self.ip(h.ns, "addr", "add", f"{h.underlay_ip}/24", "dev", "eth0")
         self.ip(h.ns, "link", "set", "eth0", "up")
@@ -149,23 +145,7 @@ class NetLab:
         self.ip(h.ns, "link", "add", "cni0", "mtu", pod_mtu, "type", "bridge")
         self.ip(h.ns, "addr", "add", f"{h.subnet.network_address + 1}/24", "dev", "cni0")
         self.ip(h.ns, "link", "set", "cni0", "up")
-        self.ip(
-            h.ns,
-            "link",
-            "add",
-            f"veth{h.n}",
-            "mtu",
-            pod_mtu,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "mtu",
-            pod_mtu,
-            "netns",
-            h.pod_ns,
-        )
+        self._veth_to_eth0(h.ns, f"veth{h.n}", h.pod_ns, pod_mtu)
         self.ip(h.ns, "link", "set", f"veth{h.n}", "master", "cni0", "up")
         self.ip(h.pod_ns, "addr", "add", f"{h.pod_ip}/24", "dev", "eth0")
         self.ip(h.pod_ns, "link", "set", "eth0", "up")
@@ -176,6 +156,11 @@ class NetLab:
             )
             self.ip(h.pod_ns, "addr", "add", f"{h.pod_ip6}/64", "dev", "eth0", "nodad")
             self.ip(h.pod_ns, "route", "add", "default", "via", str(h.subnet6.network_address + 1))
+
+    def _veth_to_eth0(self, ns: str, name: str, peer_ns: str, mtu: str) -> None:
+        """A veth pair: ``name`` in ``ns``, its peer ``eth0`` in ``peer_ns``, both at ``mtu``."""
+        self.ip(ns, "link", "add", name, "mtu", mtu, "type", "veth",
+                "peer", "name", "eth0", "mtu", mtu, "netns", peer_ns)  # fmt: skip
 
     def adopt(self, ns: str) -> None:
         """Take a namespace made elsewhere into the lab, so destroy() removes it too."""

@@ -1,0 +1,37 @@
+"""What the site.yml test modules share: lab hosts for a module, a command on a host, and the
+check that a run converged."""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+from collections.abc import Iterator
+from typing import Any
+
+from pyflannel_runtime.lab import hosts
+from pyflannel_runtime.lab.playbook import PlaybookRun
+
+
+@contextlib.contextmanager
+def lab_hosts(count: int = 3) -> Iterator[Any]:
+    """Systemd lab hosts (pyflannel_runtime.lab) from the cached image, removed afterwards."""
+    state = hosts.up(count)
+    try:
+        yield state
+    finally:
+        hosts.down()
+
+
+def on_host(lab: Any, name: str, command: str) -> str:
+    """``command`` as root on a lab host over SSH; its output (a failure fails the test)."""
+    done = lab.ssh(lab.host(name)).run(f"sudo sh -c {shlex.quote(command)}")
+    assert done.returncode == 0, f"{name}: {command}: {done.stderr}"
+    return str(done.stdout)
+
+
+def assert_converged(run: PlaybookRun, names: list[str]) -> None:
+    """site.yml ran on every host without a failure and its verify role saw every pod reach
+    every other."""
+    assert run.returncode == 0 and not run.failed_hosts(), run.explain()
+    assert sorted(run.recap) == sorted(names), run.explain()
+    assert "every pod reaches every other pod" in run.output, run.explain()
