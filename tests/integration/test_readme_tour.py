@@ -4,11 +4,13 @@ directory and an etcd answering at http://127.0.0.1:2379.
 
 That etcd is a real one on the loopback of a network namespace of the test's own, and the
 shell runs inside that namespace (so the tour's default endpoints reach it and nothing else)
-with a private /tmp (so the files the tour writes there never meet another run's).
+with a private /tmp/pyflannel-tour, where the tour writes (so its files never meet another
+run's). Only that directory: a private /tmp would hide a checkout that lives under /tmp.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 import shlex
@@ -24,6 +26,7 @@ pytestmark = [pytest.mark.root, pytest.mark.etcd]
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+TOUR_DIR = Path("/tmp/pyflannel-tour")  # the README's own path
 
 
 def tour_commands(readme: str) -> list[str]:
@@ -64,15 +67,31 @@ def tour_etcd() -> Iterator[tuple[str, EtcdServer]]:
         subprocess.run(["ip", "netns", "del", netns], check=False)
 
 
-def test_every_tour_command_runs_as_written(tour_etcd: tuple[str, EtcdServer]) -> None:
+@pytest.fixture
+def tour_dir() -> Iterator[Path]:
+    """Where the tour writes; each run mounts its own tmpfs on it (the directory itself is
+    shared by concurrent runs, so it is removed only when empty and when this run made it)."""
+    made = not TOUR_DIR.exists()
+    TOUR_DIR.mkdir(exist_ok=True)
+    try:
+        yield TOUR_DIR
+    finally:
+        if made:
+            with contextlib.suppress(OSError):
+                TOUR_DIR.rmdir()
+
+
+def test_every_tour_command_runs_as_written(
+    tour_etcd: tuple[str, EtcdServer], tour_dir: Path
+) -> None:
     netns, etcd = tour_etcd
     commands = tour_commands(README.read_text())
     script = "\n".join(
         [
             "set -euo pipefail",
             "trap 'echo \"tour command failed: $BASH_COMMAND\" >&2' ERR",
-            # `ip netns exec` gives the shell a mount namespace of its own: this /tmp is too.
-            "mount -t tmpfs tour-tmp /tmp",
+            # `ip netns exec` gives the shell a mount namespace of its own: this mount is too.
+            f"mount -t tmpfs tour-tmp {tour_dir}",
             *commands,
         ]
     )
