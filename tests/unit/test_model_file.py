@@ -22,6 +22,10 @@ def error_of(text: str, *, is_json: bool = False) -> str:
 def test_both_formats_give_plain_data_and_anchors_work() -> None:
     assert parse_model_text('{"a": [1, {"b": null}]}', is_json=True) == {"a": [1, {"b": None}]}
     assert parse_model_text("a: &x [1]\nb: *x\n", is_json=False) == {"a": [1], "b": [1]}
+    assert parse_model_text("a: &m {x: 1}\nb: *m\n", is_json=False) == {
+        "a": {"x": 1},
+        "b": {"x": 1},
+    }
 
 
 @pytest.mark.parametrize("is_json", [True, False])
@@ -54,6 +58,12 @@ def test_json_errors_give_line_and_column_in_characters() -> None:
     )
 
 
+def test_a_json_error_without_a_position_has_none_appended() -> None:
+    assert error_of('{"a":1e999}', is_json=True) == (
+        "json: cannot unmarshal number 1e999 into Go value of type float64"
+    )
+
+
 def test_yaml_errors_are_model_file_errors() -> None:
     assert error_of("when: 2001-13-45\n") == "month must be in 1..12"
     assert "expected ',' or ']'" in error_of("a: [1")
@@ -66,6 +76,14 @@ def test_yaml_nesting_may_reach_the_limit_and_not_beyond() -> None:
     assert deep == []
     too_deep = "# c\n" + "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1)
     assert error_of(too_deep) == f"it nests deeper than {MAX_DEPTH} levels (line 2)"
+
+
+def test_nesting_is_counted_from_each_level_left_not_from_the_top() -> None:
+    """Leaving a collection returns to its parent's depth, whatever siblings came before."""
+    after_siblings = "- []\n- []\n- " + "[" * MAX_DEPTH + "]" * MAX_DEPTH
+    assert error_of(after_siblings) == f"it nests deeper than {MAX_DEPTH} levels (line 3)"
+    after_a_nested_sibling = "[[[], " + "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1) + "]]"
+    assert error_of(after_a_nested_sibling) == (f"it nests deeper than {MAX_DEPTH} levels (line 1)")
 
 
 def alias_bomb(values: int) -> str:
