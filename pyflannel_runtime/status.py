@@ -34,6 +34,13 @@ from pyflannel_runtime.agent.cli_flags import (
 )
 from pyflannel_runtime.agent.flags import Options
 from pyflannel_runtime.backend import registry
+from pyflannel_runtime.ipam.node import (
+    DEFAULT_CONFLIST,
+    PodAddresses,
+    pod_addresses,
+    usage_dict,
+    usage_text,
+)
 from pyflannel_runtime.model.lease import Lease
 from pyflannel_runtime.ops.agent import (
     AgentHealth,
@@ -151,8 +158,14 @@ def _box(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return [rule, line(header), rule, *(line(r) for r in rows), rule]
 
 
-def render_table(report: VerifyReport, now: float, agent: AgentHealth | None = None) -> str:
-    """The agent's health (when asked), the leases, what is wrong, and the summary last."""
+def render_table(
+    report: VerifyReport,
+    now: float,
+    agent: AgentHealth | None = None,
+    pods: PodAddresses | None = None,
+) -> str:
+    """The agent's health (when asked), the leases, what is wrong, this host's pod addresses
+    (when read), and the summary last."""
     kube = report.store == "kube"
     # Only node annotations name a node: an etcd lease holds a public IP and backend data, and
     # naming its host would take a reverse DNS lookup per lease (seconds each while DNS is
@@ -203,13 +216,20 @@ def render_table(report: VerifyReport, now: float, agent: AgentHealth | None = N
         ]),
         ("Problems:", [*report.problems, *_mtu_problems(report), *report.subnet_env]),
         ("Checked on this host:", checked(report)),
-        ("Notes:", list(report.notes)),
+        ("Pod addresses on this host:", [usage_text(u) for u in pods.usage] if pods else []),
+        ("Notes:", [*report.notes, *_pods_unchecked(pods)]),
     ]  # fmt: skip
     for title, items in sections:
         if items:
             lines += ["", title, *(f"  {item}" for item in items)]
     lines += ["", summary(report, agent)]
     return "\n".join(lines) + "\n"
+
+
+def _pods_unchecked(pods: PodAddresses | None) -> list[str]:
+    if pods is None or pods.unchecked is None:
+        return []
+    return [f"pod addresses not checked: {pods.unchecked}"]
 
 
 def checked(report: VerifyReport) -> list[str]:
@@ -234,8 +254,11 @@ def _iso(expiration: float | None) -> str | None:
     return datetime.fromtimestamp(expiration, UTC).isoformat().replace("+00:00", "Z")
 
 
-def report_dict(report: VerifyReport, agent: AgentHealth | None = None) -> dict[str, Any]:
-    """The report for scripts: the agent, every lease, every mismatch, and the counts."""
+def report_dict(
+    report: VerifyReport, agent: AgentHealth | None = None, pods: PodAddresses | None = None
+) -> dict[str, Any]:
+    """The report for scripts: the agent, every lease, every mismatch, this host's pod
+    addresses (None: not asked), and the counts."""
 
     def text(value: object) -> str | None:
         return None if value is None else str(value)
@@ -275,6 +298,13 @@ def report_dict(report: VerifyReport, agent: AgentHealth | None = None) -> dict[
         "problems": list(report.problems),
         "checked": checked(report),
         "notes": list(report.notes),
+        "pod_addresses": None
+        if pods is None
+        else {
+            "checked": pods.unchecked is None,
+            "reason": pods.unchecked,
+            "usage": [usage_dict(u) for u in pods.usage],
+        },
         "summary": {
             "datapath_checked": report.actual is not None,
             "leases": len(report.leases),
@@ -288,8 +318,10 @@ def report_dict(report: VerifyReport, agent: AgentHealth | None = None) -> dict[
     }
 
 
-def render_json(report: VerifyReport, agent: AgentHealth | None = None) -> str:
-    return json.dumps(report_dict(report, agent), indent=2) + "\n"
+def render_json(
+    report: VerifyReport, agent: AgentHealth | None = None, pods: PodAddresses | None = None
+) -> str:
+    return json.dumps(report_dict(report, agent, pods), indent=2) + "\n"
 
 
 # --- the command ------------------------------------------------------------------------------
@@ -323,6 +355,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "reached from inside it (default: this one)",
     )
     parser.add_argument(
+        "--conflist",
+        metavar="FILE",
+        default=DEFAULT_CONFLIST,
+        help="the CNI conflist whose host-local store holds this host's pod addresses, counted "
+        f"without asking the container runtimes (`pyflannel ipam` does; default {DEFAULT_CONFLIST})",
+    )
+    parser.add_argument(
         "--leases-only",
         action="store_true",
         help="list the leases; check neither the agent nor the datapath",
@@ -347,6 +386,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class Status:
     report: VerifyReport
     agent: AgentHealth | None  # None: not asked (--leases-only)
+    pods: PodAddresses | None = None  # None: not asked (--leases-only)
 
 
 def target_host(
@@ -418,7 +458,8 @@ def collect(args: argparse.Namespace, environ: Mapping[str, str]) -> Status:
         raise StatusFailed(f"{err}\n{_HINT}", agent) from None
     except VerifyError as err:
         raise StatusFailed(str(err), agent) from None
-    return Status(report, agent)
+    pods = None if args.leases_only else pod_addresses(args.conflist)
+    return Status(report, agent, pods)
 
 
 def command(args: argparse.Namespace) -> int:
@@ -431,10 +472,10 @@ def command(args: argparse.Namespace) -> int:
             print(err.agent.describe(), flush=True)
         print(f"pyflannel status: {err}", file=sys.stderr)
         return EXIT_ERROR
-    report, agent = status.report, status.agent
+    report, agent, pods = status.report, status.agent, status.pods
     if args.output == "json":
-        sys.stdout.write(render_json(report, agent))
+        sys.stdout.write(render_json(report, agent, pods))
     else:
-        sys.stdout.write(render_table(report, time.time(), agent))
+        sys.stdout.write(render_table(report, time.time(), agent, pods))
     healthy = agent is None or agent.ok
     return EXIT_OK if report.ok and healthy else EXIT_MISMATCH

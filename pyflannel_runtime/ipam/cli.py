@@ -24,6 +24,7 @@ from pyflannel_runtime.ipam.node import (
     load_target,
     release_leaks,
     report_dict,
+    usage_text,
 )
 from pyflannel_runtime.ipam.runtimes import live_containers
 
@@ -113,12 +114,7 @@ def render_table(node: NodeIpam) -> str:
     lines = [
         f"network {node.target.network} on this node (subnet.env {node.target.conf.subnet_file})"
     ]
-    for usage in node.usage:
-        leaked = f", {usage.leaked} of them look leaked" if usage.leaked else ""
-        lines.append(
-            f"  IPv{usage.version} {usage.subnet}: {usage.used} of {usage.capacity} addresses in"
-            f" use, {usage.free} free{leaked}"
-        )
+    lines += [f"  {usage_text(usage)}" for usage in node.usage]
     lines.append(
         f"  host-local store {node.target.hostlocal_dir}, flannel state {node.target.state_dir}"
     )

@@ -51,6 +51,26 @@ class FamilyUsage:
         return max(0, self.capacity - self.used)
 
 
+def usage_text(usage: FamilyUsage) -> str:
+    """One family's usage as `pyflannel ipam` and `pyflannel status` print it."""
+    leaked = f", {usage.leaked} of them look leaked" if usage.leaked else ""
+    return (
+        f"IPv{usage.version} {usage.subnet}: {usage.used} of {usage.capacity} addresses in use, "
+        f"{usage.free} free{leaked}"
+    )
+
+
+def usage_dict(usage: FamilyUsage) -> dict[str, Any]:
+    return {
+        "family": f"ipv{usage.version}",
+        "subnet": usage.subnet,
+        "capacity": usage.capacity,
+        "used": usage.used,
+        "free": usage.free,
+        "leaked": usage.leaked,
+    }
+
+
 @dataclass(frozen=True)
 class AllocationRow:
     allocation: Allocation
@@ -193,6 +213,26 @@ def inspect_node(target: GcTarget, runtime: RuntimeView) -> NodeIpam:
     )
 
 
+@dataclass(frozen=True)
+class PodAddresses:
+    """A node's pod address usage as far as its own files tell, or why they could not be read."""
+
+    usage: tuple[FamilyUsage, ...]
+    unchecked: str | None = None  # the reason nothing was counted
+
+
+def pod_addresses(conflist: str) -> PodAddresses:
+    """This node's usage without asking the container runtimes (slow, and `pyflannel ipam`'s
+    job): an allocation looks leaked only when no flannel state file backs it."""
+    try:
+        node = inspect_node(load_target(conflist), RuntimeView((), None))
+    except IpamError as err:
+        return PodAddresses((), str(err))
+    if not node.usage:
+        return PodAddresses((), "; ".join(node.problems) or "the node has no pod subnet")
+    return PodAddresses(node.usage)
+
+
 def release_leaks(
     node: NodeIpam, cni_path: str, environ: Mapping[str, str], dry_run: bool = False
 ) -> tuple[GcReport, str]:
@@ -222,17 +262,7 @@ def report_dict(
         "state_dir": node.target.state_dir,
         "store": node.target.hostlocal_dir,
         "subnets": list(node.subnets),
-        "usage": [
-            {
-                "family": f"ipv{u.version}",
-                "subnet": u.subnet,
-                "capacity": u.capacity,
-                "used": u.used,
-                "free": u.free,
-                "leaked": u.leaked,
-            }
-            for u in node.usage
-        ],
+        "usage": [usage_dict(u) for u in node.usage],
         "runtime": {
             "sources": list(node.runtime.sources),
             "containers": None if node.runtime.containers is None else len(node.runtime.containers),

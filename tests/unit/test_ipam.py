@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 
 from pyflannel_runtime.cli import main
 from pyflannel_runtime.cni.hostlocal_store import Allocation, address_pool
-from pyflannel_runtime.ipam.node import IpamError, classify, ipam_usage, load_target
+from pyflannel_runtime.ipam.node import (
+    IpamError,
+    PodAddresses,
+    classify,
+    ipam_usage,
+    load_target,
+    pod_addresses,
+)
 from pyflannel_runtime.ipam.runtimes import ask_runtimes
 from tests.unit.cni_site import PLUGINS, CniSite
 
@@ -232,3 +239,27 @@ def test_ipam_gc_refuses_without_knowing_the_live_containers(
 def test_ipam_of_a_missing_conflist(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["ipam", "--conflist", str(tmp_path / "none.conflist")]) == 2
     assert capsys.readouterr().err.startswith("pyflannel ipam: cannot read ")
+
+
+def test_pod_addresses_count_without_asking_runtimes(leaky: tuple[CniSite, Path]) -> None:
+    """What `pyflannel status` shows: only allocations no state file backs look leaked (bare,
+    lost), since no runtime is asked whether a container is gone."""
+    _, conflist = leaky
+    found = pod_addresses(str(conflist))
+    assert found.unchecked is None
+    assert [(u.version, u.subnet, u.used, u.leaked) for u in found.usage] == [
+        (4, "10.5.3.0/24", 4, 2),
+        (6, "fd05:0:3::/64", 4, 2),
+    ]
+
+
+def test_pod_addresses_say_why_they_were_not_counted(tmp_path: Path) -> None:
+    missing = tmp_path / "10-flannel.conflist"
+    found = pod_addresses(str(missing))
+    assert found == PodAddresses((), f"cannot read {missing}: No such file or directory")
+    site = CniSite(tmp_path)
+    conflist = site.write_conflist()
+    Path(site.subnet_env).unlink()
+    unknown = pod_addresses(str(conflist))
+    assert unknown.usage == () and unknown.unchecked is not None
+    assert unknown.unchecked.startswith("the node's subnet is unknown: ")

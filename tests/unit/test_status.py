@@ -15,6 +15,7 @@ from pyflannel_runtime.agent.flags import Options
 from pyflannel_runtime.backend.host import HostDatapath
 from pyflannel_runtime.backend.peers import VxlanDevices, hostgw_peer_entries, vxlan_peer_entries
 from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
+from pyflannel_runtime.ipam.node import FamilyUsage, PodAddresses
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs
 from pyflannel_runtime.netlink.entries import (
     DatapathState,
@@ -411,3 +412,42 @@ def test_summaries_claim_only_what_was_checked_and_name_the_agents_state() -> No
     data = report_dict(checked, down)
     assert data["agent"]["state"] == "down" and data["ok"] is False
     assert report_dict(checked, unchecked("healthz off"))["ok"] is True
+
+
+def test_this_hosts_pod_addresses_are_listed_or_said_to_be_unchecked() -> None:
+    own, peer = vxlan_lease(1), vxlan_lease(2)
+    report = compare(
+        rows(own, peer), own, VXLAN_HOST, DatapathState.of(vxlan_entries(peer)), "etcd"
+    )
+    summary = "2 leases, 1 peer programmed, 0 missing, 0 stale"
+    usage = FamilyUsage(4, "10.244.1.0/24", capacity=253, used=3, leaked=1)
+    table = render_table(report, 0, pods=PodAddresses((usage,)))
+    assert table.endswith(
+        "\nPod addresses on this host:\n"
+        "  IPv4 10.244.1.0/24: 3 of 253 addresses in use, 250 free, 1 of them look leaked\n"
+        f"\n{summary}\n"
+    )
+    unread = PodAddresses((), "cannot read /etc/cni/net.d/10-flannel.conflist: No such file")
+    assert render_table(report, 0, pods=unread).endswith(
+        "\nNotes:\n"
+        "  pod addresses not checked: cannot read /etc/cni/net.d/10-flannel.conflist: No such file\n"
+        f"\n{summary}\n"
+    )
+    assert "Pod addresses" not in render_table(report, 0) and "pod addresses" not in (
+        render_table(report, 0)
+    )
+
+    assert report_dict(report)["pod_addresses"] is None  # --leases-only: not asked
+    assert report_dict(report, pods=PodAddresses((usage,)))["pod_addresses"] == {
+        "checked": True,
+        "reason": None,
+        "usage": [
+            {"family": "ipv4", "subnet": "10.244.1.0/24", "capacity": 253, "used": 3,
+             "free": 250, "leaked": 1}
+        ],
+    }  # fmt: skip
+    assert json.loads(render_json(report, pods=unread))["pod_addresses"] == {
+        "checked": False,
+        "reason": unread.unchecked,
+        "usage": [],
+    }
