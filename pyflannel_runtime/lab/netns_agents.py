@@ -162,7 +162,17 @@ class AgentLab(Lab):
             f"--subnet-file={self.subnet_file(host)}",
             f"--healthz-port={HEALTHZ_PORT}",
             "--agent-env=",
+            f"--conflist={self.write_conflist(host)}",
         ]
+
+    def write_conflist(self, host: LabHost) -> Path:
+        """The host's flannel conflist, as the CNI role installs one, so that `pyflannel ipam`
+        and `pyflannel status` find its pod addresses; the path."""
+        config = self.cni_config(host)
+        network = {"cniVersion": config.pop("cniVersion"), "name": config.pop("name")}
+        path = self.workdir / host.ns / "10-flannel.conflist"
+        path.write_text(json.dumps({**network, "plugins": [config]}, indent=2) + "\n")
+        return path
 
     def start_agent(self, host: LabHost, *extra: str) -> Agent:
         log_path = self.workdir / f"{host.ns}.log"
