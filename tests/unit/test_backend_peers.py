@@ -13,6 +13,7 @@ from pyflannel_runtime.backend.peers import (
     PeerSkipped,
     VxlanDevices,
     hostgw_peer_entries,
+    udp_peer_route,
     vxlan_peer_entries,
 )
 from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
@@ -211,3 +212,13 @@ def test_hostgw_one_route_per_family_both_sides_have(lease: Lease, ipv4: bool, i
         if (ipv4 if version == 4 else ipv6)
     ]
     assert hostgw_peer_entries(lease, 2, ipv4, ipv6) == tuple(expected)
+
+
+def test_the_udp_forwarder_routes_a_peers_ipv4_subnet_to_its_public_ip_and_nothing_else() -> None:
+    attrs = LeaseAttrs(IPv4Address("192.0.2.12"))
+    subnet = ip_network("10.244.2.0/24")
+    assert udp_peer_route(Lease(subnet, None, attrs)) == (subnet, IPv4Address("192.0.2.12"))
+    # A v6-only peer: its lease carries no IPv4 subnet, or one that its flags disable.
+    v6 = ip_network("fd00:10:244:2::/64")
+    assert udp_peer_route(Lease(None, v6, attrs, enable_ipv4=False, enable_ipv6=True)) is None
+    assert udp_peer_route(Lease(subnet, v6, attrs, enable_ipv4=False, enable_ipv6=True)) is None
