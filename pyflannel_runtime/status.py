@@ -42,12 +42,15 @@ from pyflannel_runtime.ipam.node import (
     usage_text,
 )
 from pyflannel_runtime.model.lease import Lease
-from pyflannel_runtime.ops.agent import (
-    AgentHealth,
-    AgentState,
-    agent_endpoint,
-    duration,
-    probe_agent,
+from pyflannel_runtime.ops.agent import AgentHealth, agent_endpoint, duration
+from pyflannel_runtime.ops.node_check import (
+    ask_agent,
+    check_node,
+    lease_label,
+    mtu_problems,
+    rejected,
+    subnets_text,
+    summary,
 )
 from pyflannel_runtime.ops.verify import (
     Datapath,
@@ -83,10 +86,6 @@ EXIT_ERROR = 2
 # --- rendering (pure) -------------------------------------------------------------------------
 
 
-def subnets_text(lease: Lease) -> str:
-    return ", ".join(str(s) for s in (lease.subnet, lease.ipv6_subnet) if s is not None)
-
-
 def public_ips_text(lease: Lease) -> str:
     attrs = lease.attrs
     shown = [str(attrs.public_ip)] if lease.subnet is not None or not attrs.public_ipv6 else []
@@ -120,32 +119,6 @@ def _datapath_cell(status: LeaseStatus) -> str:
         return "-"
     state: str = status.datapath.value
     return state
-
-
-def summary(report: VerifyReport, agent: AgentHealth | None = None) -> str:
-    """One line that counts only what was checked: without the kernel read it says the
-    datapath was not checked rather than "0 missing"; `agent` None: not asked at all."""
-    leases, programmed = len(report.leases), report.count(Datapath.PROGRAMMED)
-    parts = [f"{leases} lease{'s' * (leases != 1)}"]
-    if report.actual is None:
-        parts.append("datapath not checked")
-    else:
-        missing = report.count(Datapath.MISSING)
-        if programmed or missing or not report.count(Datapath.UNCHECKED):
-            parts += [
-                f"{programmed} peer{'s' * (programmed != 1)} programmed",
-                f"{missing} missing",
-            ]
-        else:
-            parts.append("peers not checked")
-        parts.append(f"{len(report.stale)} stale")
-    skipped = report.count(Datapath.SKIPPED)
-    parts += [f"{skipped} skipped"] if skipped else []
-    parts += [f"{report.rejected} rejected"] if report.rejected else []
-    text = ", ".join(parts)
-    if agent is None:
-        return text
-    return f"{text}; agent {'health ' * (agent.state is AgentState.UNCHECKED)}{agent.state.value}"
 
 
 def _box(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -193,12 +166,12 @@ def render_table(
             "Missing on this host:",
             [
                 *(
-                    f"{_label(s)}: {describe(entry, report.names)}"
+                    f"{lease_label(s)}: {describe(entry, report.names)}"
                     for s in report.leases
                     for entry in s.missing
                 ),
                 *(
-                    f"{_label(s)}: {s.note}"
+                    f"{lease_label(s)}: {s.note}"
                     for s in report.leases
                     if s.datapath is Datapath.MISSING and s.note
                 ),
@@ -208,13 +181,10 @@ def render_table(
             describe(entry, report.names) for entry in report.stale
         ]),
         ("Skipped:", [
-            f"{_label(s)}: {s.note}" for s in report.leases if s.datapath is Datapath.SKIPPED
+            f"{lease_label(s)}: {s.note}" for s in report.leases if s.datapath is Datapath.SKIPPED
         ]),
-        ("Rejected (never programmed):", [
-            *(f"{_label(s)}: {s.note}" for s in report.leases if s.datapath is Datapath.REJECTED),
-            *(f"{u.name}: {u.reason}" for u in report.unreadable),
-        ]),
-        ("Problems:", [*report.problems, *_mtu_problems(report), *report.subnet_env]),
+        ("Rejected (never programmed):", rejected(report)),
+        ("Problems:", [*report.problems, *mtu_problems(report), *report.subnet_env]),
         ("Checked on this host:", checked(report)),
         ("Pod addresses on this host:", [usage_text(u) for u in pods.usage] if pods else []),
         ("Notes:", [*report.notes, *_pods_unchecked(pods)]),
@@ -236,16 +206,6 @@ def checked(report: VerifyReport) -> list[str]:
     """What was found right besides the peers' entries: devices, routes, workers, MTUs."""
     mtus = [f"{m.device} has MTU {m.actual}" for m in report.mtus if m.ok]
     return [*report.checked, *mtus]
-
-
-def _mtu_problems(report: VerifyReport) -> list[str]:
-    return [
-        f"{m.device} has MTU {m.actual}, expected {m.expected}" for m in report.mtus if not m.ok
-    ]
-
-
-def _label(status: LeaseStatus) -> str:
-    return status.row.node or subnets_text(status.row.lease)
 
 
 def _iso(expiration: float | None) -> str | None:
@@ -389,12 +349,7 @@ class Status:
     pods: PodAddresses | None = None  # None: not asked (--leases-only)
 
 
-def target_host(
-    args: argparse.Namespace,
-    opts: Options,
-    environ: Mapping[str, str],
-    agent: AgentHealth | None = None,
-) -> Host:
+def target_host(args: argparse.Namespace, opts: Options, environ: Mapping[str, str]) -> Host:
     """The host to check. Its own lease: by --public-ip, else by subnet.env, which is then
     checked too (with --public-ip only when a subnet file is named explicitly)."""
     public_ip = None
@@ -402,13 +357,7 @@ def target_host(
         public_ip = ip_address(opts.public_ip)  # checked by the agent's flag validation
     named = args.subnet_file is not None or "FLANNELD_SUBNET_FILE" in environ
     subnet_file = opts.subnet_file if public_ip is None or named else None
-    forwarder = agent.facts.forwarder if agent is not None else None
-    return Host(
-        netns=args.netns,
-        public_ip=public_ip,
-        subnet_file=subnet_file,
-        forwarder=forwarder.routes if forwarder is not None else None,
-    )
+    return Host(netns=args.netns, public_ip=public_ip, subnet_file=subnet_file)
 
 
 def lease_store(opts: Options, timeout: float) -> LeaseStore:
@@ -417,18 +366,6 @@ def lease_store(opts: Options, timeout: float) -> LeaseStore:
     if opts.kube_subnet_mgr:
         return kube_settings(opts, request_timeout=timeout)
     return etcd_settings(opts, request_timeout=timeout)
-
-
-def ask_agent(opts: Options, netns: str | None, timeout: float) -> AgentHealth:
-    """The agent's health, asked from inside the host's network namespace."""
-    from pyflannel_runtime.netlink.netns import NETNS_RUN_DIR, run_in_netns
-
-    endpoint = agent_endpoint(opts.healthz_ip, opts.healthz_port)
-    if endpoint is None:
-        return probe_agent(None, timeout)
-    if netns is not None and not os.path.exists(os.path.join(NETNS_RUN_DIR, netns)):
-        raise VerifyError(f"network namespace {netns} does not exist")
-    return run_in_netns(netns, lambda: probe_agent(endpoint, timeout))
 
 
 class StatusFailed(Exception):
@@ -444,12 +381,16 @@ def collect(args: argparse.Namespace, environ: Mapping[str, str]) -> Status:
     try:
         env = agent_environment(args, environ)
         opts = agent_options(args, AGENT_FLAGS, env)
-        agent = None if args.leases_only else ask_agent(opts, args.netns, args.timeout)
+        endpoint = agent_endpoint(opts.healthz_ip, opts.healthz_port)
+        agent = None if args.leases_only else ask_agent(endpoint, args.netns, args.timeout)
     except (AgentFlagsError, VerifyError) as err:
         raise StatusFailed(str(err)) from None
-    host = target_host(args, opts, env, agent)
+    host, store = target_host(args, opts, env), lease_store(opts, args.timeout)
     try:
-        report = verify(lease_store(opts, args.timeout), host, leases_only=args.leases_only)
+        if agent is None:
+            report = verify(store, host, leases_only=True)
+        else:
+            report = check_node(store, host, agent)
     except OwnLeaseUnknown as err:
         raise StatusFailed(
             f"{err}; pass --public-ip, --subnet-file or --leases-only", agent

@@ -8,14 +8,21 @@ module: routes
 short_description: Verify a node's flannel datapath against the lease store and repair drift
 version_added: 0.1.0
 description:
+  - Asks the node's agent how it is (its C(/healthz), C(/readyz) and pyflanneld's C(/statusz)), as
+    C(pyflannel status) does.
   - Lists the leases (etcd or the Kubernetes API, as the agent does), finds this node's own lease,
     and compares what the node's agent programs for each peer (routes, neighbours, FDB entries, by the
     backend's own rules) with what the kernel holds; also the flannel devices' MTU and subnet.env.
+    With the udp backend, which forwards in user space, each peer is checked against the routes the
+    agent's forwarder publishes on C(/statusz), and flannel0, its route and the forwarding workers
+    against the kernel.
   - In check mode every missing or stale entry is reported as drift and nothing changes.
   - Otherwise only the difference is written, through the agent's batched netlink writer; C(changed)
     is true only when the kernel was written to. A route that is not flannel's is never replaced.
   - Problems it cannot repair (an MTU or subnet.env that disagrees with the lease, leases outside the
-    network) are returned in RV(problems) and fail the module when O(fail_on_problems) is set.
+    network) are returned in RV(problems) and fail the module when O(fail_on_problems) is set. An agent
+    that is down or not ready is a warning and ends RV(summary): the datapath is still checked and
+    repaired without it.
   - Runs with the agent's virtualenv interpreter.
 extends_documentation_fragment:
   - pyflannel.network.attributes
@@ -46,6 +53,14 @@ options:
     description: The agent's subnet.env, checked against the lease and returned in RV(subnet_env).
     type: path
     default: /run/flannel/subnet.env
+  healthz_ip:
+    description: The agent's C(--healthz-ip); an unspecified address is asked on loopback.
+    type: str
+    default: 0.0.0.0
+  healthz_port:
+    description: The agent's C(--healthz-port); C(0) (no health server) leaves the agent unchecked.
+    type: int
+    default: 8081
   fail_on_problems:
     description: Fail when the report has problems the module cannot repair.
     type: bool
@@ -66,13 +81,20 @@ EXAMPLES = r"""
 
 RETURN = r"""
 summary:
-  description: One line for people.
+  description: One line for people, as C(pyflannel status) ends.
   returned: always
   type: str
-  sample: 3 leases, 2 peers programmed, 0 missing, 0 stale
+  sample: 3 leases, 2 peers programmed, 0 missing, 0 stale; agent ready
+agent:
+  description: The agent's state (C(ready), C(not ready), C(down), C(not checked)), why, and what it
+    publishes about itself.
+  returned: always
+  type: dict
+  sample: {state: ready, reason: null, endpoint: "http://127.0.0.1:8081", name: pyflanneld, version: 0.1.0,
+           pid: 412, uptime_seconds: 73, backend: vxlan}
 leases:
   description: How many leases, and how many peers are programmed, missing entries, skipped, rejected
-    or not checked (a backend with no per-peer kernel entries, such as udp).
+    or not checked (udp peers when the agent does not publish its forwarder's routes).
   returned: always
   type: dict
   sample: {total: 3, programmed: 2, missing: 0, skipped: 0, rejected: 0, unchecked: 0}
@@ -104,7 +126,7 @@ notes:
   returned: always
   type: list
   elements: str
-  sample: ["the udp backend's datapath is not checked"]
+  sample: ["subnet.env is not checked (no subnet file given)"]
 problems:
   description: What is wrong and is not repaired here.
   returned: always
@@ -130,6 +152,8 @@ def build_module():
             "net_config_path": {"type": "path", "default": "/etc/kube-flannel/net-conf.json"},
             "public_ip": {"type": "str"},
             "subnet_file": {"type": "path", "default": "/run/flannel/subnet.env"},
+            "healthz_ip": {"type": "str", "default": "0.0.0.0"},
+            "healthz_port": {"type": "int", "default": 8081},
             "fail_on_problems": {"type": "bool", "default": True},
         },
         required_if=[("datastore", "etcd", ["etcd_endpoints"])],
@@ -148,58 +172,32 @@ def _store(params):
     )
 
 
-def _subnet_env(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read(64 * 1024)
-    except OSError:
-        return {}
-    pairs = (line.partition("=") for line in text.splitlines() if "=" in line)
-    return {key.strip(): value.strip() for key, _, value in pairs}
-
-
-def _problems(report):
-    problems = list(report.problems) + list(report.subnet_env)
-    problems += [
-        f"{m.device}: MTU {m.actual}, subnet.env says {m.expected}" for m in report.mtus if not m.ok
-    ]
-    problems += [
-        f"{s.row.lease.subnet}: {s.note}"
-        for s in report.leases
-        if s.note and s.datapath.value == "rejected"
-    ]
-    problems += [f"unreadable lease {u}" for u in report.unreadable]
-    return problems
-
-
-def summarize(counts, missing, stale):
-    """One line for people; peers that were not checked are not counted as programmed."""
-    peers = f"{counts['programmed']} peers programmed"
-    if counts["unchecked"]:
-        peers += f", {counts['unchecked']} not checked"
-    return f"{counts['total']} leases, {peers}, {missing} missing, {stale} stale"
-
-
 def main():
     module = build_module()
     require_runtime(module)
     from ipaddress import ip_address
 
+    from pyflannel_runtime.ops import node_check
+    from pyflannel_runtime.ops.agent import agent_endpoint
     from pyflannel_runtime.ops.repair import RepairError, apply_repair, plan_repair
-    from pyflannel_runtime.ops.verify import Datapath, Host, VerifyError, verify
+    from pyflannel_runtime.ops.verify import Host, VerifyError
 
     params = module.params
     try:
         public_ip = ip_address(params["public_ip"]) if params["public_ip"] else None
     except ValueError as err:
         module.fail_json(msg=f"public_ip: {err}")
+    try:
+        endpoint = agent_endpoint(params["healthz_ip"], params["healthz_port"])
+    except ValueError as err:
+        module.fail_json(msg=f"healthz_ip, healthz_port: {err}")
     host = Host(public_ip=public_ip, subnet_file=params["subnet_file"])
     try:
-        report = verify(_store(params), host)
+        agent = node_check.ask_agent(endpoint, None)
+        report = node_check.check_node(_store(params), host, agent)
     except (VerifyError, OSError) as err:
         module.fail_json(msg=f"cannot verify: {err}")
     missing = [report.describe(e) for e in report.missing]
-    stale = [report.describe(e) for e in report.stale]
     ops = plan_repair(report)
     writes = 0
     if ops and not module.check_mode:
@@ -207,40 +205,26 @@ def main():
             writes = apply_repair(ops, host, report.names)
         except RepairError as err:
             module.fail_json(msg=f"repair failed after {err.writes} writes: {err}", missing=missing)
-    counts = {
-        "total": len(report.leases),
-        "programmed": report.count(Datapath.PROGRAMMED),
-        "missing": report.count(Datapath.MISSING),
-        "skipped": report.count(Datapath.SKIPPED),
-        "rejected": report.rejected,
-        "unchecked": report.count(Datapath.UNCHECKED),
-    }
     result = {
         "changed": bool(ops) if module.check_mode else writes > 0,
-        "summary": summarize(counts, len(missing), len(stale)),
-        "leases": counts,
+        "summary": node_check.summary(report, agent),
+        "agent": agent.as_dict(),
+        "leases": node_check.lease_counts(report),
         "notes": list(report.notes),
         "missing": missing,
-        "stale": stale,
+        "stale": [report.describe(e) for e in report.stale],
         "writes": writes,
         "mtus": [
             {"device": m.device, "actual": m.actual, "expected": m.expected} for m in report.mtus
         ],
-        "subnet_env": _subnet_env(params["subnet_file"]),
-        "problems": _problems(report),
+        "subnet_env": node_check.read_subnet_env(params["subnet_file"]),
+        "problems": node_check.problems(report),
     }
-    if module._diff and (missing or stale):
-        present = sorted(
-            set(stale)
-            | {report.describe(e) for s in report.leases for e in s.expected} - set(missing)
-        )
-        wanted = sorted({report.describe(e) for s in report.leases for e in s.expected})
-        result["diff"] = {
-            "before_header": "kernel (flannel's entries)",
-            "after_header": "what the leases need",
-            "before": "".join(line + "\n" for line in present),
-            "after": "".join(line + "\n" for line in wanted),
-        }
+    if not agent.ok:
+        module.warn(agent.describe())
+    diff = node_check.drift_diff(report)
+    if module._diff and diff is not None:
+        result["diff"] = diff
     if result["problems"] and params["fail_on_problems"]:
         module.fail_json(msg="; ".join(result["problems"]), **result)
     module.exit_json(**result)

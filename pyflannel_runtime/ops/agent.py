@@ -51,7 +51,10 @@ class AgentEndpoint:
 
 
 def agent_endpoint(healthz_ip: str, healthz_port: int) -> AgentEndpoint | None:
-    """Where the agent's health server answers; None when it runs none (port 0)."""
+    """Where the agent's health server answers; None when it runs none (port 0). ValueError
+    for an address or port the agent would refuse."""
+    if not 0 <= healthz_port <= 65535:
+        raise ValueError(f"port {healthz_port} is not in 0-65535")
     if healthz_port == 0:
         return None
     ip = ip_address(healthz_ip or "0.0.0.0")

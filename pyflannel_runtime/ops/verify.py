@@ -399,13 +399,14 @@ def _lease_order(row: ListedLease) -> tuple[int, int]:
     return subnet.version, int(subnet.network_address)
 
 
-def _read_small(path: str) -> str:
+def read_subnet_env_text(path: str) -> str:
+    """subnet.env's text, bounded; OSError when it cannot be read."""
     return read_small_file(path, _SUBNET_ENV_LIMIT).decode("utf-8", errors="replace")
 
 
 def _own_subnets(path: str) -> list[IPNetwork]:
     try:
-        previous = read_previous_subnets(_read_small(path))
+        previous = read_previous_subnets(read_subnet_env_text(path))
     except OSError as err:
         raise OwnLeaseUnknown(
             f"cannot tell which lease is this host's: {path}: {err.strerror or err}"
@@ -473,13 +474,19 @@ def verify(store: LeaseStore, host: Host, *, leases_only: bool = False) -> Verif
     """The leases, and how the host's kernel and subnet.env compare with them (not with
     `leases_only`). Everything is read from inside the host's network namespace, the lease
     store included. Raises VerifyError when something could not be read."""
-    from pyflannel_runtime.netlink.netns import NETNS_RUN_DIR, run_in_netns
+    from pyflannel_runtime.netlink.netns import run_in_netns
 
-    netns = host.netns
+    require_netns(host.netns)
+    checked = None if leases_only else host
+    return run_in_netns(host.netns, lambda: _verify(store, checked))
+
+
+def require_netns(netns: str | None) -> None:
+    """VerifyError unless the named network namespace exists (None: this one, which does)."""
+    from pyflannel_runtime.netlink.netns import NETNS_RUN_DIR
+
     if netns is not None and not os.path.exists(os.path.join(NETNS_RUN_DIR, netns)):
         raise VerifyError(f"network namespace {netns} does not exist")
-    checked = None if leases_only else host
-    return run_in_netns(netns, lambda: _verify(store, checked))
 
 
 def _verify(store: LeaseStore, host: Host | None) -> VerifyReport:
@@ -522,7 +529,7 @@ def _verify(store: LeaseStore, host: Host | None) -> VerifyReport:
         notes.append("subnet.env is not checked (no subnet file given)")
         return report(own, kernel, notes=notes)
     try:
-        text = _read_small(host.subnet_file)
+        text = read_subnet_env_text(host.subnet_file)
     except OSError as err:
         env = [f"{host.subnet_file}: {err.strerror or err}"]
     else:

@@ -141,6 +141,12 @@ def test_the_endpoint_is_the_agents_own_and_every_address_means_loopback(
     assert agent_endpoint(ip, port) == expected
 
 
+@pytest.mark.parametrize("port", [-1, 65536])
+def test_a_port_out_of_range_is_refused(port: int) -> None:
+    with pytest.raises(ValueError, match=f"port {port} is not in 0-65535"):
+        agent_endpoint("0.0.0.0", port)
+
+
 def test_healthz_off_is_reported_as_not_checked_and_is_no_failure() -> None:
     health = probe_agent(None, timeout=1)
     assert health.state is AgentState.UNCHECKED and health.ok

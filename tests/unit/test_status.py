@@ -25,7 +25,14 @@ from pyflannel_runtime.netlink.entries import (
     Neigh,
     Route,
 )
-from pyflannel_runtime.ops.verify import Datapath, compare, describe, find_host_lease
+from pyflannel_runtime.ops.node_check import summary
+from pyflannel_runtime.ops.verify import (
+    Datapath,
+    VerifyReport,
+    compare,
+    describe,
+    find_host_lease,
+)
 from pyflannel_runtime.status import (
     AGENT_FLAGS,
     add_arguments,
@@ -33,7 +40,6 @@ from pyflannel_runtime.status import (
     render_json,
     render_table,
     report_dict,
-    summary,
 )
 from pyflannel_runtime.subnet.manager import ListedLease, UnreadableLease
 from pyflannel_runtime.subnet.watcher import LeaseScope
@@ -64,19 +70,28 @@ def vxlan_entries(lease: Lease) -> set[Route | Neigh | Fdb]:
     return set(vxlan_peer_entries(lease, VxlanDevices(DEV, None)))
 
 
+ROUTE3 = Route(ip_network("10.244.3.0/24"), ip_address("10.244.3.0"), DEV, onlink=True)
+STALE_FDB = Fdb(DEV, "0a:58:0a:f4:09:00", ip_address("192.0.2.19"))
+
+
+def drifted_report() -> VerifyReport:
+    """Three vxlan leases; the host lacks the third peer's route and has one stale FDB entry."""
+    own, peer2, peer3 = vxlan_lease(1), vxlan_lease(2), vxlan_lease(3)
+    peers = vxlan_entries(peer2) | (vxlan_entries(peer3) - {ROUTE3})
+    actual = DatapathState.of(peers | {STALE_FDB})
+    return compare(rows(own, peer2, peer3), own, VXLAN_HOST, actual, "etcd")
+
+
 def test_programmed_missing_and_stale_entries_are_told_apart() -> None:
     own, peer2, peer3 = vxlan_lease(1), vxlan_lease(2), vxlan_lease(3)
-    route3 = Route(ip_network("10.244.3.0/24"), ip_address("10.244.3.0"), DEV, onlink=True)
-    stale = Fdb(DEV, "0a:58:0a:f4:09:00", ip_address("192.0.2.19"))
-    actual = DatapathState.of(vxlan_entries(peer2) | (vxlan_entries(peer3) - {route3}) | {stale})
-    report = compare(rows(own, peer2, peer3), own, VXLAN_HOST, actual, "etcd")
+    report = drifted_report()
     states = [(s.row.lease.subnet, s.datapath, s.missing) for s in report.leases]
     assert states == [
         (own.subnet, Datapath.OWN, ()),
         (peer2.subnet, Datapath.PROGRAMMED, ()),
-        (peer3.subnet, Datapath.MISSING, (route3,)),
+        (peer3.subnet, Datapath.MISSING, (ROUTE3,)),
     ]
-    assert report.stale == (stale,)
+    assert report.stale == (STALE_FDB,)
     assert not report.ok
     assert summary(report) == "3 leases, 1 peer programmed, 1 missing, 1 stale"
 

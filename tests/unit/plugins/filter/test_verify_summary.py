@@ -13,7 +13,7 @@ def registered(subnet: str, pod: str, reachable: dict[str, bool]) -> dict[str, A
     return {
         "__flannel_verify_routes": {
             "subnet_env": env,
-            "summary": "3 leases, 2 peers programmed, 0 missing, 0 stale",
+            "summary": "3 leases, 2 peers programmed, 0 missing, 0 stale; agent ready",
             "missing": [],
             "stale": [],
             "writes": 0,
@@ -30,7 +30,7 @@ def test_every_node_and_the_matrix() -> None:
     }
     lines = verify_summary(["h1", "h2"], hostvars)
     assert "  subnet        10.244.1.1/24" in lines and "  MTU           1450" in lines
-    assert "  datapath      3 leases, 2 peers programmed, 0 missing, 0 stale" in lines
+    assert "  datapath      3 leases, 2 peers programmed, 0 missing, 0 stale; agent ready" in lines
     assert lines[-3:] == [
         "h1    -     ok    ",
         "h2    FAIL  -     ",
@@ -60,13 +60,19 @@ def test_pod_address_usage_per_family_with_leaks() -> None:
     assert "  pod addresses 9 of 99 in use, 90 free, 2 look leaked" in lines
 
 
+UDP_UNCHECKED = (
+    "udp peers not checked: the agent does not publish its forwarder's routes "
+    "(pyflanneld does on /statusz)"
+)
+
+
 def test_what_was_not_checked_is_noted_under_the_datapath() -> None:
     routes = {
-        "summary": "3 leases, 0 peers programmed, 2 not checked, 0 missing, 0 stale",
-        "notes": ["the udp backend's datapath is not checked"],
+        "summary": "3 leases, peers not checked, 0 stale; agent health not checked",
+        "notes": [UDP_UNCHECKED],
     }
     lines = verify_summary(["h1"], {"h1": {"__flannel_verify_routes": routes}})
     assert lines[3:5] == [
-        "  datapath      3 leases, 0 peers programmed, 2 not checked, 0 missing, 0 stale",
-        "    note        the udp backend's datapath is not checked",
+        "  datapath      3 leases, peers not checked, 0 stale; agent health not checked",
+        f"    note        {UDP_UNCHECKED}",
     ]

@@ -24,10 +24,8 @@ def test_an_unreachable_lease_store_fails_the_check(run_module: RunModule) -> No
     assert result["failed"] and result["msg"].startswith("cannot verify: ")
 
 
-def test_peers_a_backend_does_not_check_are_not_counted_as_programmed() -> None:
-    counts = {"total": 3, "programmed": 0, "unchecked": 2}
-    assert routes.summarize(counts, 0, 0) == (
-        "3 leases, 0 peers programmed, 2 not checked, 0 missing, 0 stale"
-    )
-    counts = {"total": 3, "programmed": 2, "unchecked": 0}
-    assert routes.summarize(counts, 1, 0) == "3 leases, 2 peers programmed, 1 missing, 0 stale"
+def test_a_health_port_the_agent_refuses_is_named(run_module: RunModule) -> None:
+    args = {"etcd_endpoints": ["http://127.0.0.1:9"], "healthz_port": 70000}
+    result = run_module(routes.main, args)
+    assert result["failed"]
+    assert result["msg"] == "healthz_ip, healthz_port: port 70000 is not in 0-65535"

@@ -1,0 +1,145 @@
+"""One node's check as ``pyflannel status`` and the routes module report it: the local agent's
+health, then the verify report, with a userspace forwarder's peers (udp) checked against the
+routes the agent publishes on /statusz.
+
+``ask_agent`` and ``check_node`` read (the agent, the leases, the kernel), inside the host's
+network namespace when one is named; the texts below them are pure and shared by the CLI's
+table and the module's result, so both say the same thing in the same words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pyflannel_runtime.model.lease import Lease
+from pyflannel_runtime.model.subnet_env import parse_dotenv
+from pyflannel_runtime.ops.agent import AgentEndpoint, AgentHealth, AgentState, probe_agent
+from pyflannel_runtime.ops.verify import (
+    Datapath,
+    Host,
+    LeaseStatus,
+    LeaseStore,
+    VerifyReport,
+    read_subnet_env_text,
+    require_netns,
+    verify,
+)
+
+# The agent answers its health server at once; the lease store bounds its own requests.
+DEFAULT_TIMEOUT = 10.0
+
+
+def ask_agent(
+    endpoint: AgentEndpoint | None, netns: str | None, timeout: float = DEFAULT_TIMEOUT
+) -> AgentHealth:
+    """The agent's health, asked from inside the host's network namespace (None: this one).
+    Raises VerifyError when the namespace does not exist."""
+    from pyflannel_runtime.netlink.netns import run_in_netns
+
+    if endpoint is None:
+        return probe_agent(None, timeout)
+    require_netns(netns)
+    return run_in_netns(netns, lambda: probe_agent(endpoint, timeout))
+
+
+def check_node(store: LeaseStore, host: Host, agent: AgentHealth) -> VerifyReport:
+    """Verify the host; a userspace forwarder's peers (udp) are checked against the routes that
+    `agent` (its agent's health as `ask_agent` found it) publishes. Raises VerifyError when
+    something could not be read."""
+    forwarder = agent.facts.forwarder
+    if forwarder is not None:
+        host = replace(host, forwarder=forwarder.routes)
+    return verify(store, host)
+
+
+def summary(report: VerifyReport, agent: AgentHealth | None = None) -> str:
+    """One line that counts only what was checked: without the kernel read it says the
+    datapath was not checked rather than "0 missing"; `agent` None: not asked at all."""
+    leases, programmed = len(report.leases), report.count(Datapath.PROGRAMMED)
+    parts = [f"{leases} lease{'s' * (leases != 1)}"]
+    if report.actual is None:
+        parts.append("datapath not checked")
+    else:
+        missing = report.count(Datapath.MISSING)
+        if programmed or missing or not report.count(Datapath.UNCHECKED):
+            parts += [
+                f"{programmed} peer{'s' * (programmed != 1)} programmed",
+                f"{missing} missing",
+            ]
+        else:
+            parts.append("peers not checked")
+        parts.append(f"{len(report.stale)} stale")
+    skipped = report.count(Datapath.SKIPPED)
+    parts += [f"{skipped} skipped"] if skipped else []
+    parts += [f"{report.rejected} rejected"] if report.rejected else []
+    text = ", ".join(parts)
+    if agent is None:
+        return text
+    return f"{text}; agent {'health ' * (agent.state is AgentState.UNCHECKED)}{agent.state.value}"
+
+
+def subnets_text(lease: Lease) -> str:
+    return ", ".join(str(s) for s in (lease.subnet, lease.ipv6_subnet) if s is not None)
+
+
+def lease_label(status: LeaseStatus) -> str:
+    """The node's name (Kubernetes), else the lease's subnets."""
+    return status.row.node or subnets_text(status.row.lease)
+
+
+def mtu_problems(report: VerifyReport) -> list[str]:
+    return [
+        f"{m.device} has MTU {m.actual}, expected {m.expected}" for m in report.mtus if not m.ok
+    ]
+
+
+def problems(report: VerifyReport) -> list[str]:
+    """What is wrong and no kernel write repairs: the network config, MTUs, subnet.env,
+    rejected leases."""
+    return [*report.problems, *mtu_problems(report), *report.subnet_env, *rejected(report)]
+
+
+def rejected(report: VerifyReport) -> list[str]:
+    """Leases the agent never programs, and why: outside the network, or unreadable."""
+    return [
+        *(f"{lease_label(s)}: {s.note}" for s in report.leases if s.datapath is Datapath.REJECTED),
+        *(f"{u.name}: {u.reason}" for u in report.unreadable),
+    ]
+
+
+def lease_counts(report: VerifyReport) -> dict[str, int]:
+    """How many leases, and how many peers are programmed, missing entries, skipped, rejected
+    or not checked."""
+    return {
+        "total": len(report.leases),
+        "programmed": report.count(Datapath.PROGRAMMED),
+        "missing": report.count(Datapath.MISSING),
+        "skipped": report.count(Datapath.SKIPPED),
+        "rejected": report.rejected,
+        "unchecked": report.count(Datapath.UNCHECKED),
+    }
+
+
+def drift_diff(report: VerifyReport) -> dict[str, str] | None:
+    """flannel's kernel entries before and after a repair, in Ansible's diff form; None when
+    nothing differs."""
+    missing = {report.describe(e) for e in report.missing}
+    stale = {report.describe(e) for e in report.stale}
+    if not (missing or stale):
+        return None
+    wanted = {report.describe(e) for status in report.leases for e in status.expected}
+    return {
+        "before_header": "kernel (flannel's entries)",
+        "after_header": "what the leases need",
+        "before": "".join(line + "\n" for line in sorted(stale | (wanted - missing))),
+        "after": "".join(line + "\n" for line in sorted(wanted)),
+    }
+
+
+def read_subnet_env(path: str) -> dict[str, str]:
+    """subnet.env's variables as flanneld's reader takes them; empty when it cannot be read
+    (verify says why)."""
+    try:
+        return parse_dotenv(read_subnet_env_text(path))
+    except OSError:
+        return {}
