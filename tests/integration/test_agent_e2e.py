@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.root, pytest.mark.etcd]
 
 BACKENDS = {"vxlan": {"Type": "vxlan"}, "host-gw": {"Type": "host-gw"}, "udp": {"Type": "udp"}}
 POD_MTU = {"vxlan": 1450, "host-gw": 1500, "udp": 1472}
+PING_DEADLINE_S = 60  # seconds; reached only if replies stop altogether
 
 
 def kernel_datapath(lab: AgentLab) -> None:
@@ -45,8 +46,15 @@ def lab(request: pytest.FixtureRequest) -> Iterator[AgentLab]:
 def ping_stream(
     lab: AgentLab, src: LabHost, dst: LabHost, count: int
 ) -> Iterator[subprocess.Popen[str]]:
-    """A 10 ms ping stream from src's pod to dst's pod, killed if the test leaves it running."""
-    argv = ["ping", "-n", "-q", "-i", "0.01", "-c", str(count), str(dst.pod_ip)]
+    """A 10 ms ping stream from src's pod to dst's pod, killed if the test leaves it running.
+
+    With -c alone, ping waits only twice the largest round trip after its last request, so on
+    a loaded machine a late last reply counts as lost. With -w it waits for count replies,
+    sending more requests while any go unanswered, so a request really lost is still reported
+    as loss ("21 packets transmitted, 20 received").
+    """
+    deadline = ["-w", str(PING_DEADLINE_S)]
+    argv = ["ping", "-n", "-q", "-i", "0.01", "-c", str(count), *deadline, str(dst.pod_ip)]
     stream = subprocess.Popen(
         ["ip", "netns", "exec", src.pod_ns, *argv], stdout=subprocess.PIPE, text=True
     )
@@ -121,7 +129,7 @@ def test_restart_loses_no_pings(lab: AgentLab, sig: int) -> None:
         lab.start_agent(b)
         lab.wait_ready(a)
         lab.wait_ready(b)
-        out, _ = stream.communicate(timeout=30)
+        out, _ = stream.communicate(timeout=PING_DEADLINE_S + 30)
     assert " 0% packet loss" in out, out
 
 
@@ -187,7 +195,7 @@ def test_golden_iptables_rules_hold_while_traffic_flows(lab: AgentLab) -> None:
         nat = lab.net.run(host.ns, "iptables", "-t", "nat", "-S", "FLANNEL-POSTRTG").stdout
         forward = lab.net.run(host.ns, "iptables", "-t", "filter", "-S", "FORWARD").stdout
         fwd = lab.net.run(host.ns, "iptables", "-t", "filter", "-S", "FLANNEL-FWD").stdout
-        out, _ = stream.communicate(timeout=30)
+        out, _ = stream.communicate(timeout=PING_DEADLINE_S + 30)
     s = f"10.244.{host.n}.0/24"
     assert nat_jump == ['-A POSTROUTING -m comment --comment "flanneld masq" -j FLANNEL-POSTRTG']
     assert nat == (
