@@ -21,7 +21,7 @@ description:
     is true only when the kernel was written to. A route that is not flannel's is never replaced.
   - Problems it cannot repair (an MTU or subnet.env that disagrees with the lease, leases outside the
     network) are returned in RV(problems) and fail the module when O(fail_on_problems) is set. An agent
-    that is down or not ready is a warning and ends RV(summary): the datapath is still checked and
+    that is down or not ready is a warning and ends RV(summary); the datapath is still checked and
     repaired without it.
   - Runs with the agent's virtualenv interpreter.
 extends_documentation_fragment:

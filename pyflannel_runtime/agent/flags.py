@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pyflannel_runtime import DEFAULT_SUBNET_FILE
+from pyflannel_runtime.gojson.strconv import go_quote
 from pyflannel_runtime.subnet.annotations import normalize_prefix
 from pyflannel_runtime.subnet.endpoint_url import split_http_url
 
@@ -295,14 +296,18 @@ def _convert(flag: Flag, text: str) -> Any:
             return True
         if text in ("0", "f", "F", "FALSE", "false", "False"):
             return False
-        raise FlagError(f'invalid boolean value "{text}" for -{flag.name}: parse error')
+        raise FlagError(f"invalid boolean value {go_quote(text)} for -{flag.name}: parse error")
     if isinstance(default, int):
         try:
             value = int(text, 0)
         except ValueError:
-            raise FlagError(f'invalid value "{text}" for flag -{flag.name}: parse error') from None
+            raise FlagError(
+                f"invalid value {go_quote(text)} for flag -{flag.name}: parse error"
+            ) from None
         if not _INT64[0] <= value <= _INT64[1]:
-            raise FlagError(f'invalid value "{text}" for flag -{flag.name}: value out of range')
+            raise FlagError(
+                f"invalid value {go_quote(text)} for flag -{flag.name}: value out of range"
+            )
         return value
     return text
 
@@ -355,7 +360,7 @@ def parse_flags(argv: Sequence[str], environ: Mapping[str, str] | None = None) -
                     tuple(v for v in raw.split(",") if v) if flag.repeated else _convert(flag, raw)
                 )
             except FlagError as err:
-                raise FlagError(f'invalid value "{raw}" for {variable}: {err}') from None
+                raise FlagError(f"invalid value {go_quote(raw)} for {variable}: {err}") from None
     known = {f.name for f in fields(Options)}
     return Options(**{k: v for k, v in values.items() if k in known})
 
@@ -409,7 +414,9 @@ def validate(opts: Options) -> None:
             except FlagError:
                 raise
             except ValueError as err:
-                raise FlagError(f'invalid value "{item}" for flag -{flag.name}: {err}') from None
+                raise FlagError(
+                    f"invalid value {go_quote(str(item))} for flag -{flag.name}: {err}"
+                ) from None
     tls_files = (opts.etcd_certfile, opts.etcd_keyfile, opts.etcd_cafile)
     if not opts.kube_subnet_mgr and any(tls_files) and not all(tls_files[:2]):
         # flanneld silently falls back to plain http here.

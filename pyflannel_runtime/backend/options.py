@@ -15,6 +15,7 @@ model both use. Pure: the standard library and the Go-JSON helpers only.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
@@ -55,6 +56,8 @@ class BackendOptions:
     OPTIONS: ClassVar[tuple[Option, ...]] = ()
     # Encapsulation bytes per packet: FLANNEL_MTU is the underlay MTU less this.
     MTU_OVERHEAD: ClassVar[int] = 0
+    # The names of the devices the backend creates under any options (a regular expression).
+    DEVICES: ClassVar[str | None] = None
 
     @classmethod
     def option(cls, name: str) -> Option:
@@ -98,6 +101,10 @@ class BackendOptions:
         """FLANNEL_MTU on an external interface of this MTU."""
         return interface_mtu - self.MTU_OVERHEAD
 
+    def uses_device(self, name: str) -> bool:
+        """Whether the backend, with these options, runs on a device of this name."""
+        return False
+
 
 def _unmarshal_error(what: str, option: Option, go_type: str) -> str:
     return f"json: cannot unmarshal {what} into Go struct field .{option.name} of type {go_type}"
@@ -115,6 +122,7 @@ class VxlanOptions(BackendOptions):
     LABEL = "VXLAN"
     # Also used for IPv6 underlays, as flannel does (the real IPv6 overhead is 70).
     MTU_OVERHEAD = 50
+    DEVICES = r"flannel(-v6)?\.\d+"
     OPTIONS = (
         Option("VNI", "vni", int, 0, _VNI_MAX),
         Option("Port", "port", int, 0, _PORT_MAX),  # 0: the kernel's default, 8472
@@ -134,6 +142,13 @@ class VxlanOptions(BackendOptions):
     def device_mtu(self, interface_mtu: int) -> int:
         return (self.mtu or interface_mtu) - self.MTU_OVERHEAD
 
+    def device_name(self, version: int) -> str:
+        """flannel.<VNI> for IPv4, flannel-v6.<VNI> for IPv6 (flannel's vxlan.go)."""
+        return f"flannel.{self.vni}" if version == 4 else f"flannel-v6.{self.vni}"
+
+    def uses_device(self, name: str) -> bool:
+        return name in (self.device_name(4), self.device_name(6))
+
 
 @dataclass(frozen=True)
 class HostGwOptions(BackendOptions):
@@ -148,6 +163,7 @@ _MAX_TUN_QUEUES = 256
 class UdpOptions(BackendOptions):
     LABEL = "UDP"
     MTU_OVERHEAD = 28  # the outer IPv4 and UDP headers
+    DEVICES = r"flannel\d+"  # the kernel numbers the TUN device (flannel0 unless taken)
     OPTIONS = (
         # Every node sends to the port it listens on itself, so 0 (any port) cannot work.
         Option("Port", "port", int, 1, _PORT_MAX),
@@ -156,3 +172,6 @@ class UdpOptions(BackendOptions):
 
     port: int = 8285
     queues: int = 1
+
+    def uses_device(self, name: str) -> bool:
+        return re.fullmatch(self.DEVICES, name) is not None

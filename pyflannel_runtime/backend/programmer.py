@@ -7,7 +7,10 @@ them in batches. Kernel I/O runs in a worker thread, one job at a time.
 A route is only ever replaced where the datapath owns the kernel's route (by the rules of
 `netlink.dump.Ownership`, the same for events and reconciles): elsewhere it is created, and
 when the kernel already routes that destination some other way (the host's connected route,
-an operator's static one) the route is left alone, logged, and its peer rolled back.
+an operator's static one) the route is left alone, logged, and its peer rolled back. Events
+never replace on the strength of what this agent wrote before: the route it wrote may have
+been replaced by someone else since, so the kernel is asked (only when a create finds the
+key taken).
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from pyflannel_runtime.backend.peers import PeerSkipped
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseEvent
 from pyflannel_runtime.netlink.batch import BatchSender, OpFailure
 from pyflannel_runtime.netlink.diff import desired_state, diff_ops, removal_ops
-from pyflannel_runtime.netlink.dump import Ownership, owned_state
-from pyflannel_runtime.netlink.entries import Action, Entry, Fdb, Neigh, Op, Route
+from pyflannel_runtime.netlink.dump import Ownership, owned_kernel_routes, owned_state
+from pyflannel_runtime.netlink.entries import Action, DatapathState, Entry, Fdb, Neigh, Op, Route
 from pyflannel_runtime.netlink.netns import iproute
 
 log = logging.getLogger("pyflannel.backend")
@@ -77,6 +80,14 @@ class PeerProgrammer(abc.ABC):
 
         return await asyncio.to_thread(run) if ops else []
 
+    async def owned_kernel_state(self) -> DatapathState:
+        ownership = self.ownership()
+        return await self.kernel(lambda ipr: owned_state(ipr, ownership))
+
+    async def owned_kernel_routes(self) -> frozenset[Route]:
+        ownership = self.ownership()
+        return await self.kernel(lambda ipr: owned_kernel_routes(ipr, ownership))
+
     async def close_kernel(self) -> None:
         def run() -> None:
             if self._sender is not None:
@@ -97,13 +108,10 @@ class PeerProgrammer(abc.ABC):
             await self.prepare([e.lease for e in events if e.type is EventType.ADDED])
             written: list[Entry] = []
             stale: list[Entry] = []
-            held: set[object] = set()  # keys of the routes these peers had: ours to replace
             for event in events:
                 key = event.lease.key()
                 self._peers.pop(key, None)
                 old = self._entries.pop(key, ())
-                if old:
-                    held.update(e.key for e in old if isinstance(e, Route))
                 new: tuple[Entry, ...] = ()
                 if event.type is EventType.ADDED:
                     self._peers[key] = event.lease
@@ -118,11 +126,7 @@ class PeerProgrammer(abc.ABC):
                 for e in written
                 if isinstance(e, kind)
             ]
-            ops += [
-                Op(Action.REPLACE if held and e.key in held else Action.CREATE, e)
-                for e in written
-                if isinstance(e, Route)
-            ]
+            ops += [Op(Action.CREATE, e) for e in written if isinstance(e, Route)]
             ops += removal_ops(e for e in stale if e.key not in rewritten)
             await self._send_with_rollback(ops)
 
@@ -142,8 +146,7 @@ class PeerProgrammer(abc.ABC):
             else:
                 entries[key] = self.peer_entries_or_none(lease)
         self._peers, self._entries = fresh, entries
-        ownership = self.ownership()
-        actual = await self.kernel(lambda ipr: owned_state(ipr, ownership))
+        actual = await self.owned_kernel_state()
         desired = desired_state(e for group in self._entries.values() for e in group)
         return await self._send_with_rollback(diff_ops(desired, actual))
 
@@ -191,9 +194,7 @@ class PeerProgrammer(abc.ABC):
     async def _sort_out(self, taken: Sequence[OpFailure]) -> tuple[list[Op], list[OpFailure]]:
         """Routes whose creation found the key taken: replaces where the route there is ours
         (left by an earlier run, say), the failures where it is not."""
-        ownership = self.ownership()
-        actual = await self.kernel(lambda ipr: owned_state(ipr, ownership))
-        owned = {r.key for r in actual.routes}
+        owned = {r.key for r in await self.owned_kernel_routes()}
         retries: list[Op] = []
         foreign: list[OpFailure] = []
         for failure in taken:

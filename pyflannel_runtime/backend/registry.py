@@ -10,7 +10,8 @@ stay free of pyroute2 and asyncio.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -143,6 +144,20 @@ def validate(config: NetworkConfig) -> BackendOptions:
     """The one check of net-conf's Backend: a known type and options it accepts. ConfigError
     otherwise, with flannel's message (for the agent: before anything is created)."""
     return get(config.backend_type).options.of(config)
+
+
+def stale_devices(link_names: Iterable[str], backend: Mapping[str, Any]) -> list[str]:
+    """The links a flannel backend creates that the one net-conf's `backend` object configures
+    does not use. The agent creates its own device but never removes another's, so after a
+    switch of backend (or of VNI) the old device stays, with its routes, neighbours and FDB
+    entries; ConfigError for a backend that does not validate."""
+    options = get(backend.get("Type", "")).options.decode(backend)
+    families = [spec.options.DEVICES for spec in _SPECS if spec.options.DEVICES]
+    return [
+        name
+        for name in link_names
+        if any(re.fullmatch(family, name) for family in families) and not options.uses_device(name)
+    ]
 
 
 def create(backend_type: str, netns: str | None = None) -> Backend:

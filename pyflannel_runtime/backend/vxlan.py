@@ -74,13 +74,12 @@ class VxlanBackend:
         if config.enable_ipv4:
             if ext.ext_addr is None:
                 raise BackendError("failed to create VXLAN device: no IPv4 public address")
-            spec = _spec(f"flannel.{opts.vni}", opts, stored_macs[0], mtu, ext.index, ext.ext_addr)
+            spec = _spec(opts.device_name(4), opts, stored_macs[0], mtu, ext.index, ext.ext_addr)
             families[4] = _Family(spec, config.network, "IPv4")
         if config.enable_ipv6:
             if ext.ext_v6_addr is None:
                 raise BackendError("failed to create VXLAN v6 device: no IPv6 public address")
-            name = f"flannel-v6.{opts.vni}"
-            spec = _spec(name, opts, stored_macs[1], mtu, ext.index, ext.ext_v6_addr)
+            spec = _spec(opts.device_name(6), opts, stored_macs[1], mtu, ext.index, ext.ext_v6_addr)
             families[6] = _Family(spec, config.ipv6_network, "IPv6")
         network = VxlanNetwork(self.netns, families, opts, mtu)
         try:

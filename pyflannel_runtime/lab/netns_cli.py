@@ -68,6 +68,9 @@ def _print_summary(lab: AgentLab, pods: dict[str, dict[str, str]]) -> bool:
     print(f"\n`pyflannel status` for {lab.net.hosts[0].ns}, run from here (paste it to run again):")
     print(f"$ {shlex.join(argv)}")
     print(_status(argv))
+    print("\nAgent logs (tail -f to follow):")
+    for agent in lab.agents.values():
+        print(f"  {agent.host.ns:<24} {agent.log_path}")
     print("\nPods (wired by the flannel CNI plugin):")
     for host_ns, pod in pods.items():
         print(f"  {pod['netns']:<24} {pod['ip']:<15} on {host_ns}")

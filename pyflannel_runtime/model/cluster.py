@@ -359,12 +359,20 @@ class ClusterModel(BaseModel):
 
     def backend_options(self) -> dict[str, Any]:
         """net-conf's Backend object, in the order it is rendered; only what was set."""
-        options: dict[str, Any] = {"Type": self.flannel_backend_type}
-        for setting, (backend, key) in BACKEND_SETTINGS.items():
-            value = getattr(self, setting)
-            if backend == self.flannel_backend_type and value is not None:
-                options[key] = value
-        return options
+        settings = {name: getattr(self, name) for name in BACKEND_SETTINGS}
+        return backend_options({"flannel_backend_type": self.flannel_backend_type, **settings})
+
+
+def backend_options(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """net-conf's Backend object for cluster settings (a model's dump, as the collection's
+    facts carry it): the backend's own options, in rendering order; only what was set."""
+    backend_type = settings["flannel_backend_type"]
+    options: dict[str, Any] = {"Type": backend_type}
+    for setting, (backend, key) in BACKEND_SETTINGS.items():
+        value = settings.get(setting)
+        if backend == backend_type and value is not None:
+            options[key] = value
+    return options
 
 
 # --- cross-field rules ------------------------------------------------------------------------

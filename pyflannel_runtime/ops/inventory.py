@@ -37,11 +37,11 @@ from ipaddress import (
 )
 from typing import Any
 
-import yaml
 from pydantic import SecretStr
 
 from pyflannel_runtime.model.cluster import ClusterModel, ClusterModelError, load_model
 from pyflannel_runtime.model.cluster_plan import ClusterPlan, NodePlan, plan_cluster
+from pyflannel_runtime.model.model_file import ModelFileError, parse_model_text
 from pyflannel_runtime.netdev.selection import select_on_view
 from pyflannel_runtime.netdev.types import (
     ExternalInterface,
@@ -369,8 +369,11 @@ def _l2_problems(networks: Mapping[str, NodeNetwork]) -> list[str]:
 def kubeconfig_problem(data: bytes) -> str | None:
     """Why a kubeconfig cannot serve the agent (which uses its current context), or None."""
     try:
-        config = yaml.safe_load(data)
-    except yaml.YAMLError as err:
+        # Bounded as a model file is: the controller reads this file from anywhere.
+        config = parse_model_text(data.decode("utf-8"), is_json=False)
+    except UnicodeDecodeError:
+        return "not a kubeconfig: not UTF-8 text"
+    except ModelFileError as err:
         return f"not a kubeconfig: {str(err).splitlines()[0]}"
     if not isinstance(config, Mapping):
         return "not a kubeconfig (not a YAML mapping)"

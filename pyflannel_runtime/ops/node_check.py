@@ -54,11 +54,12 @@ def check_node(store: LeaseStore, host: Host, agent: AgentHealth) -> VerifyRepor
 
 def summary(report: VerifyReport, agent: AgentHealth | None = None) -> str:
     """One line that counts only what was checked: without the kernel read it says the
-    datapath was not checked rather than "0 missing"; `agent` None: not asked at all."""
+    datapath was not checked rather than "0 missing"; `agent` None: not asked at all (said
+    when nothing was read but the leases)."""
     leases, programmed = len(report.leases), report.count(Datapath.PROGRAMMED)
     parts = [f"{leases} lease{'s' * (leases != 1)}"]
     if report.actual is None:
-        parts.append("datapath not checked")
+        parts.append("agent and datapath not checked" if agent is None else "datapath not checked")
     else:
         missing = report.count(Datapath.MISSING)
         if programmed or missing or not report.count(Datapath.UNCHECKED):

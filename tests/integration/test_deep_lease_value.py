@@ -60,9 +60,11 @@ def test_deep_lease_value_is_skipped_and_changes_nothing(lab: AgentLab) -> None:
     assert "Ignoring bad subnet node " + DEEP_KEY in lab.agents[first.n].log()
     assert all(lab.reachability().values()), lab.reachability()
 
-    # status answers with its table, no traceback
+    # status answers with its table, lists the lease as rejected and exits 1 for it
+    rejected = "Rejected (never programmed):\n  10.244.15.0-24: invalid character '['"
     for host in lab.net.hosts:
         done = status(lab, host)
-        assert done.returncode in (0, 1), done.stdout + done.stderr
+        assert done.returncode == 1, done.stdout + done.stderr
         assert "Traceback" not in done.stderr, done.stderr
+        assert rejected in done.stdout, done.stdout
         assert str(second.subnet if host is first else first.subnet) in done.stdout

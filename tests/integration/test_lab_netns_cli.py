@@ -49,6 +49,14 @@ def test_lab_up_prints_status_and_reachability_then_down_cleans_up(tmp_path: Pat
         assert state is not None
         assert SUMMARY in up.stdout
         assert "all pods reach each other" in up.stdout
+        # Each agent's log is named, and is where the agent writes.
+        logs = up.stdout.split("\nAgent logs (tail -f to follow):\n")[1].split("\n\n")[0]
+        named = dict(line.split() for line in logs.splitlines())
+        assert sorted(named) == sorted(name for name in state["pids"] if name != "etcd")
+        assert all(
+            "Exiting" not in Path(log).read_text() and Path(log).stat().st_size
+            for log in named.values()
+        )
         # The status command is printed in full, and pasted as it is, it runs the same.
         (shown,) = [line[2:] for line in up.stdout.splitlines() if line.startswith("$ ")]
         assert shown == state["status_command"]

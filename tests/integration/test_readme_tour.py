@@ -113,7 +113,7 @@ def test_every_tour_command_runs_as_written(
     assert "+++ /coreos.com/network/config\n" in out
     assert "/coreos.com/network/config: would publish\n" in out
     assert "/coreos.com/network/config: published\n" in out
-    assert "\n0 leases, datapath not checked\n" in out
+    assert "\n0 leases, agent and datapath not checked\n" in out
     assert "[$FLANNELD_ETCD_ENDPOINTS]" in done.stderr  # pyflanneld --help, on stderr as Go's
     published = etcd.etcdctl("get", "--print-value-only", "/coreos.com/network/config")
     assert published == (ROOT / "examples/net-conf.json").read_text() + "\n"

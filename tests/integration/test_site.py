@@ -160,14 +160,26 @@ def test_the_agent_unit_is_sandboxed(lab: Any, capsys: pytest.CaptureFixture[str
     assert float(score[1]) < 5.0, report
 
 
+def flannel_links(lab: Any, name: str) -> list[str]:
+    return [link for link in ssh(lab, name, "ls /sys/class/net").split() if "flannel" in link]
+
+
+def test_switching_the_vni_converges(lab: Any) -> None:
+    run = run_playbook("site.yml", extra_vars={"flannel_vxlan_vni": 7})
+    assert_converged(run, lab.names())
+    for name in lab.names():
+        assert flannel_links(lab, name) == ["flannel.7"]
+        routes = ssh(lab, name, "ip -4 route show root 10.244.0.0/16")
+        assert routes.count("dev flannel.7") == 2 and "flannel.1" not in routes, routes
+    again = run_playbook("site.yml", extra_vars={"flannel_vxlan_vni": 7})
+    assert again.changed() == dict.fromkeys(lab.names(), 0), again.explain()
+
+
 def test_switching_the_backend_converges(lab: Any) -> None:
     run = run_playbook("site.yml", extra_vars={"flannel_backend_type": "host-gw"})
     assert_converged(run, lab.names())
     for name in lab.names():
-        assert (
-            ssh(lab, name, "test -e /sys/class/net/flannel.1 && echo left || echo gone").strip()
-            == "gone"
-        )
+        assert flannel_links(lab, name) == []
         routes = ssh(lab, name, "ip -4 route show root 10.244.0.0/16")
         assert "via 198.51.100." in routes and "flannel" not in routes, routes
     again = run_playbook("site.yml", extra_vars={"flannel_backend_type": "host-gw"})

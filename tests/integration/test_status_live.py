@@ -165,7 +165,7 @@ def test_leases_only_asks_neither_the_agent_nor_the_kernel(lab: AgentLab) -> Non
     done = status(lab, lab.net.hosts[0], "--leases-only", "--healthz-port=1")
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("+---")
-    assert done.stdout.endswith("\n3 leases, datapath not checked\n")
+    assert done.stdout.endswith("\n3 leases, agent and datapath not checked\n")
     assert "programmed" not in done.stdout and "missing" not in done.stdout
     report = json.loads(status(lab, lab.net.hosts[0], "--leases-only", "-o", "json").stdout)
     assert report["agent"] is None and report["summary"]["datapath_checked"] is False

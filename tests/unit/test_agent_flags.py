@@ -9,9 +9,20 @@ from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pyflannel_runtime.agent.errors import StartupError
-from pyflannel_runtime.agent.flags import FLAGS, FlagError, Options, parse_flags, usage, validate
+from pyflannel_runtime.agent.flags import (
+    FLAGS,
+    Flag,
+    FlagError,
+    Options,
+    env_name,
+    parse_flags,
+    usage,
+    validate,
+)
 from pyflannel_runtime.agent.main import main, write_subnet_file
 from pyflannel_runtime.cli import main as pyflannel
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs
@@ -363,3 +374,29 @@ def test_a_late_subnet_file_failure_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(StartupError) as err:
         write_subnet_file(str(path), config, lease, 1450, ipmasq=False)
     assert str(err.value) == f"Failed to write subnet file: {path}: file exists"
+
+
+ANY_VALUE = st.one_of(
+    st.sampled_from(["", "\n", "a\nb", '"', "\\", "\x00", "\udcff", "1\n2", "http://a\nb"]),
+    st.text(max_size=40),
+    st.integers().map(str),
+    st.from_regex(r"-?[0-9]{1,40}", fullmatch=True),
+    st.from_regex(r"(https?|unix)://[a-z0-9.:\[\]%/@-]{0,30}", fullmatch=True),
+)
+
+
+@given(flag=st.sampled_from(FLAGS), value=ANY_VALUE, from_environment=st.booleans())
+def test_any_value_of_any_flag_is_taken_or_refused_with_a_flag_error(
+    flag: Flag, value: str, from_environment: bool
+) -> None:
+    """The decoder of the agent's command line and environment: no other exception escapes, so
+    no value makes pyflanneld print a traceback."""
+    if "\x00" in value and from_environment:
+        value = value.replace("\x00", "")  # no environment can carry it
+    argv, environ = (
+        ([], {env_name(flag.name): value}) if from_environment else ([f"--{flag.name}={value}"], {})
+    )
+    try:
+        validate(parse_flags(argv, environ))
+    except FlagError as err:
+        assert str(err) and "\n" not in str(err)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import errno
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from ipaddress import IPv4Address, IPv4Network
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
 from pyflannel_runtime.backend.programmer import PeerProgrammer
@@ -14,7 +14,7 @@ from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data as data
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.netlink.batch import OpFailure
 from pyflannel_runtime.netlink.dump import Ownership
-from pyflannel_runtime.netlink.entries import Action, Entry, Fdb, Op, Route
+from pyflannel_runtime.netlink.entries import Action, DatapathState, Entry, Fdb, Op, Route
 from tests.unit.test_netlink_diff import FakeKernel
 
 T = TypeVar("T")
@@ -37,9 +37,11 @@ class ModelNetwork(PeerProgrammer):
     async def prepare(self, leases: Sequence[Lease]) -> None:
         pass
 
-    async def kernel(self, job: Callable[[Any], T]) -> T:
-        # owned_state(ipr, ownership) is the only job reconcile runs
-        return self.model.state()  # type: ignore[return-value]
+    async def owned_kernel_state(self) -> DatapathState:
+        return self.model.state()
+
+    async def owned_kernel_routes(self) -> frozenset[Route]:
+        return self.model.state().routes
 
     async def _send(self, ops: Sequence[Op]) -> list[OpFailure]:
         self.sent += ops
@@ -187,5 +189,31 @@ def test_a_route_of_flannels_own_is_replaced_when_an_event_finds_it() -> None:
             Action.CREATE,
             Action.REPLACE,
         ]
+
+    asyncio.run(scenario())
+
+
+def test_an_event_for_a_known_peer_never_takes_over_a_route_replaced_since() -> None:
+    async def scenario() -> None:
+        net = ModelNetwork()
+        await net.handle_events([LeaseEvent(EventType.ADDED, peer(n)) for n in (2, 3)])
+        # An operator replaces the route this agent wrote for peer 3 with a static one.
+        ours = route_of(peer(3))
+        static = Route(ours.dst, IPv4Address("192.0.2.1"), 2)
+        net.model.apply(Op(Action.DELETE, ours))
+        net.model.foreign[static.key] = static
+        net.sent.clear()
+        await net.handle_events([LeaseEvent(EventType.ADDED, peer(3, mac_suffix=77))])
+        assert net.model.foreign == {static.key: static}
+        assert Op(Action.REPLACE, ours) not in net.sent
+        assert net.model.state().entries() == entries_of(peer(2))  # peer 3 rolled back whole
+        # Its own route, still in place, is replaced as before: the kernel says it is flannel's.
+        net.sent.clear()
+        await net.handle_events([LeaseEvent(EventType.ADDED, peer(2, mac_suffix=88))])
+        assert [op.action for op in net.sent if op.entry.key == route_of(peer(2)).key] == [
+            Action.CREATE,
+            Action.REPLACE,
+        ]
+        assert net.model.state().entries() == entries_of(peer(2, 88))
 
     asyncio.run(scenario())

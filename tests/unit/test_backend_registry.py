@@ -250,3 +250,39 @@ def test_the_fast_path_and_the_decoder_agree(vni: int, raw_mac: bytes) -> None:
     spaced = json.dumps({"VNI": vni, "VtepMAC": mac.upper()})
     assert vtep_mac(canonical) == vtep_mac(spaced) == mac
     assert parse_vxlan_backend_data(canonical) == parse_vxlan_backend_data(spaced)
+
+
+@pytest.mark.parametrize(
+    ("backend", "stale"),
+    [
+        ({"Type": "vxlan"}, ["flannel-v6.7", "flannel.7", "flannel0"]),
+        ({"Type": "vxlan", "VNI": 7}, ["flannel.1", "flannel-v6.1", "flannel0"]),
+        (
+            {"Type": "host-gw"},
+            ["flannel.1", "flannel-v6.1", "flannel-v6.7", "flannel.7", "flannel0"],
+        ),
+        ({"Type": "udp"}, ["flannel.1", "flannel-v6.1", "flannel-v6.7", "flannel.7"]),
+    ],
+)
+def test_stale_devices_are_other_backends_and_other_vnis(
+    backend: dict[str, Any], stale: list[str]
+) -> None:
+    links = ["lo", "eth0", "cni0", "flannel.1", "flannel-v6.1", "flannel-v6.7", "flannel.7"]
+    links += ["flannel0", "flannel.x", "flannel", "flannel10a", "vxlan0"]
+    assert registry.stale_devices(links, backend) == [n for n in links if n in stale]
+
+
+def test_stale_devices_of_udp_spare_every_tun_the_kernel_may_have_numbered() -> None:
+    assert registry.stale_devices(["flannel0", "flannel3"], {"Type": "udp"}) == []
+    assert registry.stale_devices(["flannel3"], {"Type": "vxlan"}) == ["flannel3"]
+
+
+def test_stale_devices_refuse_a_backend_that_does_not_validate() -> None:
+    with pytest.raises(ConfigError, match="unknown backend type"):
+        registry.stale_devices(["flannel.1"], {"Type": "wireguard"})
+    with pytest.raises(ConfigError, match="VNI must be"):
+        registry.stale_devices(["flannel.1"], {"Type": "vxlan", "VNI": -5})
+
+
+def test_the_vxlan_backend_names_its_devices_as_flannel_does() -> None:
+    assert [VxlanOptions(vni=9).device_name(v) for v in (4, 6)] == ["flannel.9", "flannel-v6.9"]

@@ -126,6 +126,7 @@ def test_plugin_never_crashes_or_leaves_partial_state(
             assert isinstance(error["code"], int)
             assert isinstance(error["msg"], str)
             assert "Error: " not in error["msg"]  # not an unexpected Python exception
+            assert "[Errno" not in error["msg"]  # an OS error in Go's words, not Python's
         elif output:
             json.loads(output)
         check_state_dir(data_dir)

@@ -262,6 +262,7 @@ def run_plugin(root: Path, command: str, stdin: bytes) -> int:
         error = json.loads(stdout.getvalue())
         # run() reports an exception other than CniError as code 999 "<ExceptionType>: ..."
         assert not re.match(r"\w+(Error|Exception): ", error["msg"]), error
+        assert "[Errno" not in error["msg"], error
     return status
 
 
@@ -336,6 +337,7 @@ def test_cni_stdin_in_the_plugins_own_process(
         if status == "1":
             error = json.loads(bytes.fromhex(stdout))
             assert not re.match(r"\w+(Error|Exception): ", error["msg"]), error
+            assert "[Errno" not in error["msg"], error
 
 
 @FUZZ

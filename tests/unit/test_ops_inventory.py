@@ -238,6 +238,16 @@ def test_a_kubeconfig_copied_from_the_controller_is_read_and_checked_there(tmp_p
         (None, " cannot be read on the controller: "),
         (b"- just\n- a list\n", ": not a kubeconfig (not a YAML mapping)"),
         (b"clusters: [\n", ": not a kubeconfig: while parsing a flow "),
+        (b"\xff\xfe", ": not a kubeconfig: not UTF-8 text"),
+        (
+            b"a: &a [x, x, x, x, x, x, x, x, x]\n"
+            + b"".join(
+                b"%c: &%c [*%c, *%c, *%c, *%c, *%c, *%c, *%c, *%c, *%c]\n" % ((c, c) + (c - 1,) * 9)
+                for c in range(ord("b"), ord("k"))
+            ),
+            ": not a kubeconfig: its aliases expand to more than ",
+        ),
+        (b"[" * 100 + b"]" * 100, ": not a kubeconfig: it nests deeper than 64 levels"),
         (
             KUBECONFIG.replace(b"current-context: flannel@lab", b"current-context: admin@lab"),
             ": not a kubeconfig the agent can use: current-context 'admin@lab' is not in contexts",

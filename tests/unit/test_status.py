@@ -347,7 +347,7 @@ def test_leases_only_still_rejects_what_lies_outside_the_network() -> None:
     scope = LeaseScope(IPv4Network("10.244.0.0/16"))
     report = compare(rows(vxlan_lease(1), stray), None, None, None, "etcd", scope=scope)
     assert [s.datapath for s in report.leases] == [Datapath.UNCHECKED, Datapath.REJECTED]
-    assert summary(report) == "2 leases, datapath not checked, 1 rejected"
+    assert summary(report) == "2 leases, agent and datapath not checked, 1 rejected"
 
 
 def udp_lease(n: int) -> Lease:
@@ -416,7 +416,7 @@ def test_summaries_claim_only_what_was_checked_and_name_the_agents_state() -> No
 
     own, peer = vxlan_lease(1), vxlan_lease(2)
     listing = compare(rows(own, peer), None, None, None, "etcd")
-    assert summary(listing) == "2 leases, datapath not checked"
+    assert summary(listing) == "2 leases, agent and datapath not checked"
     checked = compare(rows(own, peer), own, VXLAN_HOST, DatapathState.of(vxlan_entries(peer)),
                       "etcd")  # fmt: skip
     down = AgentHealth(AgentEndpoint("127.0.0.1", 8081), AgentState.DOWN, "connection refused")

@@ -13,7 +13,6 @@ pytest.importorskip(
     reason="needs the pyflannel.network collection layout (tests/unit/plugins/conftest.py)",
 )
 
-from ansible.module_utils.common.warnings import get_warning_messages
 from ansible_collections.pyflannel.network.plugins.modules import ipam
 
 from tests.unit.cni_site import PLUGINS, CniSite
@@ -91,7 +90,7 @@ def test_nearly_exhausted_subnet_warns(site: CniSite, run_module: RunModule) -> 
         "pod subnet 10.5.3.0/29 is nearly exhausted: 0 of 5 addresses free,"
         " and 1 of the 5 in use look leaked"  # lost: no state file, though its container lives
     )
-    assert warning in get_warning_messages()
+    assert result["warnings"] == [warning]
 
 
 def test_refuses_to_guess_the_live_containers(

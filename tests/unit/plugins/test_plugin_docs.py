@@ -1,0 +1,97 @@
+"""Every plugin's documentation parses as ansible-doc reads it (doc fragments merged), every
+module claims its check and diff support, and each module's documented options are its
+argument spec: name, type, default, choices, required and elements, as ansible-test's
+validate-modules compares them (that tool needs the collection installed; this runs in place)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from ansible.module_utils import basic
+
+ROOT = Path(__file__).resolve().parents[3]
+KINDS = {"module": "modules", "filter": "filter"}
+MODULES = "ansible_collections.pyflannel.network.plugins.modules"
+
+
+def plugin_names(kind: str) -> list[str]:
+    folder = ROOT / "plugins" / KINDS[kind]
+    return sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
+
+
+def ansible_doc(kind: str) -> dict[str, Any]:
+    names = [f"pyflannel.network.{name}" for name in plugin_names(kind)]
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-doc")), "--json", "-t", kind, *names],
+        cwd=ROOT,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0 and "[ERROR]" not in done.stderr, done.stderr
+    docs: dict[str, Any] = json.loads(done.stdout)
+    assert sorted(docs) == names
+    return docs
+
+
+@pytest.fixture(scope="module")
+def module_docs() -> dict[str, Any]:
+    return ansible_doc("module")
+
+
+def test_every_filter_documents_itself() -> None:
+    for name, doc in ansible_doc("filter").items():
+        assert doc["doc"]["short_description"] and doc["return"], name
+
+
+class _Spec(Exception):
+    pass
+
+
+def argument_spec(name: str) -> dict[str, Any]:
+    """The argument spec a module builds, caught before it reads its arguments."""
+    captured: dict[str, Any] = {}
+
+    def capture(self: Any, argument_spec: dict[str, Any], **kwargs: Any) -> None:
+        captured.update(argument_spec)
+        raise _Spec
+
+    module = importlib.import_module(f"{MODULES}.{name}")
+    with mock.patch.object(basic.AnsibleModule, "__init__", capture), pytest.raises(_Spec):
+        module.main()
+    return captured
+
+
+def compared(option: dict[str, Any]) -> dict[str, Any]:
+    """What validate-modules holds a documented option and its spec to, with the defaults
+    both leave out."""
+    return {
+        "type": option.get("type", "str"),
+        "default": option.get("default"),
+        "choices": option.get("choices"),
+        "required": option.get("required", False),
+        "elements": option.get("elements"),
+    }
+
+
+@pytest.mark.parametrize("name", plugin_names("module"))
+def test_a_modules_documentation_is_its_argument_spec(
+    module_docs: dict[str, Any], name: str
+) -> None:
+    doc = module_docs[f"pyflannel.network.{name}"]["doc"]
+    for attribute in ("check_mode", "diff_mode"):
+        assert doc["attributes"][attribute]["support"] in ("full", "partial", "none"), attribute
+    options = doc.get("options", {})
+    spec = argument_spec(name)
+    assert sorted(options) == sorted(spec)
+    for option, declared in spec.items():
+        assert compared(options[option]) == compared(declared), option
