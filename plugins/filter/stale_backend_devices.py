@@ -17,7 +17,7 @@ description:
     neighbours and FDB entries.
   - Of the given link names, returns those that some flannel backend creates (C(flannel.<VNI>),
     C(flannel-v6.<VNI>), C(flannel<N>)) and that the configured backend, with its options, does
-    not use.
+    not use; with no cluster (C(none)), as on a reset, every one of them.
 positional: cluster
 options:
   _input:
@@ -26,7 +26,9 @@ options:
     elements: str
     required: true
   cluster:
-    description: The cluster settings as the preflight role's C(_flannel_cluster) fact has them.
+    description:
+      - The cluster settings as the preflight role's C(_flannel_cluster) fact has them.
+      - C(none) for no backend at all.
     type: dict
     required: true
 """
@@ -38,6 +40,11 @@ EXAMPLES = r"""
   loop: "{{ ansible_facts.pyflannel_host.links | map(attribute='name')
             | pyflannel.network.stale_backend_devices(_flannel_cluster) }}"
   changed_when: true
+
+- name: Every flannel device, as a reset removes them
+  ansible.builtin.debug:
+    msg: "{{ ansible_facts.pyflannel_host.links | map(attribute='name')
+             | pyflannel.network.stale_backend_devices(none) }}"
 """
 
 RETURN = r"""
@@ -48,15 +55,19 @@ _value:
 """
 
 
-def stale_backend_devices(link_names: Iterable[str], cluster: Mapping[str, Any]) -> list[str]:
+def stale_backend_devices(
+    link_names: Iterable[str], cluster: Mapping[str, Any] | None
+) -> list[str]:
     try:
-        from pyflannel_runtime.backend.registry import stale_devices
+        from pyflannel_runtime.backend.registry import flannel_devices, stale_devices
         from pyflannel_runtime.model.cluster import backend_options
         from pyflannel_runtime.model.netconf import ConfigError
     except ImportError as why:
         raise AnsibleFilterError(
             f"pyflannel.network needs the pyflannel_runtime package on the controller: {why}"
         ) from why
+    if cluster is None:
+        return flannel_devices(list(link_names))
     try:
         return stale_devices(list(link_names), backend_options(cluster))
     except (ConfigError, KeyError) as why:

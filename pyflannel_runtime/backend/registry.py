@@ -152,12 +152,14 @@ def stale_devices(link_names: Iterable[str], backend: Mapping[str, Any]) -> list
     switch of backend (or of VNI) the old device stays, with its routes, neighbours and FDB
     entries; ConfigError for a backend that does not validate."""
     options = get(backend.get("Type", "")).options.decode(backend)
+    return [name for name in flannel_devices(link_names) if not options.uses_device(name)]
+
+
+def flannel_devices(link_names: Iterable[str]) -> list[str]:
+    """The links that some backend creates under some options (flannel.<VNI>,
+    flannel-v6.<VNI>, flannel<N>), in the order given."""
     families = [spec.options.DEVICES for spec in _SPECS if spec.options.DEVICES]
-    return [
-        name
-        for name in link_names
-        if any(re.fullmatch(family, name) for family in families) and not options.uses_device(name)
-    ]
+    return [name for name in link_names if any(re.fullmatch(f, name) for f in families)]
 
 
 def create(backend_type: str, netns: str | None = None) -> Backend:

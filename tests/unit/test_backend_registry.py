@@ -286,3 +286,8 @@ def test_stale_devices_refuse_a_backend_that_does_not_validate() -> None:
 
 def test_the_vxlan_backend_names_its_devices_as_flannel_does() -> None:
     assert [VxlanOptions(vni=9).device_name(v) for v in (4, 6)] == ["flannel.9", "flannel-v6.9"]
+
+
+def test_flannel_devices_are_those_of_any_backend_and_any_options() -> None:
+    links = ["lo", "eth0", "cni0", "flannel.1", "flannel-v6.42", "flannel3", "flannel", "flannelx"]
+    assert registry.flannel_devices(links) == ["flannel.1", "flannel-v6.42", "flannel3"]

@@ -43,3 +43,12 @@ def test_settings_that_are_not_a_cluster_fail_as_a_filter_error() -> None:
         stale_backend_devices(LINKS, {})
     with pytest.raises(AnsibleFilterError, match="unknown backend type"):
         stale_backend_devices(LINKS, {"flannel_backend_type": "wireguard"})
+
+
+def test_with_no_cluster_every_flannel_device_is_stale() -> None:
+    assert stale_backend_devices(LINKS, None) == [
+        "flannel.1",
+        "flannel-v6.1",
+        "flannel.7",
+        "flannel0",
+    ]
