@@ -6,18 +6,28 @@ import json
 import math
 import random
 import re
-from ipaddress import IPv4Address, IPv4Network, IPv6Network
-from typing import Any
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+from typing import Annotated, Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import StrictInt, TypeAdapter, ValidationError
 
+from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend.options import Option, UdpOptions, VxlanOptions
 from pyflannel_runtime.model.cluster import (
     DELEGATE_EXTRA_MAX_BYTES,
     DELEGATE_EXTRA_MAX_DEPTH,
+    ClusterModel,
     ClusterModelError,
+    NodeOverrides,
+    _address,
     _bounded_json,
+    _describe,
+    _field_names_at,
+    _network,
+    _option_range,
     load_model,
 )
 from pyflannel_runtime.model.cluster_plan import PlanError, plan_cluster
@@ -699,3 +709,204 @@ def test_delegate_extra_depth_and_number_limits() -> None:
         with pytest.raises(ValueError, match=rf"^{bad} is not a JSON number$"):
             _bounded_json([bad])
     assert _bounded_json([True, False, None, "é", [], {}]) is not None
+
+
+# --- the field types' builders, called here (the model's own were made at import time) --------
+
+
+def model_problems(data: dict[str, Any]) -> list[str]:
+    """What load_model alone refuses (plan_cluster, which checks more, is not run)."""
+    with pytest.raises(ClusterModelError) as err:
+        load_model(data)
+    return err.value.problems
+
+
+def validation_messages(adapter: TypeAdapter[Any], value: Any) -> list[str]:
+    with pytest.raises(ValidationError) as err:
+        adapter.validate_python(value)
+    return [e["msg"] for e in err.value.errors()]
+
+
+def test_address_validators_take_their_family_only() -> None:
+    v4 = TypeAdapter(Annotated[IPv4Address, _address(4)])
+    v6 = TypeAdapter(Annotated[IPv6Address, _address(6)])
+    either = TypeAdapter(Annotated[IPv4Address | IPv6Address, _address(None)])
+    assert v4.validate_python("192.0.2.7") == IPv4Address("192.0.2.7")
+    assert v4.validate_python(IPv4Address("192.0.2.8")) == IPv4Address("192.0.2.8")
+    assert v6.validate_python("2001:db8::7") == IPv6Address("2001:db8::7")
+    assert either.validate_python("2001:db8::8") == IPv6Address("2001:db8::8")
+    assert either.validate_python("192.0.2.9") == IPv4Address("192.0.2.9")
+    assert validation_messages(v4, "2001:db8::7") == [
+        "Value error, '2001:db8::7' is not an IPv4 address"
+    ]
+    assert validation_messages(v6, "192.0.2.7") == [
+        "Value error, '192.0.2.7' is not an IPv6 address"
+    ]
+    assert validation_messages(either, "192.0.2") == ["Value error, '192.0.2' is not an IP address"]
+
+
+def test_network_validators_take_their_family_only() -> None:
+    v4 = TypeAdapter(Annotated[IPv4Network, _network(4)])
+    v6 = TypeAdapter(Annotated[IPv6Network, _network(6)])
+    assert v4.validate_python("10.8.0.0/16") == IPv4Network("10.8.0.0/16")
+    assert v4.validate_python(IPv4Network("10.9.0.0/16")) == IPv4Network("10.9.0.0/16")
+    assert v6.validate_python("fd00:1::/48") == IPv6Network("fd00:1::/48")
+    assert validation_messages(v4, "fd00:1::/48") == [
+        "Value error, 'fd00:1::/48' is not an IPv4 CIDR"
+    ]
+    assert validation_messages(v6, "10.8.0.0/16") == [
+        "Value error, '10.8.0.0/16' is not an IPv6 CIDR"
+    ]
+    assert validation_messages(v6, "fd00:1::1/48") == [
+        "Value error, fd00:1::1/48 has host bits set (did you mean fd00:1::/48?)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("option", "minimum", "maximum"),
+    [
+        (VxlanOptions.option("VNI"), 0, 2**24 - 1),
+        (VxlanOptions.option("MTU"), 118, 65535),
+        (UdpOptions.option("Port"), 1, 65535),
+    ],
+)
+def test_an_option_range_is_the_backends_own(option: Option, minimum: int, maximum: int) -> None:
+    adapter = TypeAdapter(Annotated[StrictInt, _option_range(option)])
+    assert adapter.validate_python(minimum) == minimum
+    assert adapter.validate_python(maximum) == maximum
+    assert validation_messages(adapter, minimum - 1) == [
+        f"Input should be greater than or equal to {minimum}"
+    ]
+    assert validation_messages(adapter, maximum + 1) == [
+        f"Input should be less than or equal to {maximum}"
+    ]
+
+
+def test_a_text_setting_is_one_line_and_not_blank() -> None:
+    assert load_model({"flannel_interface": "X0"}).flannel_interface == "X0"
+    for bad in ("eth0\rX", "eth0\x00"):
+        assert model_problems({"flannel_interface": bad}) == [
+            "flannel_interface: must be a single line of text"
+        ]
+    for blank in ("", " \t"):
+        assert model_problems({"flannel_interface": blank}) == [
+            "flannel_interface: must not be empty"
+        ]
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        ({"flannel_healthz_ip": "192.0.2"}, "flannel_healthz_ip: '192.0.2' is not an IP address"),
+        (
+            {"flannel_network": "10.244.0.0/33"},
+            "flannel_network: '10.244.0.0/33' is not an IPv4 CIDR",
+        ),
+        ({"flannel_network": "ten/8"}, "flannel_network: 'ten/8' is not an IPv4 CIDR"),
+    ],
+)
+def test_an_unparsable_address_or_cidr_is_a_field_problem(
+    data: dict[str, Any], problem: str
+) -> None:
+    assert model_problems(data) == [problem]
+
+
+# --- backend names ----------------------------------------------------------------------------
+
+
+def test_an_unknown_backend_is_a_literal_error_listing_the_backends() -> None:
+    with pytest.raises(ValidationError) as err:
+        ClusterModel.model_validate({"flannel_backend_type": "ipip"})
+    assert [(e["type"], e["loc"], e["msg"]) for e in err.value.errors()] == [
+        ("literal_error", ("flannel_backend_type",), "Input should be 'vxlan', 'host-gw' or 'udp'")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("known", "message"),
+    [
+        (("vxlan",), "Input should be 'vxlan'"),
+        (("vxlan", "udp"), "Input should be 'vxlan' or 'udp'"),
+    ],
+)
+def test_the_backend_choices_read_well_for_any_number_of_backends(
+    monkeypatch: pytest.MonkeyPatch, known: tuple[str, ...], message: str
+) -> None:
+    monkeypatch.setattr(registry, "BACKENDS", {name: registry.BACKENDS[name] for name in known})
+    assert model_problems({"flannel_backend_type": "host-gw"}) == [
+        f"flannel_backend_type: {message}"
+    ]
+
+
+# --- cross-field rules ------------------------------------------------------------------------
+
+
+def test_an_ipv4_problem_is_reported_once_when_ipv6_is_on_too() -> None:
+    assert model_problems({"flannel_enable_ipv6": True, **V6_NET, "flannel_subnet_len": 31}) == [
+        "flannel_subnet_len: SubnetLen must be less than /31"
+    ]
+
+
+def test_an_ipv6_only_network_is_still_checked() -> None:
+    assert model_problems(
+        {**V6_ONLY, "flannel_ipv6_network": "fd00::/56", "flannel_ipv6_subnet_len": 57}
+    ) == ["flannel_ipv6_subnet_len: network must be able to accommodate at least four subnets"]
+    assert model_problems({**V6_ONLY}) == [
+        "flannel_ipv6_network: please define a correct IPv6Network parameter in the flannel config"
+    ]
+
+
+def test_each_node_with_ipv4_settings_on_an_ipv6_only_cluster_is_named() -> None:
+    assert model_problems(
+        {
+            **V6_ONLY,
+            **V6_NET,
+            "nodes": {
+                "bad name": {"subnet": "10.244.1.0/24"},
+                "n2": {"public_ip": "192.0.2.2"},
+            },
+        }
+    ) == [
+        "nodes.bad name: node names use letters, digits, '.', '_' and '-' only",
+        "nodes.bad name.subnet: only used when flannel_enable_ipv4 is true",
+        "nodes.n2.public_ip: only used when flannel_enable_ipv4 is true",
+    ]
+
+
+def test_a_hidden_directory_itself_is_out_of_reach_but_a_lookalike_is_not() -> None:
+    assert model_problems({"flannel_net_conf_path": "/tmp"}) == [
+        "flannel_net_conf_path: /tmp is out of the agent's reach: its unit's PrivateTmp=yes "
+        "hides /tmp from the service; use another directory, e.g. /etc/pyflannel"
+    ]
+    model = load_model({"flannel_net_conf_path": "/tmpfs/net-conf.json"})
+    assert model.flannel_net_conf_path == "/tmpfs/net-conf.json"
+
+
+def test_delegate_extra_counts_what_follows_a_container_that_reaches_the_limit() -> None:
+    # [[0],"x…"]: the outer list, the string and the inner list's brackets come to exactly
+    # DELEGATE_EXTRA_MAX_BYTES; the 0 inside is one byte more.
+    padding = "x" * (DELEGATE_EXTRA_MAX_BYTES - 7)
+    assert compact_size([[], padding]) == DELEGATE_EXTRA_MAX_BYTES
+    assert _bounded_json([[], padding]) == [[], padding]
+    assert compact_size([[0], padding]) == DELEGATE_EXTRA_MAX_BYTES + 1
+    with pytest.raises(ValueError, match=r"^larger than 65536 bytes as JSON$"):
+        _bounded_json([[0], padding])
+
+
+# --- how errors are described -----------------------------------------------------------------
+
+
+def test_an_error_without_a_field_path_is_the_message_alone() -> None:
+    with pytest.raises(ValidationError) as err:
+        ClusterModel.model_validate(5)
+    assert [line for e in err.value.errors() for line in _describe(e)] == [
+        "Input should be a valid dictionary or instance of ClusterModel"
+    ]
+
+
+def test_settings_are_suggested_only_where_settings_are_named() -> None:
+    assert _field_names_at(("flannel_vxlan_prot",)) == list(ClusterModel.model_fields)
+    assert _field_names_at(("nodes", "n1", "interfce")) == list(NodeOverrides.model_fields)
+    assert _field_names_at(("nodes", "n1")) == []
+    assert _field_names_at(("nodes", "n1", "interface", "x")) == []
+    assert _field_names_at(("flannel_cni_delegate_extra", "a", "b")) == []
