@@ -208,6 +208,19 @@ def test_the_udp_backend_under_systemd(
     assert float(score[1]) < 5.0, security
 
 
+def test_switching_away_from_udp_and_back_converges(lab: Any, kube: Kube) -> None:
+    """flannel0 goes with the udp agent that held it, before the agent role removes the old
+    backend's devices (whose list the preflight took while it was there)."""
+    _, kube_vars = kube
+    vxlan = run_playbook("site.yml", extra_vars=kube_vars)
+    assert_converged(vxlan, lab.names())
+    for name in lab.names():
+        links = on_host(lab, name, "ls /sys/class/net").split()
+        assert "flannel.1" in links and "flannel0" not in links, links
+    udp = run_playbook("site.yml", extra_vars={**kube_vars, "flannel_backend_type": "udp"})
+    assert_converged(udp, lab.names())
+
+
 def test_reset_removes_the_kubeconfig_it_copied(lab: Any, kube: Kube) -> None:
     run = run_playbook("reset.yml", extra_vars=kube.extra_vars)
     assert run.returncode == 0 and not run.failed_hosts(), run.explain()
