@@ -57,18 +57,19 @@ class _Spec(Exception):
     pass
 
 
-def argument_spec(name: str) -> dict[str, Any]:
-    """The argument spec a module builds, caught before it reads its arguments."""
+def module_arguments(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The argument spec a module builds and AnsibleModule's other arguments
+    (supports_check_mode, ...), caught before it reads its arguments."""
     captured: dict[str, Any] = {}
 
     def capture(self: Any, argument_spec: dict[str, Any], **kwargs: Any) -> None:
-        captured.update(argument_spec)
+        captured.update(spec=argument_spec, kwargs=kwargs)
         raise _Spec
 
     module = importlib.import_module(f"{MODULES}.{name}")
     with mock.patch.object(basic.AnsibleModule, "__init__", capture), pytest.raises(_Spec):
         module.main()
-    return captured
+    return captured["spec"], captured["kwargs"]
 
 
 def compared(option: dict[str, Any]) -> dict[str, Any]:
@@ -91,7 +92,22 @@ def test_a_modules_documentation_is_its_argument_spec(
     for attribute in ("check_mode", "diff_mode"):
         assert doc["attributes"][attribute]["support"] in ("full", "partial", "none"), attribute
     options = doc.get("options", {})
-    spec = argument_spec(name)
+    spec, _ = module_arguments(name)
     assert sorted(options) == sorted(spec)
     for option, declared in spec.items():
         assert compared(options[option]) == compared(declared), option
+
+
+@pytest.mark.parametrize("name", plugin_names("module"))
+def test_a_modules_check_and_diff_claims_are_what_it_does(
+    module_docs: dict[str, Any], name: str
+) -> None:
+    """check_mode support only with supports_check_mode; diff_mode support only in a module
+    that looks at --diff (module._diff) to return one."""
+    attributes = module_docs[f"pyflannel.network.{name}"]["doc"]["attributes"]
+    _, kwargs = module_arguments(name)
+    claims_check = attributes["check_mode"]["support"] != "none"
+    assert claims_check == kwargs.get("supports_check_mode", False)
+    source = (ROOT / "plugins" / "modules" / f"{name}.py").read_text()
+    claims_diff = attributes["diff_mode"]["support"] != "none"
+    assert claims_diff == ("module._diff" in source)
