@@ -39,7 +39,10 @@ EXAMPLES = r"""
     argv: [ip, link, delete, "{{ item }}"]
   loop: "{{ ansible_facts.pyflannel_host.links | map(attribute='name')
             | pyflannel.network.stale_backend_devices(_flannel_cluster) }}"
-  changed_when: true
+  register: deleted
+  # Links gathered earlier: udp's flannel0 goes with the agent that held it.
+  changed_when: deleted.rc == 0
+  failed_when: deleted.rc != 0 and 'Cannot find device' not in deleted.stderr
 
 - name: Every flannel device, as a reset removes them
   ansible.builtin.debug:
