@@ -1,12 +1,12 @@
 """``pyflannel status``: the local agent's health, the cluster's leases, and whether this
 host's datapath holds what its agent would program for each peer.
 
-The command line and the renderings only: ``ops.agent`` asks the agent's health server,
-``ops.verify`` reads the leases and the kernel and compares them, exactly as the agent's
-reconcile would see them. Read-only: nothing is written to etcd, the API server or the kernel.
+The command line and the renderings only: ``ops.agent`` asks the agent's health server (or,
+with none, looks for its process), ``ops.verify`` reads the leases and the kernel and compares
+them, exactly as the agent's reconcile would see them. Read-only: nothing is written to etcd, the API server or the kernel.
 A summary counts only what was checked, and says what was not.
 
-Exit status: 0 when the agent is ready (or has no health server), every peer is programmed and
+Exit status: 0 when the agent is ready (or cannot be checked), every peer is programmed and
 nothing is stale; 1 when the agent is down or not ready, or something is missing, stale,
 rejected or wrong; 2 when the leases or the kernel could not be read.
 """
@@ -47,7 +47,7 @@ from pyflannel_runtime.ops.node_check import (
     ask_agent,
     check_node,
     lease_label,
-    mtu_problems,
+    problems,
     rejected,
     subnets_text,
     summary,
@@ -68,7 +68,8 @@ from pyflannel_runtime.ops.verify import (
 HELP = "show the agent's health, the leases, and whether this host's datapath holds every peer"
 DESCRIPTION = (
     "Ask the local agent's health server (/healthz, /readyz, and pyflanneld's /statusz for "
-    "its version and uptime), list the cluster's leases (etcd, or the Kubernetes API with "
+    "its version and uptime; with --healthz-port=0, its pid file beside the subnet file, else "
+    "a flanneld or pyflanneld process in this network namespace), list the cluster's leases (etcd, or the Kubernetes API with "
     "--kube-subnet-mgr), and check that this host's datapath holds what its agent programs "
     "for each peer: routes, neighbours and FDB entries (vxlan, host-gw), or flannel0, its "
     "route, its forwarding workers and the forwarder's routes (udp). The flags shared with "
@@ -184,7 +185,7 @@ def render_table(
             f"{lease_label(s)}: {s.note}" for s in report.leases if s.datapath is Datapath.SKIPPED
         ]),
         ("Rejected (never programmed):", rejected(report)),
-        ("Problems:", [*report.problems, *mtu_problems(report), *report.subnet_env]),
+        ("Problems:", problems(report)),
         ("Checked on this host:", checked(report)),
         ("Pod addresses on this host:", [usage_text(u) for u in pods.usage] if pods else []),
         ("Notes:", [*report.notes, *_pods_unchecked(pods)]),
@@ -382,7 +383,11 @@ def collect(args: argparse.Namespace, environ: Mapping[str, str]) -> Status:
         env = agent_environment(args, environ)
         opts = agent_options(args, AGENT_FLAGS, env)
         endpoint = agent_endpoint(opts.healthz_ip, opts.healthz_port)
-        agent = None if args.leases_only else ask_agent(endpoint, args.netns, args.timeout)
+        agent = (
+            None
+            if args.leases_only
+            else ask_agent(endpoint, args.netns, args.timeout, opts.subnet_file)
+        )
     except (AgentFlagsError, VerifyError) as err:
         raise StatusFailed(str(err)) from None
     host, store = target_host(args, opts, env), lease_store(opts, args.timeout)

@@ -64,6 +64,8 @@ def verify_summary(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[st
             lines.append(f"    missing     {entry}")
         for entry in routes.get("stale", []):
             lines.append(f"    stale       {entry}")
+        for lease in routes.get("rejected", []):
+            lines.append(f"    rejected    {lease}")
         if routes.get("writes"):
             lines.append(f"    repaired    {routes['writes']} kernel writes")
         ipam = _get(hostvars, host, "__flannel_verify_ipam") or {}

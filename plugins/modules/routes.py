@@ -19,10 +19,13 @@ description:
   - In check mode every missing or stale entry is reported as drift and nothing changes.
   - Otherwise only the difference is written, through the agent's batched netlink writer; C(changed)
     is true only when the kernel was written to. A route that is not flannel's is never replaced.
-  - Problems it cannot repair (an MTU or subnet.env that disagrees with the lease, leases outside the
-    network) are returned in RV(problems) and fail the module when O(fail_on_problems) is set. An agent
-    that is down or not ready is a warning and ends RV(summary); the datapath is still checked and
-    repaired without it.
+  - Problems of this node it cannot repair (an MTU or subnet.env that disagrees with the lease) are
+    returned in RV(problems) and fail the module when O(fail_on_problems) is set. An agent that is down
+    or not ready is a warning and ends RV(summary); the datapath is still checked and repaired without
+    it.
+  - Leases the agent never programs (outside the network, holding no subnet, or unreadable) are the
+    lease store's problem, not this node's, and would show on every node alike; they are returned in
+    RV(rejected), counted in RV(leases) and RV(summary), and warned about, without failing.
   - Runs with the agent's virtualenv interpreter.
 extends_documentation_fragment:
   - pyflannel.network.attributes
@@ -58,7 +61,9 @@ options:
     type: str
     default: 0.0.0.0
   healthz_port:
-    description: The agent's C(--healthz-port); C(0) (no health server) leaves the agent unchecked.
+    description: The agent's C(--healthz-port); with C(0) (no health server) the agent's process is
+      looked for instead (its pid file beside O(subnet_file), else a C(flanneld) or C(pyflanneld)
+      process).
     type: int
     default: 8081
   fail_on_problems:
@@ -128,10 +133,17 @@ notes:
   elements: str
   sample: ["subnet.env is not checked (no subnet file given)"]
 problems:
-  description: What is wrong and is not repaired here.
+  description: What is wrong on this node and is not repaired here.
   returned: always
   type: list
   elements: str
+rejected:
+  description: The leases the agent never programs, each with why (the node's name or the lease's subnets
+    first).
+  returned: always
+  type: list
+  elements: str
+  sample: ["0.0.0.0-0: 0.0.0.0-0 holds no subnet (no IPv4 part, no IPv6 part)"]
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -193,7 +205,7 @@ def main():
         module.fail_json(msg=f"healthz_ip, healthz_port: {err}")
     host = Host(public_ip=public_ip, subnet_file=params["subnet_file"])
     try:
-        agent = node_check.ask_agent(endpoint, None)
+        agent = node_check.ask_agent(endpoint, None, subnet_file=params["subnet_file"])
         report = node_check.check_node(_store(params), host, agent)
     except (VerifyError, OSError) as err:
         module.fail_json(msg=f"cannot verify: {err}")
@@ -219,9 +231,15 @@ def main():
         ],
         "subnet_env": node_check.read_subnet_env(params["subnet_file"]),
         "problems": node_check.problems(report),
+        "rejected": node_check.rejected(report),
     }
     if not agent.ok:
         module.warn(agent.describe())
+    if result["rejected"]:
+        module.warn(
+            f"{len(result['rejected'])} lease(s) rejected, never programmed: "
+            + "; ".join(result["rejected"])
+        )
     diff = node_check.drift_diff(report)
     if module._diff and diff is not None:
         result["diff"] = diff

@@ -24,6 +24,7 @@ from pyflannel_runtime.agent.errors import StartupError
 from pyflannel_runtime.agent.flags import FlagError, Options, parse_flags, usage, validate
 from pyflannel_runtime.agent.health import HealthServer
 from pyflannel_runtime.agent.memory import limit_malloc_arenas
+from pyflannel_runtime.agent.pidfile import pid_file_for, remove_pid_file, write_pid_file
 from pyflannel_runtime.agent.stores import build_subnet_manager, previous_subnets
 from pyflannel_runtime.agent.traffic import install_traffic_rules
 from pyflannel_runtime.backend import registry
@@ -113,6 +114,7 @@ class Agent:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._health: HealthServer | None = None
+        self._pid_file: str | None = None  # written once the subnet file's directory is known
 
     def _on_signal(self, signum: int) -> None:
         log.info("shutdownHandler sent cancel signal... (%s)", signal.Signals(signum).name)
@@ -158,10 +160,20 @@ class Agent:
             await asyncio.gather(*self._tasks, return_exceptions=True)
             if self._health is not None:
                 await self._health.stop()
+            if self._pid_file is not None:
+                remove_pid_file(self._pid_file, os.getpid())
+
+    def _write_pid_file(self, path: str) -> None:
+        try:
+            write_pid_file(path, os.getpid())
+        except OSError as err:
+            raise StartupError(f"Failed to write pid file: {path}: {os_error_text(err)}") from None
+        self._pid_file = path
 
     async def _run(self) -> int:
         opts = self.opts
         check_subnet_file(opts.subnet_file)
+        self._write_pid_file(pid_file_for(opts.subnet_file))
         # Read once, before this run rewrites it: etcd re-acquisition and old-rule cleanup.
         previous = previous_subnets(opts.subnet_file)
         try:

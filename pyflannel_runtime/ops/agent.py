@@ -1,24 +1,30 @@
 """Ask a host's agent how it is: flanneld's /healthz and /readyz, and pyflanneld's /statusz.
 
 The address is the agent's own ``--healthz-ip``/``--healthz-port``; an agent listening on every
-address is asked on loopback, and port 0 means the agent runs no health server, so nothing is
-asked. `probe_agent` opens its connection in the calling thread's network namespace (run it
-through `netlink.netns.run_in_netns` for another host's). A Go flanneld answers /healthz and
-/readyz only: its state is known, its version and uptime are not.
+address is asked on loopback. Port 0 means the agent runs no health server (flanneld's default):
+then its process is looked for instead (`ops.agent_process`), and it counts as ready once it has
+written subnet.env since it started, as its /readyz would say. `probe_agent` works in the calling
+thread's network namespace (run it through `netlink.netns.run_in_netns` for another host's). A
+Go flanneld answers /healthz and /readyz only: its state is known, its version and uptime are
+not.
 """
 
 from __future__ import annotations
 
 import enum
 import http.client
+import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, ip_address, ip_network
 from typing import Any
 
+from pyflannel_runtime.agent.pidfile import pid_file_for
 from pyflannel_runtime.fsutil import os_error_text
 from pyflannel_runtime.gojson.core import MAX_DOCUMENT_BYTES, GoJSONError, decode
 from pyflannel_runtime.netlink.entries import IPAddress, IPNetwork
+from pyflannel_runtime.ops.agent_process import AgentProcess, Presence, find_agent
 
 # flanneld's answers (main.go mustRunHealthz).
 HEALTHZ_BODY = "flanneld is running"
@@ -89,6 +95,7 @@ class AgentHealth:
     state: AgentState
     reason: str = ""  # why it is down, not ready or not checked
     facts: AgentFacts = AgentFacts()
+    found_by: str = ""  # with no health server: how the agent's process was found
 
     @property
     def ok(self) -> bool:
@@ -98,7 +105,6 @@ class AgentHealth:
         """One line: the state, then what is known about the agent."""
         if self.state is AgentState.UNCHECKED:
             return f"Agent health not checked ({self.reason})"
-        assert self.endpoint is not None
         text = f"Agent {self.state.value}"
         if self.reason:
             text += f": {self.reason}"
@@ -110,7 +116,7 @@ class AgentHealth:
             known.append(f"up {duration(facts.uptime)}")
         if facts.pid is not None:
             known.append(f"pid {facts.pid}")
-        known.append(self.endpoint.url)
+        known.append(self.endpoint.url if self.endpoint else f"no health server, {self.found_by}")
         return f"{text} ({', '.join(known)})"
 
     def as_dict(self) -> dict[str, object]:
@@ -125,6 +131,7 @@ class AgentHealth:
             "pid": facts.pid,
             "uptime_seconds": facts.uptime,
             "backend": facts.backend,
+            "found_by": self.found_by or None,
         }
 
 
@@ -144,10 +151,16 @@ def unchecked(reason: str) -> AgentHealth:
     return AgentHealth(None, AgentState.UNCHECKED, reason)
 
 
-def probe_agent(endpoint: AgentEndpoint | None, timeout: float) -> AgentHealth:
-    """The agent's state from its health server (in this thread's network namespace)."""
+def probe_agent(
+    endpoint: AgentEndpoint | None, timeout: float, subnet_file: str | None = None
+) -> AgentHealth:
+    """The agent's state from its health server (in this thread's network namespace); with no
+    health server, from its process and the `subnet_file` it writes (None: not known, so the
+    agent is not checked)."""
     if endpoint is None:
-        return unchecked("healthz off")
+        if subnet_file is None:
+            return unchecked("healthz off, and no subnet file to find the agent by")
+        return process_health(find_agent(pid_file_for(subnet_file)), subnet_file)
     try:
         status, body = _get(endpoint, "/healthz", timeout, _BODY_LIMIT)
         if status != 200 or body.decode(errors="replace") != HEALTHZ_BODY:
@@ -166,6 +179,28 @@ def probe_agent(endpoint: AgentEndpoint | None, timeout: float) -> AgentHealth:
         return AgentHealth(endpoint, AgentState.READY, facts=facts)
     reason = "subnet.env not written yet" if ready == 503 else f"/readyz answered {ready}"
     return AgentHealth(endpoint, AgentState.NOT_READY, reason, facts)
+
+
+def process_health(
+    process: AgentProcess, subnet_file: str, now: float | None = None
+) -> AgentHealth:
+    """An agent without a health server: down when its process is gone; ready once subnet.env
+    was written after the process started (what /readyz answers), else not ready."""
+    if process.presence is Presence.UNKNOWN:
+        return unchecked(f"healthz off; {process.reason}")
+    if process.presence is Presence.GONE:
+        return AgentHealth(None, AgentState.DOWN, process.reason)
+    started = process.started
+    uptime = None if started is None else max(0, int((now or time.time()) - started))
+    facts = AgentFacts(name=process.name, pid=process.pid, uptime=uptime)
+    try:
+        written = os.stat(subnet_file).st_mtime
+    except OSError:
+        written = None
+    if written is not None and written >= (process.run_since or 0.0):
+        return AgentHealth(None, AgentState.READY, facts=facts, found_by=process.reason)
+    reason = f"{subnet_file} not written since the agent started"
+    return AgentHealth(None, AgentState.NOT_READY, reason, facts, process.reason)
 
 
 def _facts(endpoint: AgentEndpoint, timeout: float) -> AgentFacts:

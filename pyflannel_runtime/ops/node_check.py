@@ -30,16 +30,18 @@ DEFAULT_TIMEOUT = 10.0
 
 
 def ask_agent(
-    endpoint: AgentEndpoint | None, netns: str | None, timeout: float = DEFAULT_TIMEOUT
+    endpoint: AgentEndpoint | None,
+    netns: str | None,
+    timeout: float = DEFAULT_TIMEOUT,
+    subnet_file: str | None = None,
 ) -> AgentHealth:
-    """The agent's health, asked from inside the host's network namespace (None: this one).
-    Raises VerifyError when the namespace does not exist."""
+    """The agent's health, asked from inside the host's network namespace (None: this one);
+    with no health server (`endpoint` None), its process is looked for there, by the pid file
+    beside `subnet_file`. Raises VerifyError when the namespace does not exist."""
     from pyflannel_runtime.netlink.netns import run_in_netns
 
-    if endpoint is None:
-        return probe_agent(None, timeout)
     require_netns(netns)
-    return run_in_netns(netns, lambda: probe_agent(endpoint, timeout))
+    return run_in_netns(netns, lambda: probe_agent(endpoint, timeout, subnet_file))
 
 
 def check_node(store: LeaseStore, host: Host, agent: AgentHealth) -> VerifyReport:
@@ -80,7 +82,10 @@ def summary(report: VerifyReport, agent: AgentHealth | None = None) -> str:
 
 
 def subnets_text(lease: Lease) -> str:
-    return ", ".join(str(s) for s in (lease.subnet, lease.ipv6_subnet) if s is not None)
+    """The lease's subnets; its key when it holds none (a key such as "0.0.0.0-0")."""
+    return ", ".join(str(s) for s in (lease.subnet, lease.ipv6_subnet) if s is not None) or (
+        lease.key()
+    )
 
 
 def lease_label(status: LeaseStatus) -> str:
@@ -95,9 +100,9 @@ def mtu_problems(report: VerifyReport) -> list[str]:
 
 
 def problems(report: VerifyReport) -> list[str]:
-    """What is wrong and no kernel write repairs: the network config, MTUs, subnet.env,
-    rejected leases."""
-    return [*report.problems, *mtu_problems(report), *report.subnet_env, *rejected(report)]
+    """What is wrong on this host and no kernel write repairs: the network config, MTUs,
+    subnet.env. Rejected leases are the store's, not the host's: see `rejected`."""
+    return [*report.problems, *mtu_problems(report), *report.subnet_env]
 
 
 def rejected(report: VerifyReport) -> list[str]:

@@ -394,8 +394,11 @@ async def _kube_leases(settings: KubeSettings) -> tuple[NetworkConfig, LeaseList
 
 
 def _lease_order(row: ListedLease) -> tuple[int, int]:
+    """IPv4 leases by subnet, then IPv6-only ones, then those with no subnet at all (which
+    the scope rejects)."""
     subnet = row.lease.subnet or row.lease.ipv6_subnet
-    assert subnet is not None
+    if subnet is None:
+        return 7, 0
     return subnet.version, int(subnet.network_address)
 
 

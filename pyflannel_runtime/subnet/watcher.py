@@ -91,6 +91,10 @@ class LeaseScope:
         node does not program never reaches its kernel, and is not looked at."""
         # Spelled out per family: thousands of leases are checked at start-up.
         subnet, network = lease.subnet, self.network
+        if subnet is None and lease.ipv6_subnet is None:
+            # The key "0.0.0.0-0" (flannel's IPv4 part of a v6-only lease) with no IPv6 part:
+            # no peer holds it, and it has no subnet to identify a peer by.
+            return "no subnet in either family (IPv4 part 0.0.0.0/0, no IPv6 part)"
         if subnet is not None and network is not None:
             own_subnet = own.subnet if own is not None else None
             why = _family_rejection(subnet, network, self.subnet_len, own_subnet, "subnet")

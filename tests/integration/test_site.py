@@ -151,6 +151,36 @@ def test_a_restarted_host_comes_back_with_its_subnet_and_pods_reach_it(lab: Any)
     assert run.changed() == dict.fromkeys(lab.names(), 0), run.explain()
 
 
+def etcdctl(lab: Any, *args: str) -> str:
+    """etcdctl on node1 (the lab's etcd member) with a flannel node's client certificate."""
+    pki = "/etc/pyflannel/pki"
+    return ssh(lab, "node1", shlex.join([
+        "env", "ETCDCTL_API=3", "etcdctl", f"--endpoints=https://{lab.host('node1').address}:2379",
+        f"--cacert={pki}/etcd-ca.crt", f"--cert={pki}/etcd-client.crt",
+        f"--key={pki}/etcd-client.key", *args,
+    ]))  # fmt: skip
+
+
+def test_a_lease_with_no_subnet_fails_no_node_and_the_summary_counts_it(lab: Any) -> None:
+    key = "/coreos.com/network/subnets/0.0.0.0-0"
+    value = json.dumps({"PublicIP": "192.0.2.99", "BackendType": "vxlan",
+                        "BackendData": {"VtepMAC": "0a:58:0a:f4:63:00"}})  # fmt: skip
+    etcdctl(lab, "put", key, value)
+    try:
+        run = run_playbook("site.yml", "--tags", "flannel_preflight,flannel_verify")
+        assert_converged(run, lab.names())
+        assert run.changed() == dict.fromkeys(lab.names(), 0), run.explain()
+        summary = run.output.split("Verify | Summary", 1)[1]
+        assert summary.count(", 0 stale, 1 rejected; agent") == 3, summary
+        assert summary.count("rejected    0.0.0.0-0: no subnet in either family") == 3, summary
+        assert "1 lease(s) rejected, never programmed: 0.0.0.0-0: " in run.output, run.output
+        done = lab.ssh(lab.host("node2")).run("sudo /opt/pyflannel/venv/bin/pyflannel status")
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "\nRejected (never programmed):\n  0.0.0.0-0: no subnet" in done.stdout
+    finally:
+        etcdctl(lab, "del", key)
+
+
 def test_the_agent_unit_is_sandboxed(lab: Any, capsys: pytest.CaptureFixture[str]) -> None:
     report = ssh(lab, "node1", "systemd-analyze security pyflanneld.service --no-pager")
     score = re.search(r"Overall exposure level for pyflanneld\.service: ([0-9.]+) (\w+)", report)

@@ -151,12 +151,100 @@ def test_a_stopped_agent_is_down_and_fails_the_status_though_its_datapath_stays(
         )
         report = json.loads(status(lab, host, "-o", "json").stdout)
         assert report["agent"]["state"] == "down" and report["ok"] is False
+        # Asked as for an agent with no health server: no pid file (a clean exit removes it)
+        # and no agent process in the host's namespace.
         healthz_off = status(lab, host, "--healthz-port=0")
-        assert healthz_off.returncode == 0, healthz_off.stdout + healthz_off.stderr
-        assert healthz_off.stdout.startswith("Agent health not checked (healthz off)\n")
+        assert healthz_off.returncode == 1, healthz_off.stdout + healthz_off.stderr
+        assert healthz_off.stdout.startswith(
+            f"Agent down: no pid file at {pid_file(lab, host)} and no flanneld or pyflanneld "
+            "process in this network namespace\n"
+        )
     finally:
         lab.start_agent(host)
         lab.wait_ready(host)
+
+
+def pid_file(lab: AgentLab, host: LabHost) -> Path:
+    return lab.subnet_file(host).with_name("pyflanneld.pid")
+
+
+def statuses(lab: AgentLab, host: LabHost, *extra: str) -> list[subprocess.CompletedProcess[str]]:
+    """`pyflannel status` as run on the host, and with --netns from the root namespace."""
+    from_root = subprocess.run(
+        [*lab.status_argv(host), *extra], capture_output=True, text=True, check=False
+    )
+    return [status(lab, host, *extra), from_root]
+
+
+@pytest.mark.root
+@pytest.mark.etcd
+def test_an_agent_without_a_health_server_is_found_by_its_pid_file_until_it_is_killed(
+    lab: AgentLab,
+) -> None:
+    host = lab.net.hosts[2]
+    lab.stop_agent(host)
+    assert not pid_file(lab, host).exists(), "a clean exit removes the pid file"
+    agent = lab.start_agent(host, "--healthz-port=0")
+    try:
+        deadline = time.monotonic() + 60
+        while status(lab, host, "--healthz-port=0").returncode != 0:
+            assert agent.process.poll() is None, agent.log()
+            assert time.monotonic() < deadline, status(lab, host, "--healthz-port=0").stdout
+            time.sleep(0.2)
+        assert pid_file(lab, host).read_text() == f"{agent.process.pid}\n"
+        for done in statuses(lab, host, "--healthz-port=0"):
+            assert done.returncode == 0, done.stdout + done.stderr
+            first = done.stdout.splitlines()[0]
+            assert first.startswith("Agent ready (pyflanneld (version not published), up "), first
+            assert first.endswith(
+                f", pid {agent.process.pid}, no health server, found by {pid_file(lab, host)})"
+            ), first
+        lab.stop_agent(host, signal.SIGKILL)
+        for done in statuses(lab, host, "--healthz-port=0"):
+            assert done.returncode == 1, done.stdout + done.stderr
+            assert done.stdout.startswith(
+                f"Agent down: pid {agent.process.pid} from {pid_file(lab, host)} is not running "
+                "(the agent did not exit cleanly)\n"
+            ), done.stdout
+            assert done.stdout.endswith("; agent down\n"), done.stdout
+    finally:
+        if host.n in lab.agents:
+            lab.stop_agent(host)
+        lab.start_agent(host)
+        lab.wait_ready(host)
+
+
+@pytest.mark.root
+@pytest.mark.etcd
+def test_a_lease_with_no_subnet_is_rejected_and_every_agent_keeps_its_peers(
+    lab: AgentLab,
+) -> None:
+    key = "/coreos.com/network/subnets/0.0.0.0-0"
+    value = json.dumps(
+        {"PublicIP": "192.0.2.99", "BackendType": "vxlan",
+         "BackendData": {"VtepMAC": "0a:58:0a:f4:63:00"}}
+    )  # fmt: skip
+    before = {n: agent.process.pid for n, agent in lab.agents.items()}
+    lab.etcdctl("put", key, value)
+    try:
+        for host in lab.net.hosts:
+            for done in statuses(lab, host):
+                assert done.returncode == 1, done.stdout + done.stderr
+                assert "Traceback" not in done.stderr, done.stderr
+                assert (
+                    "\nRejected (never programmed):\n"
+                    "  0.0.0.0-0: no subnet in either family (IPv4 part 0.0.0.0/0, no IPv6 part)\n"
+                ) in done.stdout, done.stdout
+                assert done.stdout.endswith(
+                    "4 leases, 2 peers programmed, 0 missing, 0 stale, 1 rejected; agent ready\n"
+                ), done.stdout
+            report = json.loads(status(lab, host, "-o", "json").stdout)
+            assert report["summary"]["rejected"] == 1 and report["ok"] is False
+        assert {n: a.process.pid for n, a in lab.agents.items()} == before
+        assert all(agent.process.poll() is None for agent in lab.agents.values())
+    finally:
+        lab.etcdctl("del", key)
+    assert all(status(lab, host).returncode == 0 for host in lab.net.hosts)
 
 
 @pytest.mark.root
@@ -265,12 +353,11 @@ def test_a_udp_node_is_checked_device_route_workers_and_forwarder(udp_lab: Agent
     assert done.stdout.endswith("\n3 leases, 2 peers programmed, 0 missing, 0 stale; agent ready\n")
     report = json.loads(status(lab, host, "-o", "json").stdout)
     assert [lease["datapath"] for lease in report["leases"]] == ["own", "programmed", "programmed"]
-    # Without the agent's /statusz the forwarder's routes are unknown: said, not counted.
+    # Without the agent's /statusz the forwarder's routes are unknown: said, not counted. The
+    # agent itself is still found, by its pid file.
     blind = status(lab, host, "--healthz-port=0")
     assert blind.returncode == 0, blind.stdout + blind.stderr
-    assert blind.stdout.endswith(
-        "\n3 leases, peers not checked, 0 stale; agent health not checked\n"
-    )
+    assert blind.stdout.endswith("\n3 leases, peers not checked, 0 stale; agent ready\n")
 
 
 @pytest.mark.root
@@ -396,7 +483,11 @@ def test_bare_status_without_the_agents_settings_says_what_to_give(
     monkeypatch.setattr(cli_flags, "AGENT_ENV_FILE", str(Path(private_ns) / "absent.env"))
     assert run_in_netns(private_ns, lambda: main(["status"])) == 2
     out, err = capsys.readouterr()
-    assert out == "Agent health not checked (healthz off)\n"
+    # flanneld's default runs no health server: the agent is looked for, and none runs here.
+    assert out == (
+        "Agent down: no pid file at /run/flannel/pyflanneld.pid and no flanneld or pyflanneld "
+        "process in this network namespace\n"
+    )
     assert err.startswith(
         "pyflannel status: cannot read leases from etcd "
         "http://127.0.0.1:4001,http://127.0.0.1:2379 (prefix /coreos.com/network): "

@@ -19,6 +19,7 @@ from pyflannel_runtime.ops.node_check import (
     lease_counts,
     problems,
     read_subnet_env,
+    rejected,
 )
 from pyflannel_runtime.ops.verify import DeviceMtu, VerifyError, compare
 from pyflannel_runtime.status import render_table
@@ -80,11 +81,21 @@ def test_counts_and_problems_say_what_status_says() -> None:
         "the network config is not usable: bad",
         "flannel.1 has MTU 1500, expected 1450",
         "env off",
+    ]
+    # The store's leases, not this host's problems: listed apart (the routes module does not
+    # fail a node for them).
+    refused = rejected(report)
+    assert refused == [
         "192.0.2.0/24: subnet 192.0.2.0/24 is outside the network 10.244.0.0/16",
         "10.244.15.0-24: invalid character 'x' looking for beginning of value",
     ]
     table = render_table(report, 0)
-    assert all(f"  {line}\n" in table for line in found)
+    problems_at, rejected_at = (
+        table.index("Problems:\n"),
+        table.index("Rejected (never programmed):\n"),
+    )
+    assert all(f"  {line}\n" in table[problems_at:] for line in found)
+    assert all(f"  {line}\n" in table[rejected_at:problems_at] for line in refused)
 
 
 def test_udp_peers_count_as_unchecked_only_without_the_forwarders_routes() -> None:

@@ -150,7 +150,9 @@ def test_a_port_out_of_range_is_refused(port: int) -> None:
 def test_healthz_off_is_reported_as_not_checked_and_is_no_failure() -> None:
     health = probe_agent(None, timeout=1)
     assert health.state is AgentState.UNCHECKED and health.ok
-    assert health.describe() == "Agent health not checked (healthz off)"
+    assert health.describe() == (
+        "Agent health not checked (healthz off, and no subnet file to find the agent by)"
+    )
     assert AgentEndpoint("::1", 8081).url == "http://[::1]:8081"
 
 

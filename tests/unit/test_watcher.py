@@ -299,13 +299,30 @@ def test_in_etcd_mode_a_lease_must_have_the_configured_length() -> None:
     assert etcd.rejection(odd_lease("10.244.2.0/24", "fd00:0:0:2::/64"), OWN) is None
 
 
+def test_a_lease_with_no_subnet_in_either_family_is_rejected_by_every_node() -> None:
+    empty = odd_lease(None)
+    assert empty.key() == "0.0.0.0-0"
+    for _, scope in NODES:
+        assert scope.rejection(empty) == (
+            "no subnet in either family (IPv4 part 0.0.0.0/0, no IPv6 part)"
+        )
+    watcher = LeaseWatcher(OWN, SCOPE)
+    assert watcher.reset([empty, lease(1)]) == [added(lease(1))]
+    assert watcher.update([added(empty), removed(empty)]) == []
+
+
 def test_a_family_this_node_does_not_program_is_not_checked() -> None:
     v4_only = LeaseScope(IPv4Network("10.244.0.0/16"))
     assert v4_only.rejection(odd_lease("10.244.5.0/24", "fd99::/64"), OWN) is None
     assert v4_only.rejection(odd_lease(None, "fd99::/64")) is None
 
 
-OUTSIDE = [odd_lease("192.0.2.0/24"), odd_lease("10.99.0.0/24"), odd_lease("10.244.0.0/25")]
+OUTSIDE = [
+    odd_lease("192.0.2.0/24"),
+    odd_lease("10.99.0.0/24"),
+    odd_lease("10.244.0.0/25"),
+    odd_lease(None),  # the key "0.0.0.0-0": no subnet in either family
+]
 mixed = st.one_of(leases, st.sampled_from(OUTSIDE))
 mixed_operations = st.lists(
     st.one_of(
