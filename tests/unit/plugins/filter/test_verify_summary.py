@@ -76,3 +76,18 @@ def test_what_was_not_checked_is_noted_under_the_datapath() -> None:
         "  datapath      3 leases, peers not checked, 0 stale; agent health not checked",
         f"    note        {UDP_UNCHECKED}",
     ]
+
+
+def test_the_stores_rejected_leases_are_listed_under_the_datapath() -> None:
+    why = "0.0.0.0-0: no subnet in either family (IPv4 part 0.0.0.0/0, no IPv6 part)"
+    routes = {
+        "summary": "4 leases, 2 peers programmed, 0 missing, 0 stale, 1 rejected; agent ready",
+        "stale": ["neigh 10.244.9.0 lladdr 0a:58:0a:f4:09:00 dev flannel.1"],
+        "rejected": [why],
+    }
+    lines = verify_summary(["h1"], {"h1": {"__flannel_verify_routes": routes}})
+    assert lines[3:6] == [
+        "  datapath      4 leases, 2 peers programmed, 0 missing, 0 stale, 1 rejected; agent ready",
+        "    stale       neigh 10.244.9.0 lladdr 0a:58:0a:f4:09:00 dev flannel.1",
+        f"    rejected    {why}",
+    ]
