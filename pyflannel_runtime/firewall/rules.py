@@ -130,6 +130,23 @@ def _jumps_to(line: str, chain: str) -> bool:
     return tokens[:1] == ["-A"] and tokens[-2:] == ["-j", chain]
 
 
+def owned_rule_lines(table_dumps: Mapping[str, str]) -> list[tuple[str, str]]:
+    """flannel's own lines in ``iptables -t <table> -S`` listings, as ``(table, line)``: its
+    chain, the chain's rules and every jump into it (what ``chain_removal_payload`` removes)."""
+    owned: list[tuple[str, str]] = []
+    for table, dump in table_dumps.items():
+        chain = OWNED_CHAINS[table]
+        listed = dump.splitlines()
+        if f"-N {chain}" not in listed:
+            continue
+        owned.extend(
+            (table, line)
+            for line in listed
+            if line == f"-N {chain}" or line.startswith(f"-A {chain} ") or _jumps_to(line, chain)
+        )
+    return owned
+
+
 def chain_removal_payload(table_dumps: Mapping[str, str]) -> str:
     """Remove flannel's chains and every jump into them, given ``iptables -t <table> -S``.
 
@@ -242,3 +259,13 @@ def nft_fully_random_probe_script() -> str:
 def nft_delete_table_script(version: int) -> str:
     family, table = nft_table(version)
     return f"delete table {family} {table}\n"
+
+
+def nft_owned_tables(listing: str) -> list[int]:
+    """The IP versions whose flannel table ``nft list tables`` lists."""
+    listed = {line.strip() for line in listing.splitlines()}
+    return [
+        version
+        for version, (family, table) in _NFT_TABLES.items()
+        if f"table {family} {table}" in listed
+    ]
