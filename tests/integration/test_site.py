@@ -232,11 +232,11 @@ def test_a_restarted_host_comes_back_with_its_subnet_and_pods_reach_it(lab: Any)
 
 
 def test_the_agent_unit_is_sandboxed(lab: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    report = ssh(lab, "node1", "systemd-analyze security pyflanneld.service --no-pager")
-    score = re.search(r"Overall exposure level for pyflanneld\.service: ([0-9.]+) (\w+)", report)
-    assert score is not None, report
+    security = ssh(lab, "node1", "systemd-analyze security pyflanneld.service --no-pager")
+    score = re.search(r"Overall exposure level for pyflanneld\.service: ([0-9.]+) (\w+)", security)
+    assert score is not None, security
     report(capsys, f"systemd-analyze security pyflanneld.service: {score[1]} {score[2]}")
-    assert float(score[1]) < 5.0, report
+    assert float(score[1]) < 5.0, security
 
 
 def flannel_links(lab: Any, name: str) -> list[str]:
