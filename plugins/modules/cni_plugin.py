@@ -11,7 +11,11 @@ description:
   - Writes the C(flannel) plugin launcher of the agent's virtualenv into O(bin_dir), exactly as
     C(pyflannel cni install) does, but only when it differs.
   - Links the plugins the flannel plugin delegates to (Debian's C(containernetworking-plugins) in
-    O(plugins_dir)) into O(bin_dir), where container runtimes look for them.
+    O(plugins_dir)) into O(bin_dir), where container runtimes look for them, where no plugin of
+    that name is yet. A plugin someone else put there stays as it is. The links made are noted in
+    O(record).
+  - With O(state=absent), removes the launcher and the links O(record) notes that are still as
+    they were made, and the record; nothing else in O(bin_dir).
   - Runs with the agent's virtualenv interpreter (the launcher starts that interpreter).
 extends_documentation_fragment:
   - pyflannel.network.attributes
@@ -30,12 +34,28 @@ options:
     type: list
     elements: str
     default: [bridge, host-local, portmap, loopback]
+  record:
+    description: The node's record of the links this module made (JSON), which O(state=absent) reads.
+    type: path
+    default: /var/lib/pyflannel/cni-plugins.json
+  state:
+    description: C(present) installs; C(absent) removes what this module installed.
+    type: str
+    choices: [present, absent]
+    default: present
 """
 
 EXAMPLES = r"""
 - name: Install the flannel CNI plugin
   pyflannel.network.cni_plugin:
     bin_dir: /opt/cni/bin
+  vars:
+    ansible_python_interpreter: /opt/pyflannel/venv/bin/python
+
+- name: Remove it again, with the reference plugin links it made
+  pyflannel.network.cni_plugin:
+    bin_dir: /opt/cni/bin
+    state: absent
   vars:
     ansible_python_interpreter: /opt/pyflannel/venv/bin/python
 """
@@ -47,8 +67,13 @@ plugin:
   type: str
   sample: /opt/cni/bin/flannel
 changed_links:
-  description: Links that were (or would be) created or repointed.
+  description: Links that were (or would be) created, repointed or removed.
   returned: always
+  type: list
+  elements: str
+foreign:
+  description: Plugins of a name in O(link) that are not this module's and were left as they are.
+  returned: O(state=present)
   type: list
   elements: str
 """
@@ -69,27 +94,11 @@ def build_module():
                 "elements": "str",
                 "default": ["bridge", "host-local", "portmap", "loopback"],
             },
+            "record": {"type": "path", "default": "/var/lib/pyflannel/cni-plugins.json"},
+            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
         },
         supports_check_mode=True,
     )
-
-
-def _links(module):
-    """(link path, target) pairs that are missing or point elsewhere."""
-    bin_dir, plugins_dir = module.params["bin_dir"], module.params["plugins_dir"]
-    if os.path.realpath(bin_dir) == os.path.realpath(plugins_dir):
-        return []
-    stale = []
-    for name in module.params["link"]:
-        target = os.path.join(plugins_dir, name)
-        if not os.path.exists(target):
-            module.fail_json(
-                msg=f"link: {target} does not exist (is containernetworking-plugins installed?)"
-            )
-        path = os.path.join(bin_dir, name)
-        if not os.path.islink(path) or os.readlink(path) != target:
-            stale.append((path, target))
-    return stale
 
 
 def _relink(path, target):
@@ -98,37 +107,79 @@ def _relink(path, target):
     os.replace(temp, path)
 
 
+def _link_diff(path, before, after):
+    return {"before_header": path, "after_header": path, "before": before, "after": after}
+
+
+def install(module, plugin, recorded):
+    from pyflannel_runtime.cni.install import launcher_script, plan_links
+    from pyflannel_runtime.ops.files import FilesError, WantedFile, sync_files
+
+    params = module.params
+    same_dir = os.path.realpath(params["bin_dir"]) == os.path.realpath(params["plugins_dir"])
+    links = [] if same_dir else params["link"]
+    for name in links:
+        target = os.path.join(params["plugins_dir"], name)
+        if not os.path.exists(target):
+            module.fail_json(
+                msg=f"link: {target} does not exist (is containernetworking-plugins installed?)"
+            )
+    plan = plan_links(params["bin_dir"], params["plugins_dir"], links, recorded)
+    wanted = {plugin: WantedFile(launcher_script(), 0o755)}
+    if plan.record != recorded:
+        wanted[params["record"]] = WantedFile(plan.record.text(), 0o644)
+    diffs = [
+        _link_diff(path, os.readlink(path) + "\n" if os.path.islink(path) else "", target + "\n")
+        for path, target in plan.make
+    ]
+    try:
+        files = sync_files(wanted, check=module.check_mode)
+        if not module.check_mode:
+            for path, target in plan.make:
+                _relink(path, target)
+    except (FilesError, OSError) as err:
+        module.fail_json(msg=f"cannot install into {params['bin_dir']}: {err}")
+    changed_links = [path for path, _ in plan.make]
+    return bool(files.changed or changed_links), changed_links, files.diff() + diffs, plan.foreign
+
+
+def remove(module, plugin, recorded):
+    from pyflannel_runtime.cni.install import is_launcher
+
+    links = recorded.present()
+    paths = [*links, *([plugin] if is_launcher(plugin) else [])]
+    if os.path.exists(module.params["record"]):
+        paths.append(module.params["record"])
+    diffs = [_link_diff(path, os.readlink(path) + "\n", "") for path in links]
+    diffs += [_link_diff(path, f"{path}\n", "") for path in paths if path not in links]
+    if not module.check_mode:
+        try:
+            for path in paths:
+                os.unlink(path)
+        except OSError as err:
+            module.fail_json(msg=f"cannot remove {err.filename}: {err.strerror}")
+    return bool(paths), links, diffs
+
+
 def main():
     module = build_module()
     require_runtime(module)
-    from pyflannel_runtime.cni.install import PLUGIN_NAME, launcher_script
-    from pyflannel_runtime.ops.files import FilesError, WantedFile, sync_files
+    from pyflannel_runtime.cni.install import PLUGIN_NAME, LinkRecord
 
     plugin = os.path.join(module.params["bin_dir"], PLUGIN_NAME)
-    stale = _links(module)
-    link_diffs = [
-        {
-            "before_header": path,
-            "after_header": path,
-            "before": os.readlink(path) + "\n" if os.path.islink(path) else "",
-            "after": target + "\n",
-        }
-        for path, target in stale
-    ]
     try:
-        plan = sync_files({plugin: WantedFile(launcher_script(), 0o755)}, check=module.check_mode)
-        if not module.check_mode:
-            for path, target in stale:
-                _relink(path, target)
-    except (FilesError, OSError) as err:
-        module.fail_json(msg=f"cannot install into {module.params['bin_dir']}: {err}")
-    result = {
-        "changed": bool(plan.changed or stale),
-        "plugin": plugin,
-        "changed_links": [path for path, _ in stale],
-    }
+        recorded = LinkRecord.load(module.params["record"])
+    except ValueError as err:
+        module.fail_json(msg=f"record: {err}")
+    result = {"plugin": plugin}
+    if module.params["state"] == "present":
+        changed, changed_links, diff, foreign = install(module, plugin, recorded)
+        result["foreign"] = foreign
+    else:
+        changed, changed_links, diff = remove(module, plugin, recorded)
+    result.update(changed=changed, changed_links=changed_links)
     if module._diff:
-        result["diff"] = plan.diff() + link_diffs
+        result["diff"] = diff
     module.exit_json(**result)
 
 

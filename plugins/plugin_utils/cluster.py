@@ -4,19 +4,21 @@ through pyflannel_runtime.ops.inventory (imported from the controller's environm
 from __future__ import annotations
 
 import errno
-import functools
-from pathlib import Path
 from typing import Any
 
-import yaml
 from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
+from ansible_collections.pyflannel.network.plugins.plugin_utils.role_values import (
+    convert_role_values,
+    role_options,
+)
 
 try:
     from pyflannel_runtime.fsutil import read_small_file
     from pyflannel_runtime.ops.inventory import (
         KUBECONFIG_LIMIT,
         KUBECONFIG_SOURCE,
+        InventoryError,
         InventoryPlan,
         ReadSource,
         check_inventory,
@@ -29,7 +31,6 @@ else:
 # Set by the preflight role (every flannel_* variable as the host sees it) and node_facts.
 SETTINGS_FACT = "_flannel_settings"
 HOST_FACT = "pyflannel_host"
-_ROLES = Path(__file__).resolve().parents[2] / "roles"
 
 
 def require_runtime() -> None:
@@ -38,17 +39,6 @@ def require_runtime() -> None:
             "pyflannel.network needs the pyflannel_runtime package on the controller "
             f"(pip install the pyflannel project into ansible's environment): {_IMPORT_ERROR}"
         )
-
-
-@functools.cache
-def role_variables() -> frozenset[str]:
-    """Every variable the collection's roles document in meta/argument_specs.yml."""
-    names: set[str] = set()
-    for spec_file in _ROLES.glob("*/meta/argument_specs.yml"):
-        specs = yaml.safe_load(spec_file.read_text(encoding="utf-8")) or {}
-        for entry in (specs.get("argument_specs") or {}).values():
-            names.update((entry or {}).get("options") or {})
-    return frozenset(names)
 
 
 def cluster_hosts(task_vars: dict[str, Any], group: str) -> list[str]:
@@ -63,13 +53,15 @@ def cluster_hosts(task_vars: dict[str, Any], group: str) -> list[str]:
 def check_cluster(
     task_vars: dict[str, Any], group: str, *, with_facts: bool, read_source: ReadSource
 ) -> InventoryPlan:
-    """The whole cluster, as every node's own variables (and facts) describe it."""
+    """The whole cluster, as every node's own variables (and facts) describe it, each value
+    converted by its role's argument spec first."""
     require_runtime()
     hostvars = task_vars["hostvars"]
     hosts = cluster_hosts(task_vars, group)
     settings: dict[str, dict[str, Any]] = {}
     facts: dict[str, Any] = {}
     missing = []
+    unconvertible = []
     for host in hosts:
         host_vars = hostvars[host]
         if SETTINGS_FACT not in host_vars or (
@@ -77,7 +69,8 @@ def check_cluster(
         ):
             missing.append(host)
             continue
-        settings[host] = dict(host_vars[SETTINGS_FACT])
+        settings[host], problems = convert_role_values(host, host_vars[SETTINGS_FACT])
+        unconvertible += problems
         if with_facts:
             facts[host] = host_vars["ansible_facts"][HOST_FACT]
     if missing:
@@ -85,7 +78,9 @@ def check_cluster(
             "the pyflannel.network.preflight role has not run on "
             f"{', '.join(missing)} (every host of group {group!r} must be in the play)"
         )
-    return check_inventory(settings, facts if with_facts else None, role_variables(), read_source)
+    if unconvertible:
+        raise InventoryError(unconvertible)
+    return check_inventory(settings, facts if with_facts else None, role_options(), read_source)
 
 
 class ClusterAction(ActionBase):

@@ -23,6 +23,7 @@ from pyflannel_runtime.firewall.rules import (
     chain_removal_payload,
     forward_rules,
     masq_rules,
+    owned_rule_lines,
     teardown_payload,
 )
 
@@ -83,10 +84,25 @@ class IPTablesManager:
         log.info("Cleaning-up iptables rules...")
         for version, tools in _TOOLS.items():
             try:
-                async with self._locks[version]:
-                    await self._remove_owned_chains(version)
+                await self.remove_owned_chains(version)
             except FirewallError as err:
                 log.debug("could not clean-up flannel chains (%s): %s", tools.label, err)
+
+    async def remove_owned_chains(self, version: int, *, check: bool = False) -> list[str]:
+        """Remove flannel's chains from ``version``'s tables, with every jump into them, in one
+        iptables-restore transaction (with ``check`` only find them); returns what was there as
+        ``-t <table> <-S line>``. Nothing else is touched. Raises FirewallError."""
+        async with self._locks[version]:
+            dumps: dict[str, str] = {}
+            for table in OWNED_CHAINS:
+                listing = await self._iptables(version, "-t", table, "-S")
+                if listing.returncode == 0:
+                    dumps[table] = listing.stdout
+                else:
+                    log.debug("could not list table %s: %s", table, listing.describe())
+            if not check:
+                await self._apply(version, chain_removal_payload(dumps))
+        return [f"-t {table} {line}" for table, line in owned_rule_lines(dumps)]
 
     async def setup_masq(
         self,
@@ -238,13 +254,3 @@ class IPTablesManager:
     async def _teardown(self, version: int, rules: Sequence[Rule]) -> None:
         present = await self._present_rules(version, rules)
         await self._apply(version, teardown_payload(rules, present))
-
-    async def _remove_owned_chains(self, version: int) -> None:
-        dumps: dict[str, str] = {}
-        for table in OWNED_CHAINS:
-            listing = await self._iptables(version, "-t", table, "-S")
-            if listing.returncode == 0:
-                dumps[table] = listing.stdout
-            else:
-                log.debug("could not list table %s: %s", table, listing.describe())
-        await self._apply(version, chain_removal_payload(dumps))

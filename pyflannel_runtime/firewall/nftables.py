@@ -16,6 +16,7 @@ from pyflannel_runtime.firewall.rules import (
     nft_fully_random_probe_script,
     nft_init_script,
     nft_masq_script,
+    nft_owned_tables,
     nft_table,
 )
 
@@ -50,6 +51,20 @@ class NFTablesManager:
             if result.returncode != 0:
                 family, table = nft_table(version)
                 log.debug("nftables: couldn't delete table %s %s: %s", family, table, result.stderr)
+
+    async def remove_tables(self, *, check: bool = False) -> list[str]:
+        """Delete those of flannel's two tables that exist, in one transaction (with ``check``
+        only find them); returns them as ``<family> <table>``. Raises FirewallError."""
+        listing = await self._runner.run("nft", "list", "tables")
+        if listing.returncode != 0:
+            raise FirewallError(f"nftables: couldn't list tables: {listing.describe()}")
+        versions = nft_owned_tables(listing.stdout)
+        if versions and not check:
+            script = "".join(nft_delete_table_script(version) for version in versions)
+            result = await self._nft(script)
+            if result.returncode != 0:
+                raise FirewallError(f"nftables: couldn't delete tables: {result.describe()}")
+        return [" ".join(nft_table(version)) for version in versions]
 
     async def setup_masq(
         self,

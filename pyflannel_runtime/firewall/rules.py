@@ -8,7 +8,7 @@ observed on the host and run what they return.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network
 
@@ -130,6 +130,28 @@ def _jumps_to(line: str, chain: str) -> bool:
     return tokens[:1] == ["-A"] and tokens[-2:] == ["-j", chain]
 
 
+def _holding_flannels_chain(
+    table_dumps: Mapping[str, str],
+) -> Iterator[tuple[str, str, list[str]]]:
+    """``(table, flannel's chain, -S lines)`` of each listing in which that chain exists."""
+    for table, dump in table_dumps.items():
+        chain = OWNED_CHAINS[table]
+        listed = dump.splitlines()
+        if f"-N {chain}" in listed:
+            yield table, chain, listed
+
+
+def owned_rule_lines(table_dumps: Mapping[str, str]) -> list[tuple[str, str]]:
+    """flannel's own lines in ``iptables -t <table> -S`` listings, as ``(table, line)``: its
+    chain, the chain's rules and every jump into it (what ``chain_removal_payload`` removes)."""
+    return [
+        (table, line)
+        for table, chain, listed in _holding_flannels_chain(table_dumps)
+        for line in listed
+        if line == f"-N {chain}" or line.startswith(f"-A {chain} ") or _jumps_to(line, chain)
+    ]
+
+
 def chain_removal_payload(table_dumps: Mapping[str, str]) -> str:
     """Remove flannel's chains and every jump into them, given ``iptables -t <table> -S``.
 
@@ -139,11 +161,7 @@ def chain_removal_payload(table_dumps: Mapping[str, str]) -> str:
     iptables-restore syntax, so a jump is deleted by replaying its line with ``-D``.
     """
     lines: list[tuple[str, str]] = []
-    for table, dump in table_dumps.items():
-        chain = OWNED_CHAINS[table]
-        listed = dump.splitlines()
-        if f"-N {chain}" not in listed:
-            continue
+    for table, chain, listed in _holding_flannels_chain(table_dumps):
         lines.extend((table, "-D" + line[2:]) for line in listed if _jumps_to(line, chain))
         lines.append((table, f"-F {chain}"))
         lines.append((table, f"-X {chain}"))
@@ -242,3 +260,13 @@ def nft_fully_random_probe_script() -> str:
 def nft_delete_table_script(version: int) -> str:
     family, table = nft_table(version)
     return f"delete table {family} {table}\n"
+
+
+def nft_owned_tables(listing: str) -> list[int]:
+    """The IP versions whose flannel table ``nft list tables`` lists."""
+    listed = set(listing.splitlines())
+    return [
+        version
+        for version, (family, table) in _NFT_TABLES.items()
+        if f"table {family} {table}" in listed
+    ]

@@ -75,6 +75,13 @@ KUBECONFIG_SOURCE = "flannel_kubeconfig_src"
 KUBECONFIG_LIMIT = 1024 * 1024
 # A controller path as the roles resolve it -> its bytes (at most KUBECONFIG_LIMIT); OSError.
 ReadSource = Callable[[str], bytes]
+# Variables the roles once took, with what replaced them (kubespray's removed-variables guard).
+REMOVED_VARIABLES = {
+    "flannel_reset_flush_iptables": (
+        "removed: reset.yml removes flannel's own iptables chains and the jumps into them, "
+        "and flushes no table"
+    ),
+}
 _VARIABLE_PREFIX = "flannel_"
 _NODE_PATH = re.compile(r"\bnodes\.([A-Za-z0-9._-]+?)(?:\.([a-z_0-9]+))?(?=: | |$|,)")
 
@@ -206,6 +213,9 @@ def _unknown_problems(
     for host in hosts:
         for name in sorted(settings[host]):
             if not name.startswith(_VARIABLE_PREFIX) or name in accepted:
+                continue
+            if name in REMOVED_VARIABLES:
+                problems.append(f"{host}: {name}: {REMOVED_VARIABLES[name]}")
                 continue
             message = f"{host}: {name}: unknown variable"
             close = difflib.get_close_matches(name, sorted(accepted), n=1)

@@ -579,6 +579,22 @@ class EtcdSubnetManager:
             await asyncio.wait({pending})  # let the watch wind down; its outcome is moot
             await own_events.aclose()
 
+    async def release_lease(
+        self, subnet: IPv4Network | None, ipv6_subnet: IPv6Network | None, *, check: bool = False
+    ) -> bool:
+        """Give a node's subnet back: revoke the etcd lease its key holds, which deletes the key
+        (each flannel lease key has an etcd lease of its own); peers see the deletion in their
+        watch. A reservation (a key without an etcd lease) stays. True when there was a lease;
+        with ``check`` nothing is revoked."""
+        key = self._subnet_key(subnet, ipv6_subnet)
+        kv = await self._call(lambda c: c.get(key))
+        if kv is None or kv.lease == 0:
+            return False
+        if not check:
+            lease = kv.lease
+            await self._call(lambda c: c.revoke(lease))
+        return True
+
     async def get_stored_public_ip(self) -> tuple[str, str]:
         return "", ""
 

@@ -5,21 +5,24 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+import shutil
 from collections.abc import Iterator
 from typing import Any
 
 from pyflannel_runtime.lab import hosts
-from pyflannel_runtime.lab.playbook import PlaybookRun
+from pyflannel_runtime.lab.playbook import LAB_INVENTORY, PlaybookRun
 
 
 @contextlib.contextmanager
 def lab_hosts(count: int = 3) -> Iterator[Any]:
-    """Systemd lab hosts (pyflannel_runtime.lab) from the cached image, removed afterwards."""
+    """Systemd lab hosts (pyflannel_runtime.lab) from the cached image, removed afterwards with
+    the etcd CA the etcd role made for them beside the inventory (as `./scripts/lab down`)."""
     state = hosts.up(count)
     try:
         yield state
     finally:
         hosts.down()
+        shutil.rmtree(f"{LAB_INVENTORY}-credentials", ignore_errors=True)
 
 
 def on_host(lab: Any, name: str, command: str) -> str:

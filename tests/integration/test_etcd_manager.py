@@ -24,6 +24,7 @@ from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
 from pyflannel_runtime.lab.etcd_server import EtcdServer, free_port
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs
 from pyflannel_runtime.model.subnet_env import SubnetEnv, read_previous_subnets
+from pyflannel_runtime.ops.reset import release_lease
 from pyflannel_runtime.subnet.etcd import ETCD_ERRORS, EtcdError, EtcdSettings, EtcdSubnetManager
 from pyflannel_runtime.subnet.manager import LeaseListing, LeaseRevoked, LeaseWatchBatch
 from tests.integration.etcd_tls import make_tls_material
@@ -620,3 +621,32 @@ def test_username_and_password(etcd_factory: Any) -> None:
                 await denied.close()
 
     run(body())
+
+
+# --- reset.yml's lease release ---------------------------------------------------------------
+
+
+def test_a_reset_releases_the_lease_subnet_env_names_and_keeps_a_reservation(
+    configured: tuple[EtcdServer, str], tmp_path: Path
+) -> None:
+    server, prefix = configured
+    lease = run(acquire(server, prefix, "192.0.2.21"))
+    assert lease.subnet is not None
+    key = subnet_key(prefix, str(lease.subnet)).decode()
+    subnet_env = tmp_path / "subnet.env"
+    subnet_env.write_text(
+        SubnetEnv(IPv4Network("10.244.0.0/16"), lease.subnet, None, None, 1450, True).render()
+    )
+    store = settings(server, prefix)
+
+    assert release_lease(store, str(subnet_env), check=True) == str(lease.subnet)
+    assert server.etcdctl("get", "--print-value-only", key).strip() == lease.attrs.to_json()
+    assert release_lease(store, str(subnet_env), check=False) == str(lease.subnet)
+    assert server.etcdctl("get", key) == ""
+    assert release_lease(store, str(subnet_env), check=False) is None
+
+    # A pinned subnet (a key without an etcd lease) is the inventory's, not the node's to give.
+    server.etcdctl("put", key, attrs("192.0.2.21").to_json())
+    assert release_lease(store, str(subnet_env), check=False) is None
+    assert server.etcdctl("get", "--print-value-only", key).strip() == attrs("192.0.2.21").to_json()
+    assert release_lease(store, str(tmp_path / "gone.env"), check=False) is None

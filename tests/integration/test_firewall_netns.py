@@ -7,11 +7,13 @@ Every command runs inside the test's own namespace; the root namespace is never 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 import subprocess
 from collections.abc import Coroutine, Iterator
 from ipaddress import IPv4Network, IPv6Network
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -20,6 +22,7 @@ from pyflannel_runtime.firewall import CommandRunner, TrafficManager, start_traf
 from pyflannel_runtime.firewall.blackhole import ensure_blackhole_route
 from pyflannel_runtime.firewall.iptables import IPTablesManager
 from pyflannel_runtime.firewall.nftables import NFTablesManager
+from pyflannel_runtime.ops.reset import Leftovers, remove_leftovers
 
 pytestmark = pytest.mark.root
 
@@ -337,3 +340,97 @@ def test_blackhole_route_is_added_once(netns: Netns) -> None:
     assert netns.out("ip", "-6", "route", "show", "type", "blackhole").startswith(
         "blackhole fd00:10:244:1::/64 "
     )
+
+
+def not_flannels(netns: Netns) -> dict[str, list[str]]:
+    """Everything in both families' iptables and in nft that has nothing of flannel's."""
+    seen = {
+        tool: [
+            line
+            for line in netns.out(tool).splitlines()
+            if "FLANNEL" not in line and not line.startswith("#")
+        ]
+        for tool in ("iptables-save", "ip6tables-save")
+    }
+    seen["nft"] = [t for t in netns.nft_tables() if "flannel" not in t]
+    return seen
+
+
+def test_reset_removes_flannels_chains_jumps_tables_routes_and_cni_state_and_nothing_else(
+    netns: Netns, tmp_path: Path
+) -> None:
+    async def flannel() -> None:
+        await full_setup(IPTablesManager(netns.runner))
+        await NFTablesManager(netns.runner).init()  # as a switch from nft mode can leave them
+
+    run(flannel())
+    # The external interface, with host-gw's routes to two peers' subnets.
+    for argv in (
+        ["ip", "link", "add", "ext0", "type", "veth", "peer", "name", "ext1"],
+        ["ip", "addr", "add", "192.0.2.1/24", "dev", "ext0"],
+        ["ip", "link", "set", "ext0", "up"],
+        ["ip", "route", "add", "10.244.5.0/24", "via", "192.0.2.5"],
+        ["ip", "route", "add", "10.244.6.0/24", "via", "192.0.2.6"],
+    ):
+        netns.sh(*argv)
+    # Someone else's: a chain with a rule and a jump into it, a masquerade rule, an nft table,
+    # a route out of the pod network and one into it that flannel never writes (proto static).
+    for argv in (
+        ["iptables", "-N", "KEEP-ME"],
+        ["iptables", "-A", "KEEP-ME", "-s", "192.0.2.0/24", "-j", "RETURN"],
+        ["iptables", "-I", "FORWARD", "-j", "KEEP-ME"],
+        ["ip6tables", "-t", "nat", "-A", "POSTROUTING", "-s", "fd00:1::/64", "-j", "MASQUERADE"],
+        ["nft", "add", "table", "inet", "keep-me"],
+        ["ip", "route", "add", "203.0.113.0/24", "via", "192.0.2.7"],
+        ["ip", "route", "add", "10.244.9.0/24", "via", "192.0.2.9", "proto", "static"],
+    ):
+        netns.sh(*argv)
+    others = not_flannels(netns)
+    assert "table inet keep-me" in others["nft"]  # beside iptables-nft's own tables
+    # The plugin's state and host-local's store of this network; another network's store.
+    state, ipam = tmp_path / "cni-flannel", tmp_path / "cni-networks"
+    conflist = tmp_path / "10-flannel.conflist"
+    conflist.write_text(
+        json.dumps(
+            {
+                "name": "cbr0",
+                "cniVersion": "0.3.1",
+                "plugins": [
+                    {"type": "flannel", "dataDir": str(state), "ipam": {"dataDir": str(ipam)}}
+                ],
+            }
+        )
+    )
+    for path in (state / "c0ffee", ipam / "cbr0" / "10.244.1.2", ipam / "other" / "10.9.0.2"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("c0ffee\neth0")
+
+    def reset(check: bool) -> Leftovers:
+        return remove_leftovers(str(conflist), [N4, N6], check=check, netns=netns.name)
+
+    predicted = reset(check=True)
+    assert "FLANNEL" in netns.out("iptables-save") and (state / "c0ffee").exists()
+    assert "10.244.5.0/24" in netns.out("ip", "route")
+    removed = reset(check=False)
+    assert removed == predicted
+    assert removed.directories == (str(state), str(ipam / "cbr0"))
+    assert [route.split(" dev ")[0] for route in removed.routes] == [
+        "route 10.244.5.0/24 via 192.0.2.5",
+        "route 10.244.6.0/24 via 192.0.2.6",
+    ]
+    for family in ("iptables", "ip6tables"):
+        assert f"{family} -t nat -N FLANNEL-POSTRTG" in removed.firewall
+        assert f"{family} -t filter -N FLANNEL-FWD" in removed.firewall
+    assert removed.firewall[-2:] == ("nft table ip flannel-ipv4", "nft table ip6 flannel-ipv6")
+
+    for tool in ("iptables-save", "ip6tables-save"):
+        assert "FLANNEL" not in netns.out(tool)
+    assert not_flannels(netns) == others
+    assert netns.out("ip", "-4", "route") == (
+        "10.244.9.0/24 via 192.0.2.9 dev ext0 proto static linkdown \n"
+        "192.0.2.0/24 dev ext0 proto kernel scope link src 192.0.2.1 linkdown \n"
+        "203.0.113.0/24 via 192.0.2.7 dev ext0 linkdown \n"
+    )
+    assert not state.exists() and not (ipam / "cbr0").exists()
+    assert (ipam / "other" / "10.9.0.2").exists()
+    assert not reset(check=False).found

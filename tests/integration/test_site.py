@@ -1,25 +1,31 @@
 """site.yml against real systemd hosts over SSH (the podman lab of pyflannel_runtime.lab): etcd
 with TLS, the CNI plugin and pyflanneld (vxlan), then the checks an operator relies on.
 
-One lab serves the whole module, in this order: bad inventories first (on untouched hosts, so
-"nothing changed" is strict), then the first run and the idempotent re-run, route drift, a host
-restart, the unit's sandbox score, and last a backend switch.
+One lab serves the whole module, in this order: bad inventories and check mode first (on
+untouched hosts, so "nothing changed" is strict), then the first run and the idempotent re-run,
+the same cluster from a kubespray INI inventory, route drift, a host restart, the unit's sandbox
+score, a VNI switch given as `-e key=value`, a backend switch, and last reset.yml and a run
+that brings the nodes back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import re
 import shlex
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from pyflannel_runtime.lab.playbook import PlaybookRun, run_playbook
+from pyflannel_runtime.lab.playbook import LAB_INVENTORY, PlaybookRun, run_playbook
+from pyflannel_runtime.subnet.etcd import EtcdSettings, EtcdSubnetManager
 from tests.integration.site_lab import assert_converged, lab_hosts
 from tests.integration.site_lab import on_host as ssh
 
@@ -39,6 +45,11 @@ SNAPSHOT = (
 def lab() -> Iterator[Any]:
     with lab_hosts() as state:
         yield state
+
+
+def report(capsys: pytest.CaptureFixture[str], line: str) -> None:
+    with capsys.disabled():
+        print(f"\n{line}")
 
 
 def snapshot(lab: Any) -> dict[str, str]:
@@ -83,6 +94,27 @@ def test_bad_inventories_fail_in_preflight_and_change_nothing(lab: Any, tmp_path
     assert snapshot(lab) == before
 
 
+def test_check_mode_on_new_hosts_says_what_it_would_do_and_changes_nothing(
+    lab: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A brand-new inventory: no runtime on the hosts, no etcd CA on the controller yet."""
+    before = snapshot(lab)
+    pki = tmp_path / "etcd-pki"
+    run = run_playbook("site.yml", "--check", extra_vars={"flannel_etcd_pki_dir": str(pki)})
+    assert run.returncode == 0 and not run.failed_hosts(), run.explain()
+    assert all(changed > 0 for changed in run.changed().values()), run.explain()
+    for said in (
+        "check mode: a real run installs the pyflannel runtime",
+        "until it is there, the tasks that run its modules on this host are skipped",
+        f"a real run makes the cluster CA in {pki} and this host",
+        "client, server, peer certificates in",
+    ):
+        assert said in " ".join(run.output.split()), run.explain()
+    assert snapshot(lab) == before
+    assert not pki.exists()
+    report(capsys, f"site.yml --check on new hosts: {run.seconds:.0f} s")
+
+
 def test_site_converges_and_the_rerun_changes_nothing(lab: Any) -> None:
     first = run_playbook("site.yml")
     assert_converged(first, lab.names())
@@ -92,6 +124,54 @@ def test_site_converges_and_the_rerun_changes_nothing(lab: Any) -> None:
     again = run_playbook("site.yml")
     assert_converged(again, lab.names())
     assert again.changed() == dict.fromkeys(lab.names(), 0), again.explain()
+
+
+def kubespray_ini(lab_inventory: Path) -> str:
+    """The lab as a kubespray INI inventory: its groups, node1 the control plane and etcd, and
+    every setting in [all:vars] (strings, as INI gives them), equal to the lab's own."""
+    inventory = yaml.safe_load((lab_inventory / "hosts.yml").read_text())["all"]
+    nodes = inventory["children"]["flannel_nodes"]["hosts"]
+    (control_plane,) = inventory["children"]["etcd"]["hosts"]
+    cluster = yaml.safe_load((lab_inventory / "group_vars/all/flannel.yml").read_text())
+    settings = {
+        **inventory["vars"],
+        **cluster,
+        # The lab's list expression, written out as the comma-separated string INI users write.
+        "flannel_etcd_endpoints": f"https://{nodes[control_plane]['ansible_host']}:2379",
+        # The lab's CA (by default it sits beside the inventory's directory).
+        "flannel_etcd_pki_dir": f"{lab_inventory}-credentials/etcd-pki",
+        # Defaults, in the words kubespray inventories use.
+        "flannel_ip_masq": "true",
+        "flannel_enable_ipv6": "no",
+        "flannel_healthz_port": "8081",
+        "flannel_etcd_tls": "yes",
+        "flannel_verify_repair": "on",
+    }
+    sections = {
+        "all": [f"{name} ansible_host={host['ansible_host']}" for name, host in nodes.items()],
+        "kube_control_plane": [control_plane],
+        "etcd:children": ["kube_control_plane"],
+        "kube_node": [name for name in nodes if name != control_plane],
+        "k8s_cluster:children": ["kube_control_plane", "kube_node"],
+        "flannel_nodes:children": ["k8s_cluster"],
+        "all:vars": [f"{key}={value}" for key, value in settings.items()],
+    }
+    return "".join(
+        f"[{name}]\n" + "".join(f"{line}\n" for line in lines) + "\n"
+        for name, lines in sections.items()
+    )
+
+
+def test_a_kubespray_ini_inventory_with_string_values_drives_the_same_cluster(
+    lab: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inventory = tmp_path / "inventory.ini"
+    inventory.write_text(kubespray_ini(LAB_INVENTORY))
+    run = run_playbook("site.yml", inventories=[inventory])
+    assert_converged(run, lab.names())
+    # The same settings as the YAML inventory's, once converted: nothing to change.
+    assert run.changed() == dict.fromkeys(lab.names(), 0), run.explain()
+    report(capsys, f"site.yml from the kubespray INI inventory: {run.seconds:.0f} s")
 
 
 def routes_task(run: PlaybookRun) -> str:
@@ -182,27 +262,34 @@ def test_a_lease_with_no_subnet_fails_no_node_and_the_summary_counts_it(lab: Any
 
 
 def test_the_agent_unit_is_sandboxed(lab: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    report = ssh(lab, "node1", "systemd-analyze security pyflanneld.service --no-pager")
-    score = re.search(r"Overall exposure level for pyflanneld\.service: ([0-9.]+) (\w+)", report)
-    assert score is not None, report
-    with capsys.disabled():
-        print(f"\nsystemd-analyze security pyflanneld.service: {score[1]} {score[2]}")
-    assert float(score[1]) < 5.0, report
+    security = ssh(lab, "node1", "systemd-analyze security pyflanneld.service --no-pager")
+    score = re.search(r"Overall exposure level for pyflanneld\.service: ([0-9.]+) (\w+)", security)
+    assert score is not None, security
+    report(capsys, f"systemd-analyze security pyflanneld.service: {score[1]} {score[2]}")
+    assert float(score[1]) < 5.0, security
 
 
 def flannel_links(lab: Any, name: str) -> list[str]:
     return [link for link in ssh(lab, name, "ls /sys/class/net").split() if "flannel" in link]
 
 
-def test_switching_the_vni_converges(lab: Any) -> None:
-    run = run_playbook("site.yml", extra_vars={"flannel_vxlan_vni": 7})
+def test_switching_the_vni_given_as_a_key_value_extra_var_converges(
+    lab: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`-e flannel_vxlan_vni=7` is the string "7", converted by the role's argument spec."""
+    run = run_playbook("site.yml", "-e", "flannel_vxlan_vni=7")
     assert_converged(run, lab.names())
     for name in lab.names():
         assert flannel_links(lab, name) == ["flannel.7"]
+        assert " vxlan id 7 " in ssh(lab, name, "ip -d link show flannel.7")
         routes = ssh(lab, name, "ip -4 route show root 10.244.0.0/16")
         assert routes.count("dev flannel.7") == 2 and "flannel.1" not in routes, routes
-    again = run_playbook("site.yml", extra_vars={"flannel_vxlan_vni": 7})
+    again = run_playbook("site.yml", "-e", "flannel_vxlan_vni=7")
     assert again.changed() == dict.fromkeys(lab.names(), 0), again.explain()
+    report(
+        capsys,
+        f"-e flannel_vxlan_vni=7: site.yml {run.seconds:.0f} s, re-run {again.seconds:.0f} s",
+    )
 
 
 def test_switching_the_backend_converges(lab: Any) -> None:
@@ -216,21 +303,118 @@ def test_switching_the_backend_converges(lab: Any) -> None:
     assert again.changed() == dict.fromkeys(lab.names(), 0), again.explain()
 
 
-def test_reset_removes_the_agent_its_devices_and_files(lab: Any) -> None:
-    # A device of another VNI, as a cluster switched back and forth may have left.
+# Someone else's state on a node, which a reset must leave: an iptables chain with a rule and a
+# jump into it, an nft table, a route, a CNI plugin, another CNI network's address store.
+THEIRS = (
+    "iptables -N PYFT-KEEP && iptables -A PYFT-KEEP -s 192.0.2.0/24 -j RETURN"
+    " && iptables -I INPUT -j PYFT-KEEP && nft add table inet pyft-keep"
+    " && ip route add 203.0.113.0/24 dev eth0 && touch /opt/cni/bin/pyft-keep"
+    " && mkdir -p /var/lib/cni/networks/pyft-keep && touch /var/lib/cni/networks/pyft-keep/x"
+)
+# What flannel leaves that this lab's agents did not make: a device of another VNI and the
+# firewall state of other modes and families (nft mode, IPv6).
+FLANNELS_TOO = (
+    "ip link add flannel.9 type vxlan id 9 dstport 8472 dev eth0"
+    " && nft add table ip flannel-ipv4 && ip6tables -t nat -N FLANNEL-POSTRTG"
+    " && ip6tables -t nat -A POSTROUTING -m comment --comment 'flanneld masq' -j FLANNEL-POSTRTG"
+    " && ip6tables -N FLANNEL-FWD && ip6tables -A FORWARD -j FLANNEL-FWD"
+)
+OURS = (
+    "/etc/systemd/system/pyflanneld.service /etc/pyflannel /opt/pyflannel /run/flannel"
+    " /etc/cni/net.d/10-flannel.conflist /opt/cni/bin/flannel /opt/cni/bin/bridge"
+    " /opt/cni/bin/host-local /var/lib/cni/flannel /var/lib/cni/networks/cbr0 /var/lib/pyflannel"
+)
+
+
+def theirs(lab: Any, name: str) -> str:
+    return ssh(
+        lab,
+        name,
+        "iptables -S PYFT-KEEP; iptables -S INPUT; nft list table inet pyft-keep;"
+        " ip -4 route show 203.0.113.0/24; ls /opt/cni/bin/pyft-keep /var/lib/cni/networks/pyft-keep",
+    )
+
+
+def ssh_session(lab: Any, name: str) -> subprocess.Popen[str]:
+    """A login of its own (no shared connection master) that answers one line when asked."""
+    target = lab.ssh(lab.host(name))
+    argv = ["ssh", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
+    argv += ["-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-i", str(target.key)]
+    argv += ["-l", target.user, str(target.address), "echo ready && read line && echo still $line"]
+    session = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert session.stdout is not None and session.stdout.readline() == "ready\n", name
+    return session
+
+
+def leases(lab: Any) -> list[str]:
+    """The subnets leased in the lab's etcd, asked from here with node1's client certificate."""
+    pki = Path(f"{LAB_INVENTORY}-credentials/etcd-pki")
+    store = EtcdSettings(
+        endpoints=(f"https://{lab.host('node1').address}:2379",),
+        cafile=str(pki / "ca.crt"),
+        certfile=str(pki / "node1" / "client.crt"),
+        keyfile=str(pki / "node1" / "client.key"),
+    )
+
+    async def listing() -> list[str]:
+        manager = EtcdSubnetManager(store)
+        try:
+            return sorted(str(lease.lease.subnet) for lease in (await manager.list_leases()).leases)
+        finally:
+            await manager.close()
+
+    return asyncio.run(listing())
+
+
+@pytest.mark.timeout(900)  # two resets and a first run again, on a busy machine
+def test_reset_removes_ours_and_only_ours_and_site_converges_again(
+    lab: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     for name in lab.names():
-        ssh(lab, name, "ip link add flannel.9 type vxlan id 9 dstport 8472 dev eth0")
-    run = run_playbook("reset.yml")
-    assert run.returncode == 0 and not run.failed_hosts(), run.explain()
+        ssh(lab, name, f"{THEIRS} && {FLANNELS_TOO}")
+        # What the agents and the probe pods made is there to remove.
+        ssh(lab, name, f"ls -d {OURS} /etc/pyflannel/pki/etcd-client.crt >/dev/null")
+    before = {name: theirs(lab, name) for name in lab.names()}
+    assert len(leases(lab)) == 3
+    sessions = {name: ssh_session(lab, name) for name in lab.names()}
+    try:
+        # As an INI inventory or -e gives it: a string.
+        run = run_playbook("reset.yml", "-e", "flannel_reset_release_lease=true")
+        assert run.returncode == 0 and not run.failed_hosts(), run.explain()
+        for name, session in sessions.items():
+            out, err = session.communicate("here\n", timeout=60)
+            assert out == "still here\n", f"{name}: the SSH session did not survive: {err}"
+    finally:
+        for session in sessions.values():
+            session.kill()
+    assert leases(lab) == []
     for name in lab.names():
+        assert theirs(lab, name) == before[name]
+        for family in ("iptables", "ip6tables"):
+            assert ssh(lab, name, f"{family}-save | grep -c FLANNEL || true").strip() == "0"
+        assert "flannel" not in ssh(lab, name, "nft list tables")
         left = ssh(
             lab,
             name,
-            "ls /sys/class/net; ls /etc/systemd/system/pyflanneld.service /run/flannel"
-            " /etc/cni/net.d/10-flannel.conflist 2>/dev/null; systemctl is-active pyflanneld || true",
+            f"ls /sys/class/net; ip -4 route show root 10.244.0.0/16; ls -d {OURS} 2>/dev/null;"
+            " systemctl is-active pyflanneld || true",
         )
-        assert "inactive" in left and not re.search(
-            r"cni0|flannel|conflist|pyflanneld\.service", left
-        ), left
+        assert "inactive" in left, left
+        assert not re.search(r"cni0|cbr0|flannel|10\.244|bridge|host-local", left), left
+    assert ssh(lab, "node1", "systemctl is-active etcd").strip() == "active"
     again = run_playbook("reset.yml")
     assert again.changed() == dict.fromkeys(lab.names(), 0), again.explain()
+
+    back = run_playbook("site.yml")
+    assert_converged(back, lab.names())
+    assert len(leases(lab)) == 3
+    for name in lab.names():
+        assert ssh(lab, name, "systemctl is-active pyflanneld").strip() == "active"
+        assert theirs(lab, name) == before[name]
+    report(
+        capsys,
+        f"reset.yml {run.seconds:.0f} s, again {again.seconds:.0f} s;"
+        f" site.yml after it {back.seconds:.0f} s",
+    )

@@ -262,3 +262,64 @@ def test_nft_cleanup_ignores_missing_tables() -> None:
         "delete table ip flannel-ipv4\n",
         "delete table ip6 flannel-ipv6\n",
     ]
+
+
+def test_remove_owned_chains_reports_them_and_in_check_mode_leaves_them() -> None:
+    fake = FakeIptables()
+    manager = IPTablesManager(fake)
+    run(manager.setup_masq(N, S))
+    run(manager.setup_forward(N))
+    fake._apply("filter", ["-N", "KEEP"])
+    fake._apply("filter", ["-A", "FORWARD", "-j", "KEEP"])
+    rules, chains = list(fake.rules), set(fake.chains)
+
+    found = run(IPTablesManager(fake).remove_owned_chains(4, check=True))
+    assert (fake.rules, fake.chains) == (rules, chains)
+    assert found[0] == "-t nat -N FLANNEL-POSTRTG"
+    assert len(found) == 2 + len(masq_rules(N, S, True)) + len(forward_rules(N))
+
+    assert run(IPTablesManager(fake).remove_owned_chains(4)) == found
+    assert fake.rules == [("filter", "FORWARD", ("-j", "KEEP"))]
+    assert fake.chains == {*BUILTIN, ("filter", "KEEP")}
+    assert run(IPTablesManager(fake).remove_owned_chains(4)) == []
+
+
+class FakeNftTables(CommandRunner):
+    """nft with tables to list and delete."""
+
+    def __init__(self, tables: list[str]) -> None:
+        super().__init__()
+        self.tables = tables
+        self.scripts: list[str] = []
+
+    async def run(self, *argv: str, stdin: str | None = None) -> CommandResult:
+        if argv == ("nft", "list", "tables"):
+            return CommandResult(argv, 0, "".join(f"table {t}\n" for t in self.tables), "")
+        assert argv == ("nft", "-f", "-") and stdin is not None
+        self.scripts.append(stdin)
+        for line in stdin.splitlines():
+            self.tables.remove(line.removeprefix("delete table "))
+        return CommandResult(argv, 0, "", "")
+
+
+def test_nft_remove_tables_deletes_flannels_that_exist_in_one_transaction() -> None:
+    fake = FakeNftTables(["inet filter", "ip flannel-ipv4", "ip6 flannel-ipv6"])
+    assert run(NFTablesManager(fake).remove_tables(check=True)) == [
+        "ip flannel-ipv4",
+        "ip6 flannel-ipv6",
+    ]
+    assert fake.scripts == []
+    assert run(NFTablesManager(fake).remove_tables()) == ["ip flannel-ipv4", "ip6 flannel-ipv6"]
+    assert fake.scripts == ["delete table ip flannel-ipv4\ndelete table ip6 flannel-ipv6\n"]
+    assert fake.tables == ["inet filter"]
+    assert run(NFTablesManager(fake).remove_tables()) == []
+    assert len(fake.scripts) == 1
+
+
+def test_nft_remove_tables_fails_when_nft_cannot_list() -> None:
+    class Broken(CommandRunner):
+        async def run(self, *argv: str, stdin: str | None = None) -> CommandResult:
+            return CommandResult(argv, 1, "", "Error: Could not process rule")
+
+    with pytest.raises(FirewallError, match="couldn't list tables"):
+        run(NFTablesManager(Broken()).remove_tables())

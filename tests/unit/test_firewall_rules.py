@@ -21,6 +21,8 @@ from pyflannel_runtime.firewall.rules import (
     nft_fully_random_probe_script,
     nft_init_script,
     nft_masq_script,
+    nft_owned_tables,
+    owned_rule_lines,
     restore_line,
     teardown_payload,
 )
@@ -197,6 +199,27 @@ def test_only_appended_jumps_into_the_chain_are_deleted() -> None:
 def test_chain_removal_payload_is_empty_without_flannel_chains() -> None:
     bare = "-P INPUT ACCEPT\n-P FORWARD ACCEPT\n-P OUTPUT ACCEPT\n"
     assert chain_removal_payload({"filter": bare, "nat": ""}) == ""
+
+
+def test_owned_rule_lines_are_the_chains_their_rules_and_the_jumps_into_them() -> None:
+    foreign = "-N KEEP\n-A POSTROUTING -j KEEP\n-A KEEP -j FLANNEL-POSTRTG-NOT\n"
+    assert owned_rule_lines({"nat": NAT_DUMP + foreign, "filter": FILTER_DUMP}) == [
+        (table, line)
+        for table, dump in (("nat", NAT_DUMP), ("filter", FILTER_DUMP))
+        for line in dump.splitlines()
+        if "FLANNEL" in line
+    ]
+
+
+def test_owned_rule_lines_without_flannels_chain_are_none() -> None:
+    # A stray jump alone is no chain of flannel's to remove (and -X would fail on it).
+    assert owned_rule_lines({"filter": "-A FORWARD -j FLANNEL-FWD\n", "nat": ""}) == []
+
+
+def test_nft_owned_tables_are_flannels_two_only() -> None:
+    listing = "table inet filter\ntable ip flannel-ipv4\ntable ip6 flannel-ipv6x\ntable ip6 flannel-ipv6\n"
+    assert nft_owned_tables(listing) == [4, 6]
+    assert nft_owned_tables("table ip flannel-ipv6\ntable inet flannel-ipv4\n") == []
 
 
 def test_nft_init_script() -> None:

@@ -131,6 +131,14 @@ def test_a_misspelt_variable_is_caught_with_a_suggestion() -> None:
     ]
 
 
+def test_a_removed_variable_says_what_replaced_it() -> None:
+    found = problems(inventory(h2={"flannel_reset_flush_iptables": True}))
+    assert found == [
+        "h2: flannel_reset_flush_iptables: removed: reset.yml removes flannel's own iptables "
+        "chains and the jumps into them, and flushes no table"
+    ]
+
+
 def test_role_variables_named_as_known_are_accepted() -> None:
     settings = inventory({"flannel_etcd_data_dir": "/var/lib/etcd"})
     check_inventory(settings, known_variables=["flannel_etcd_data_dir"])
