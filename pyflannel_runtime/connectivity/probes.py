@@ -40,6 +40,8 @@ IP_HEADER = 20
 ICMP_HEADER = 8
 UDP_HEADER = 8
 _EXTENDED_ERR = struct.Struct("=IBBBBII")
+BURST_CHUNK = 50
+BURST_PAUSE = 0.002
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,8 @@ def _in(netns: str | None, family: int, kind: int, proto: int = 0) -> socket.soc
     return run_in_netns(netns, lambda: socket.socket(family, kind | socket.SOCK_CLOEXEC, proto))
 
 
-def _checksum(data: bytes) -> int:
+def inet_checksum(data: bytes) -> int:
+    """The internet checksum (RFC 1071) of `data`."""
     if len(data) % 2:
         data += b"\0"
     total = sum(struct.unpack(f"!{len(data) // 2}H", data))
@@ -64,7 +67,7 @@ def _checksum(data: bytes) -> int:
 
 def echo_packet(ident: int, sequence: int, payload: bytes) -> bytes:
     header = struct.pack("!BBHHH", ICMP_ECHO, 0, 0, ident, sequence)
-    checksum = _checksum(header + payload)
+    checksum = inet_checksum(header + payload)
     return struct.pack("!BBHHH", ICMP_ECHO, 0, checksum, ident, sequence) + payload
 
 
@@ -244,7 +247,7 @@ def udp_echo(
     target: str,
     port: int,
     sizes: tuple[int, ...],
-    timeout: float = 0.5,
+    timeout: float = 1.0,
     tries: int = 2,
 ) -> Probe:
     """Datagrams of these payload sizes, each answered with its digest and the source the
@@ -291,7 +294,7 @@ def udp_echo(
 
 
 def udp_burst(
-    netns: str | None, target: str, tcp_port: int, count: int, size: int, timeout: float = 3.0
+    netns: str | None, target: str, tcp_port: int, count: int, size: int, timeout: float = 6.0
 ) -> Probe:
     """`count` datagrams to the receiver's burst socket in a session of their own; the
     receiver reports how many arrived, how many intact, and how much its pod's and its host's
@@ -309,6 +312,8 @@ def udp_burst(
         port = int(args[0])
         payload = os.urandom(size)
         for sequence in range(count):
+            if sequence and sequence % BURST_CHUNK == 0:
+                time.sleep(BURST_PAUSE)  # room for a userspace forwarder (the udp backend)
             datagrams.sendto(wire.burst_datagram(session, sequence, payload), (target, port))
         control.sendall(wire.command_line(wire.DONE))
         report = wire.parse_report(_read_line(control))

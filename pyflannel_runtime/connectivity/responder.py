@@ -21,8 +21,10 @@ import contextlib
 import hashlib
 import json
 import os
+import select
 import signal
 import socket
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,15 +33,18 @@ from typing import Any, cast
 from pyflannel_runtime.connectivity import snmp, wire
 from pyflannel_runtime.netlink.netns import run_in_netns
 
-# A burst ends when every datagram arrived, or when none came for this long after the sender
-# said it was done (datagrams still in flight arrive within milliseconds).
-BURST_SETTLE_SECONDS = 0.3
-BURST_MAX_WAIT_SECONDS = 1.5
+# A burst ends when every datagram arrived, or this long after the sender said it was done:
+# on a healthy path they are all there within milliseconds, and a loaded machine may hold
+# this process back for a while before it reads them.
+BURST_MAX_WAIT_SECONDS = 3.0
+_BURST_POLL_SECONDS = 0.02
 COMMAND_TIMEOUT_SECONDS = 10.0
+START_TIMEOUT_SECONDS = 20.0
 _READ_CHUNK = 1 << 16
 
 
 # Room for a whole burst while the event loop gets to it (SO_RCVBUFFORCE: past rmem_max).
+MODULE = "pyflannel_runtime.connectivity.responder"  # how it is run, and found again
 BURST_BUFFER_BYTES = 4 << 20
 SO_RCVBUFFORCE = 33  # asm-generic/socket.h; Python's socket module does not name it
 
@@ -81,7 +86,6 @@ class _Session:
     expected: int
     received: set[int] = field(default_factory=set)
     intact: set[int] = field(default_factory=set)
-    arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class _BurstReceiver(asyncio.DatagramProtocol):
@@ -99,7 +103,6 @@ class _BurstReceiver(asyncio.DatagramProtocol):
         session.received.add(sequence)
         if intact:
             session.intact.add(sequence)
-        session.arrived.set()
 
 
 @dataclass
@@ -196,11 +199,7 @@ async def _settle(session: _Session) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + BURST_MAX_WAIT_SECONDS
     while len(session.received) < session.expected and loop.time() < deadline:
-        session.arrived.clear()
-        try:
-            await asyncio.wait_for(session.arrived.wait(), BURST_SETTLE_SECONDS)
-        except TimeoutError:
-            return
+        await asyncio.sleep(_BURST_POLL_SECONDS)
 
 
 async def _count_stream(reader: asyncio.StreamReader, announced: int) -> dict[str, Any]:
@@ -241,6 +240,30 @@ def _detach_stdout() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
+
+
+def launch(args: Sequence[str], prefix: Sequence[str] = ()) -> dict[str, Any]:
+    """Start the responder as a process of its own (it outlives the caller, in a session of
+    its own) and return what it announced once it listens; OSError when it did not start.
+    `prefix` runs it through another command, e.g. ``ip netns exec NAME``."""
+    process = subprocess.Popen(
+        [*prefix, sys.executable, "-m", MODULE, *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    assert process.stdout is not None
+    with process.stdout:
+        ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT_SECONDS)
+        line = process.stdout.readline() if ready else b""
+    try:
+        announced: dict[str, Any] = json.loads(line)
+    except ValueError:
+        process.kill()
+        process.wait()
+        raise OSError(f"the connectivity responder did not start: {' '.join(args)}") from None
+    return announced
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,9 +30,10 @@ from pyflannel_runtime.connectivity.scenarios import (
     combine,
 )
 
+# Short, but not so short that a loaded machine misses an answer that came.
 ICMP_TRIES = 3
-ICMP_INTERVAL = 0.3
-MTU_WAIT = 0.5  # for the reply to a DF packet, or the frag needed that refuses it
+ICMP_INTERVAL = 0.5
+MTU_WAIT = 1.0  # for the reply to a DF packet, or the frag needed that refuses it
 _WORKERS = 32
 
 

@@ -9,23 +9,19 @@ the responder and removes the namespace and its link.
 
 from __future__ import annotations
 
-import json
 import os
-import select
 import signal
 import subprocess
-import sys
 from ipaddress import IPv4Address, IPv4Network
 
 from pydantic import BaseModel
 
+from pyflannel_runtime.connectivity import responder
 from pyflannel_runtime.lab import underlay
 from pyflannel_runtime.lab.errors import LabError
 
 PORT = 7472
 ADDRESS_OFFSET = 2  # the bridge has the slot's first address, the hosts start at the 11th
-RESPONDER = "pyflannel_runtime.connectivity.responder"
-_START_TIMEOUT = 20.0
 
 
 class Outside(BaseModel):
@@ -67,33 +63,21 @@ def start(outside: Outside, bridge: str, slot: IPv4Network) -> Outside:
 
 
 def _spawn(outside: Outside) -> int:
-    argv = ["ip", "netns", "exec", outside.netns, sys.executable, "-m", RESPONDER,
-            "--outside", outside.target, "--lifetime", "0"]  # fmt: skip
-    process = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    assert process.stdout is not None
-    with process.stdout:
-        ready, _, _ = select.select([process.stdout], [], [], _START_TIMEOUT)
-        line = process.stdout.readline() if ready else b""
     try:
-        pid = int(json.loads(line)["pid"])
-    except (ValueError, KeyError, TypeError):
-        process.kill()
-        process.wait()
-        raise LabError(f"the outside responder in {outside.netns} did not start") from None
-    return pid
+        announced = responder.launch(
+            ["--outside", outside.target, "--lifetime", "0"],
+            prefix=["ip", "netns", "exec", outside.netns],
+        )
+    except OSError as err:
+        raise LabError(f"{outside.netns}: {err}") from None
+    return int(announced["pid"])
 
 
 def responding(outside: Outside) -> bool:
     """Whether the recorded responder still runs."""
     try:
         with open(f"/proc/{outside.pid}/cmdline", "rb") as handle:
-            return RESPONDER.encode() in handle.read().split(b"\0")
+            return responder.MODULE.encode() in handle.read().split(b"\0")
     except OSError:
         return False
 

@@ -14,12 +14,8 @@ a host-local allocation or a flannel state file of a probe pod.
 
 from __future__ import annotations
 
-import json
 import os
-import select
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +24,7 @@ from ipaddress import IPv4Network
 from typing import Any
 
 from pyflannel_runtime.backend import tx_offload
-from pyflannel_runtime.connectivity import snmp
+from pyflannel_runtime.connectivity import responder, snmp
 from pyflannel_runtime.connectivity.firewall_facts import read_firewall
 from pyflannel_runtime.connectivity.run import Endpoint, Outside, SuiteRun
 from pyflannel_runtime.connectivity.scenarios import GROUPS, Row, Verdict
@@ -40,10 +36,8 @@ from pyflannel_runtime.ops.probe import (
     remove_pod,
 )
 
-RESPONDER_MODULE = "pyflannel_runtime.connectivity.responder"
 # Long enough for any play between the setup and the clean-up; the clean-up ends it sooner.
 RESPONDER_LIFETIME = 300.0
-_START_TIMEOUT = 20.0
 _STOP_TIMEOUT = 3.0
 
 
@@ -93,29 +87,15 @@ def setup(
 
 def start_responder(pods: Sequence[str], host_address: str, name: str) -> dict[str, Any]:
     """The responder as a process of its own (it outlives this one), once it listens."""
-    argv = [sys.executable, "-m", RESPONDER_MODULE, "--lifetime", str(RESPONDER_LIFETIME),
-            *(f"--pod={pod}" for pod in pods)]  # fmt: skip
+    args = ["--lifetime", str(RESPONDER_LIFETIME), *(f"--pod={pod}" for pod in pods)]
     if host_address:
-        argv.append(f"--host-address={host_address}")
-    process = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    assert process.stdout is not None
-    with process.stdout:
-        ready, _, _ = select.select([process.stdout], [], [], _START_TIMEOUT)
-        line = process.stdout.readline() if ready else b""
+        args.append(f"--host-address={host_address}")
     try:
-        announced: dict[str, Any] = json.loads(line)
-    except ValueError:
-        process.kill()
-        process.wait()
-        raise ProbeError("the connectivity responder did not start") from None
+        announced = responder.launch(args)
+    except OSError as err:
+        raise ProbeError(str(err)) from None
     with open(_pid_file(name), "w") as handle:
-        handle.write(f"{process.pid}\n")
+        handle.write(f"{announced['pid']}\n")
     return announced
 
 
@@ -286,7 +266,7 @@ def _is_responder(pid: int) -> bool:
             state = handle.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return False
-    return RESPONDER_MODULE.encode() in words and state != "Z"
+    return responder.MODULE.encode() in words and state != "Z"
 
 
 def left_behind(name: str, conflist: str) -> list[str]:

@@ -28,6 +28,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from pyflannel_runtime.connectivity.probes import inet_checksum
+
 ROOT = Path(__file__).resolve().parents[2]
 
 NETLINK_NETFILTER = 12
@@ -67,22 +69,13 @@ def _attrs(buf: bytes) -> dict[int, bytes]:
     return found
 
 
-def _checksum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
-
-
 def fill_outer_udp_checksum(packet: bytes) -> bytes:
     """The IPv4 packet with its (outer) UDP checksum computed over the bytes as they are."""
     header = (packet[0] & 0x0F) * 4
     udp = bytearray(packet[header:])
     udp[6:8] = b"\0\0"
     pseudo = packet[12:20] + struct.pack("!BBH", 0, socket.IPPROTO_UDP, len(udp))
-    udp[6:8] = struct.pack("!H", _checksum(pseudo + bytes(udp)) or 0xFFFF)
+    udp[6:8] = struct.pack("!H", inet_checksum(pseudo + bytes(udp)) or 0xFFFF)
     return packet[:header] + bytes(udp)
 
 

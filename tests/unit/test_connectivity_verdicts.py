@@ -309,6 +309,7 @@ def probe(ok: bool, **data: Any) -> Probe:
 )
 def test_mtu_verdicts(at: Probe, over: Probe, verdict: Verdict, path: int | None) -> None:
     got, detail, data = mtu_verdict(1450, at, over)
+    assert detail.startswith("1450 passes") == at.ok
     assert got is verdict and data.get("path_mtu") == path
     assert ("black_hole" in data) == (verdict is Verdict.FAIL and "too_big" not in data)
 

@@ -9,6 +9,6 @@ from pyflannel_runtime.connectivity.scenarios import GROUPS
 
 
 def test_the_module_offers_the_runtimes_groups_and_offload_modes() -> None:
-    assert connectivity.GROUPS == list(GROUPS)
+    assert list(GROUPS) == connectivity.GROUPS
     assert "choices: ['on', 'off', auto]" in connectivity.DOCUMENTATION
     assert list(tx_offload.MODES) == ["on", "off", "auto"]
