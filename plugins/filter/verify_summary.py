@@ -71,15 +71,19 @@ def verify_summary(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[st
                 f"  pod addresses {usage['used']} of {usage['capacity']} in use, "
                 f"{usage['free']} free{leaked}"
             )
-        lines += _suite_lines(_get(hostvars, host, "__flannel_verify_suite") or {})
+        lines += _suite_lines(
+            _get(hostvars, host, "__flannel_verify_suite") or {},
+            _get(hostvars, host, "__flannel_verify_connectivity") or {},
+        )
     return lines
 
 
-def _suite_lines(suite: Mapping[str, Any]) -> list[str]:
-    """The connectivity suite's probe pods on the node, and its VXLAN device's offload."""
+def _suite_lines(suite: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
+    """The connectivity suite's probe pods on the node, and its VXLAN device's offload as the
+    suite left it (auto may have turned it off)."""
     pods = ", ".join(str(pod["ip"]) for pod in suite.get("pods", ()))
     lines = [f"  probe pods    {pods or 'not run'}"]
-    offload = suite.get("offload") or {}
+    offload = run.get("offload") or suite.get("offload") or {}
     if offload:
         state = {True: "on", False: "off"}.get(offload.get("enabled"), "unknown")
         lines.append(

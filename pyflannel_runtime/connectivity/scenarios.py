@@ -108,8 +108,3 @@ def combine(*parts: tuple[bool, str]) -> tuple[Verdict, str]:
     if failed:
         return Verdict.FAIL, "; ".join(failed)
     return Verdict.OK, "; ".join(text for _, text in parts)
-
-
-def pair_targets(nodes: list[str], source: str) -> list[str]:
-    """The other nodes, in the order given."""
-    return [node for node in nodes if node != source]

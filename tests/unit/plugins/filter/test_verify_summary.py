@@ -39,6 +39,17 @@ def test_every_node() -> None:
     ]
 
 
+def test_the_offload_is_shown_as_the_suite_left_it() -> None:
+    hostvars = {"h1": registered("10.244.1.1/24", ["10.244.1.2"])}
+    hostvars["h1"]["__flannel_verify_connectivity"] = {
+        "rows": [],
+        "offload": {"device": "flannel.1", "enabled": False, "mode": "auto"},
+    }
+    assert verify_summary(["h1"], hostvars)[-1] == (
+        "  tx offload    flannel.1 off (flannel_vxlan_tx_checksum_offload: auto)"
+    )
+
+
 def test_a_check_mode_run_without_probes_says_so() -> None:
     hostvars = {"h1": {"__flannel_verify_suite": {"skipped": True}}}
     assert verify_summary(["h1"], hostvars) == [
