@@ -220,14 +220,19 @@ def local_addresses() -> list[str]:
 def teardown(name: str, conflist: str, bin_dir: str) -> dict[str, Any]:
     """Stop the responder, remove the probe pods; what was removed and what is left."""
     stopped = stop_responder(name)
-    removed = []
-    problems = []
-    for pod in pod_names(name):
+
+    def remove(pod: str) -> str:
+        """'' removed, 'absent' nothing there, else why it could not be removed."""
         try:
-            if remove_pod(pod, conflist, bin_dir):
-                removed.append(pod)
+            return "" if remove_pod(pod, conflist, bin_dir) else "absent"
         except ProbeError as err:
-            problems.append(str(err))
+            return str(err)
+
+    names = pod_names(name)
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        outcomes = dict(zip(names, pool.map(remove, names), strict=True))
+    removed = [pod for pod, outcome in outcomes.items() if not outcome]
+    problems = [outcome for outcome in outcomes.values() if outcome not in ("", "absent")]
     left = left_behind(name, conflist)
     return {
         "responder_stopped": stopped,
