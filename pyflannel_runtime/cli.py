@@ -258,6 +258,22 @@ def _register_ipam(subparsers: Subparsers) -> None:
     ipam.add_arguments(parser)
 
 
+# --- connectivity -----------------------------------------------------------------------------
+
+
+def _register_connectivity(subparsers: Subparsers) -> None:
+    from pyflannel_runtime.connectivity import cli as connectivity
+
+    parser = _add_command(
+        subparsers,
+        "connectivity",
+        connectivity.command,
+        connectivity.HELP,
+        connectivity.DESCRIPTION,
+    )
+    connectivity.add_arguments(parser)
+
+
 # --- entry point ------------------------------------------------------------------------------
 
 COMMANDS: list[Callable[[Subparsers], None]] = [
@@ -266,6 +282,7 @@ COMMANDS: list[Callable[[Subparsers], None]] = [
     _register_cni,
     _register_status,
     _register_ipam,
+    _register_connectivity,
 ]
 
 

@@ -44,10 +44,12 @@ from pyflannel_runtime.ipam.node import (
 from pyflannel_runtime.model.lease import Lease
 from pyflannel_runtime.ops.agent import AgentHealth, agent_endpoint, duration
 from pyflannel_runtime.ops.node_check import (
+    DeviceOffload,
     ask_agent,
     check_node,
     lease_label,
     problems,
+    read_tx_offload,
     rejected,
     subnets_text,
     summary,
@@ -137,9 +139,10 @@ def render_table(
     now: float,
     agent: AgentHealth | None = None,
     pods: PodAddresses | None = None,
+    offload: Sequence[DeviceOffload] = (),
 ) -> str:
     """The agent's health (when asked), the leases, what is wrong, this host's pod addresses
-    (when read), and the summary last."""
+    (when read), the vxlan devices' tx checksum offload, and the summary last."""
     kube = report.store == "kube"
     # Only node annotations name a node: an etcd lease holds a public IP and backend data, and
     # naming its host would take a reverse DNS lookup per lease (seconds each while DNS is
@@ -186,7 +189,7 @@ def render_table(
         ]),
         ("Rejected (never programmed):", rejected(report)),
         ("Problems:", problems(report)),
-        ("Checked on this host:", checked(report)),
+        ("Checked on this host:", [*checked(report), *(o.describe() for o in offload)]),
         ("Pod addresses on this host:", [usage_text(u) for u in pods.usage] if pods else []),
         ("Notes:", [*report.notes, *_pods_unchecked(pods)]),
     ]  # fmt: skip
@@ -216,10 +219,13 @@ def _iso(expiration: float | None) -> str | None:
 
 
 def report_dict(
-    report: VerifyReport, agent: AgentHealth | None = None, pods: PodAddresses | None = None
+    report: VerifyReport,
+    agent: AgentHealth | None = None,
+    pods: PodAddresses | None = None,
+    offload: Sequence[DeviceOffload] = (),
 ) -> dict[str, Any]:
     """The report for scripts: the agent, every lease, every mismatch, this host's pod
-    addresses (None: not asked), and the counts."""
+    addresses (None: not asked), the vxlan devices' tx checksum offload, and the counts."""
 
     def text(value: object) -> str | None:
         return None if value is None else str(value)
@@ -258,6 +264,7 @@ def report_dict(
         "subnet_env": list(report.subnet_env),
         "problems": list(report.problems),
         "checked": checked(report),
+        "tx_checksum_offload": [o.as_dict() for o in offload],
         "notes": list(report.notes),
         "pod_addresses": None
         if pods is None
@@ -280,9 +287,12 @@ def report_dict(
 
 
 def render_json(
-    report: VerifyReport, agent: AgentHealth | None = None, pods: PodAddresses | None = None
+    report: VerifyReport,
+    agent: AgentHealth | None = None,
+    pods: PodAddresses | None = None,
+    offload: Sequence[DeviceOffload] = (),
 ) -> str:
-    return json.dumps(report_dict(report, agent, pods), indent=2) + "\n"
+    return json.dumps(report_dict(report, agent, pods, offload), indent=2) + "\n"
 
 
 # --- the command ------------------------------------------------------------------------------
@@ -299,6 +309,7 @@ AGENT_FLAGS = (
     "public-ip",
     "healthz-ip",
     "healthz-port",
+    "vxlan-tx-checksum-offload",
 )
 _HINT = (
     "hint: status uses the agent's settings, from its flags (e.g. --etcd-endpoints, or "
@@ -348,6 +359,7 @@ class Status:
     report: VerifyReport
     agent: AgentHealth | None  # None: not asked (--leases-only)
     pods: PodAddresses | None = None  # None: not asked (--leases-only)
+    offload: tuple[DeviceOffload, ...] = ()  # the vxlan devices' (none with --leases-only)
 
 
 def target_host(args: argparse.Namespace, opts: Options, environ: Mapping[str, str]) -> Host:
@@ -404,8 +416,10 @@ def collect(args: argparse.Namespace, environ: Mapping[str, str]) -> Status:
         raise StatusFailed(f"{err}\n{_HINT}", agent) from None
     except VerifyError as err:
         raise StatusFailed(str(err), agent) from None
-    pods = None if args.leases_only else pod_addresses(args.conflist)
-    return Status(report, agent, pods)
+    if args.leases_only:
+        return Status(report, agent)
+    offload = read_tx_offload(report, args.netns, opts.vxlan_tx_checksum_offload)
+    return Status(report, agent, pod_addresses(args.conflist), tuple(offload))
 
 
 def command(args: argparse.Namespace) -> int:
@@ -418,10 +432,10 @@ def command(args: argparse.Namespace) -> int:
             print(err.agent.describe(), flush=True)
         print(f"pyflannel status: {err}", file=sys.stderr)
         return EXIT_ERROR
-    report, agent, pods = status.report, status.agent, status.pods
+    report, agent, pods, offload = status.report, status.agent, status.pods, status.offload
     if args.output == "json":
-        sys.stdout.write(render_json(report, agent, pods))
+        sys.stdout.write(render_json(report, agent, pods, offload))
     else:
-        sys.stdout.write(render_table(report, time.time(), agent, pods))
+        sys.stdout.write(render_table(report, time.time(), agent, pods, offload))
     healthy = agent is None or agent.ok
     return EXIT_OK if report.ok and healthy else EXIT_MISMATCH

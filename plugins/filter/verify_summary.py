@@ -1,4 +1,5 @@
-"""Filter: the verify role's end-of-play summary, one table per node and the pod matrix."""
+"""Filter: the verify role's end-of-play summary, one table per node (the connectivity suite's
+matrix is ``connectivity_summary``'s)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from typing import Any
 
 DOCUMENTATION = r"""
 name: verify_summary
-short_description: The verify role's summary of every node and the pod reachability matrix
+short_description: The verify role's summary of every node
 version_added: 0.1.0
 description:
   - Builds readable lines from what the verify role registered on each host (the routes report with
-    subnet.env, the pod address usage, the probe pod and its pings).
+    subnet.env, the pod address usage, the connectivity suite's probe pods and the VXLAN device's tx
+    checksum offload).
 positional: hostvars
 options:
   _input:
@@ -46,13 +48,9 @@ def _get(hostvars: Mapping[str, Any], host: str, name: str) -> Any:
 
 def verify_summary(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[str]:
     lines = []
-    pods: dict[str, str] = {}
     for host in hosts:
         routes = _get(hostvars, host, "__flannel_verify_routes") or {}
         env = routes.get("subnet_env") or {}
-        pod = _get(hostvars, host, "__flannel_verify_pod") or {}
-        if pod.get("ip"):
-            pods[host] = pod["ip"]
         lines.append(f"{host}:")
         lines.append(f"  subnet        {env.get('FLANNEL_SUBNET', 'unknown')}")
         lines.append(f"  MTU           {env.get('FLANNEL_MTU', 'unknown')}")
@@ -75,27 +73,24 @@ def verify_summary(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[st
                 f"  pod addresses {usage['used']} of {usage['capacity']} in use, "
                 f"{usage['free']} free{leaked}"
             )
-        lines.append(f"  probe pod     {pod.get('ip', 'not run')}")
-    if pods:
-        width = max(len("FAIL"), *(len(h) for h in hosts)) + 2
-        lines.append("pod reachability (row pings column):")
-        lines.append(" " * width + "".join(h.ljust(width) for h in pods))
-        for source in pods:
-            reached = (_get(hostvars, source, "__flannel_verify_ping") or {}).get("reachable", {})
-            cells = []
-            for target, ip in pods.items():
-                mark = "-" if target == source else ("ok" if reached.get(ip) else "FAIL")
-                cells.append(mark.ljust(width))
-            lines.append(source.ljust(width) + "".join(cells))
-        every = all(
-            ok
-            for source in pods
-            for ok in (
-                (_get(hostvars, source, "__flannel_verify_ping") or {}).get("reachable") or {}
-            ).values()
+        lines += _suite_lines(
+            _get(hostvars, host, "__flannel_verify_suite") or {},
+            _get(hostvars, host, "__flannel_verify_connectivity") or {},
         )
+    return lines
+
+
+def _suite_lines(suite: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
+    """The connectivity suite's probe pods on the node, and its VXLAN device's offload as the
+    suite left it (auto may have turned it off)."""
+    pods = ", ".join(str(pod["ip"]) for pod in suite.get("pods", ()))
+    lines = [f"  probe pods    {pods or 'not run'}"]
+    offload = run.get("offload") or suite.get("offload") or {}
+    if offload:
+        state = {True: "on", False: "off"}.get(offload.get("enabled"), "unknown")
         lines.append(
-            "every pod reaches every other pod" if every else "SOME PODS CANNOT REACH EACH OTHER"
+            f"  tx offload    {offload['device']} {state} "
+            f"(flannel_vxlan_tx_checksum_offload: {offload['mode']})"
         )
     return lines
 

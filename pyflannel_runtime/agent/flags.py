@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pyflannel_runtime import DEFAULT_SUBNET_FILE
+from pyflannel_runtime.backend import tx_offload
 from pyflannel_runtime.gojson.strconv import go_quote
 from pyflannel_runtime.subnet.annotations import normalize_prefix
 from pyflannel_runtime.subnet.endpoint_url import split_http_url
@@ -66,6 +67,7 @@ class Options:
     log_backtrace_at: str = ""
     subnet_lease_ttl: int = 86400
     reconcile_interval: int = 10
+    vxlan_tx_checksum_offload: str = tx_offload.DEFAULT_MODE
     help: bool = field(default=False, compare=False)
 
     @property
@@ -280,6 +282,12 @@ FLAGS: tuple[Flag, ...] = (
         "reconcile-interval",
         "pyflannel: seconds between datapath reconciles against the kernel (0 to disable)",
         check=_at_least(0),
+    ),
+    Flag(
+        "vxlan-tx-checksum-offload",
+        "pyflannel: tx checksum offload on the vxlan devices: on (the kernel's default), off, or "
+        "auto (off once the connectivity suite saw UDP checksums fail through them)",
+        check=tx_offload.check_mode,
     ),
 )
 _BY_NAME = {flag.name: flag for flag in FLAGS}

@@ -28,7 +28,7 @@ from pyflannel_runtime.agent.pidfile import pid_file_for, remove_pid_file, write
 from pyflannel_runtime.agent.stores import build_subnet_manager, previous_subnets
 from pyflannel_runtime.agent.traffic import install_traffic_rules
 from pyflannel_runtime.backend import registry
-from pyflannel_runtime.backend.base import BackendError, PublishesState
+from pyflannel_runtime.backend.base import BackendError, DeviceSettings, PublishesState
 from pyflannel_runtime.fsutil import os_error_text, unlink_quietly, write_atomic, write_temp
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs
 from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, ip_stack
@@ -239,7 +239,8 @@ class Agent:
                 raise BackendError(f"failed to acquire lease: {err}") from err
 
         try:
-            backend = spec.create(None)
+            settings = DeviceSettings(vxlan_tx_checksum_offload=opts.vxlan_tx_checksum_offload)
+            backend = spec.create(None, settings)
             stored_macs = await sm.get_stored_mac_addresses()
             network = await backend.register_network(config, ext, acquire, stored_macs)
         except (BackendError, ConfigError, OSError, ValueError) as err:

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from pyflannel_runtime.backend.tx_offload import AUTO_VERDICT_FILE, DEFAULT_MODE
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.model.netconf import NetworkConfig
 from pyflannel_runtime.netdev.types import ExternalInterface
 
 AcquireLease = Callable[[LeaseAttrs], Awaitable[Lease]]
+
+
+@dataclass(frozen=True)
+class DeviceSettings:
+    """The agent's own settings for the devices a backend creates: pyflanneld flags, not
+    net-conf options (flanneld nodes in the same cluster know nothing of them)."""
+
+    vxlan_tx_checksum_offload: str = DEFAULT_MODE  # tx_offload.MODES
+    auto_verdict_file: str = AUTO_VERDICT_FILE
 
 
 class BackendError(Exception):

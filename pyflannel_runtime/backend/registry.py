@@ -39,7 +39,7 @@ from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig
 from pyflannel_runtime.netlink.entries import Entry, IPAddress, IPNetwork
 
 if TYPE_CHECKING:
-    from pyflannel_runtime.backend.base import Backend
+    from pyflannel_runtime.backend.base import Backend, DeviceSettings
 
 PeerEntries = Callable[[Lease, HostDatapath], tuple[Entry, ...]]
 # (pyroute2 handle, config, own lease, all leases) -> the host's datapath
@@ -51,7 +51,8 @@ class BackendSpec:
     name: str  # net-conf's Backend.Type
     options: type[BackendOptions]  # option schema, decoding, MTU rule
     dual_stack: bool  # carries IPv6 as well as IPv4 (flannel: vxlan, host-gw, wireguard)
-    create: Callable[[str | None], Backend]  # netns (None: this one) -> the backend
+    # (netns (None: this one), the agent's device settings) -> the backend
+    create: Callable[[str | None, DeviceSettings | None], Backend]
     # A peer's kernel entries on a host, or None when the backend programs none per peer.
     peer_entries: PeerEntries | None = None
     inspect_host: InspectHost | None = None  # reads a host's datapath for `peer_entries`
@@ -72,19 +73,19 @@ class BackendSpec:
         return self.peer_entries(lease, host)
 
 
-def _vxlan(netns: str | None) -> Backend:
+def _vxlan(netns: str | None, settings: DeviceSettings | None) -> Backend:
     from pyflannel_runtime.backend.vxlan import VxlanBackend
 
-    return VxlanBackend(netns)
+    return VxlanBackend(netns, settings)
 
 
-def _hostgw(netns: str | None) -> Backend:
+def _hostgw(netns: str | None, settings: DeviceSettings | None) -> Backend:
     from pyflannel_runtime.backend.hostgw import HostGwBackend
 
     return HostGwBackend(netns)
 
 
-def _udp(netns: str | None) -> Backend:
+def _udp(netns: str | None, settings: DeviceSettings | None) -> Backend:
     from pyflannel_runtime.backend.udp import UdpBackend
 
     return UdpBackend(netns)
@@ -162,6 +163,9 @@ def flannel_devices(link_names: Iterable[str]) -> list[str]:
     return [name for name in link_names if any(re.fullmatch(f, name) for f in families)]
 
 
-def create(backend_type: str, netns: str | None = None) -> Backend:
-    """The backend for net-conf's Backend.Type; `netns` programs that namespace instead."""
-    return get(backend_type).create(netns)
+def create(
+    backend_type: str, netns: str | None = None, settings: DeviceSettings | None = None
+) -> Backend:
+    """The backend for net-conf's Backend.Type; `netns` programs that namespace instead, and
+    `settings` are the agent's own for its devices (None: pyflanneld's defaults)."""
+    return get(backend_type).create(netns, settings)

@@ -19,7 +19,7 @@ from ipaddress import IPv4Address
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from pyflannel_runtime.backend.base import AcquireLease, BackendError
+from pyflannel_runtime.backend.base import AcquireLease, BackendError, DeviceSettings
 from pyflannel_runtime.backend.host import direct_oif
 from pyflannel_runtime.backend.options import VxlanOptions
 from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
@@ -28,6 +28,7 @@ from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
 from pyflannel_runtime.backend.vxlan_device import (
     Device,
     VxlanDeviceSpec,
+    apply_tx_checksum_offload,
     configure_device,
     ensure_vxlan_device,
     random_vtep_mac,
@@ -58,8 +59,9 @@ class _Family:
 class VxlanBackend:
     backend_type = "vxlan"
 
-    def __init__(self, netns: str | None = None) -> None:
+    def __init__(self, netns: str | None = None, settings: DeviceSettings | None = None) -> None:
         self.netns = netns
+        self.settings = settings or DeviceSettings()
 
     async def register_network(
         self,
@@ -81,7 +83,7 @@ class VxlanBackend:
                 raise BackendError("failed to create VXLAN v6 device: no IPv6 public address")
             spec = _spec(opts.device_name(6), opts, stored_macs[1], mtu, ext.index, ext.ext_v6_addr)
             families[6] = _Family(spec, config.ipv6_network, "IPv6")
-        network = VxlanNetwork(self.netns, families, opts, mtu)
+        network = VxlanNetwork(self.netns, families, opts, mtu, self.settings)
         try:
             await network.create_devices()
             lease = await acquire(network.lease_attrs(ext))
@@ -114,12 +116,18 @@ class VxlanNetwork(PeerProgrammer):
     lease: Lease
 
     def __init__(
-        self, netns: str | None, families: dict[int, _Family], opts: VxlanOptions, mtu: int
+        self,
+        netns: str | None,
+        families: dict[int, _Family],
+        opts: VxlanOptions,
+        mtu: int,
+        settings: DeviceSettings | None = None,
     ) -> None:
         super().__init__(netns)
         self.mtu = mtu
         self._families = families
         self._opts = opts
+        self._settings = settings or DeviceSettings()
         self._devices: dict[int, Device] = {}
         self._direct: dict[IPAddress, int] = {}
         self._monitor: socket.socket | None = None
@@ -138,8 +146,15 @@ class VxlanNetwork(PeerProgrammer):
             self._devices[version] = device
 
     async def _ensure_device(self, spec: VxlanDeviceSpec) -> Device:
+        """Create or find the device (at start, and after it was deleted), with the tx checksum
+        offload the agent's settings ask for."""
+        offload = self._settings.vxlan_tx_checksum_offload
+        verdict_file = self._settings.auto_verdict_file
+
         def ensure(ipr: IPRoute) -> Device:
-            return ensure_vxlan_device(ipr, spec, self.netns)
+            device = ensure_vxlan_device(ipr, spec, self.netns)
+            apply_tx_checksum_offload(spec.name, offload, verdict_file, self.netns)
+            return device
 
         return await self.kernel(ensure)
 

@@ -16,7 +16,9 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
+from pyflannel_runtime.backend import tx_offload
 from pyflannel_runtime.netlink.entries import IPAddress, IPNetwork
+from pyflannel_runtime.netlink.ethtool import set_tx_checksum_offload
 from pyflannel_runtime.netlink.netns import write_sysctl
 
 log = logging.getLogger("pyflannel.backend.vxlan")
@@ -155,6 +157,23 @@ def ensure_vxlan_device(ipr: IPRoute, spec: VxlanDeviceSpec, netns: str | None) 
     with contextlib.suppress(OSError):  # flannel ignores it too (IPv6 may be disabled)
         write_sysctl(netns, f"net/ipv6/conf/{spec.name}/accept_ra", "0")
     return _device(msg)
+
+
+def apply_tx_checksum_offload(name: str, mode: str, verdict_file: str, netns: str | None) -> None:
+    """Switch the device's tx checksum offload as `mode` (tx_offload.MODES) wants it. A device
+    that refuses stays as it is, logged: the datapath works either way, and ``pyflannel
+    status`` shows the state the device is really in."""
+    verdict = tx_offload.read_auto_verdict(verdict_file) if mode == "auto" else None
+    enabled = tx_offload.wanted(mode, verdict)
+    try:
+        changed = set_tx_checksum_offload(name, enabled, netns)
+    except OSError as err:
+        log.error(
+            "Cannot turn tx checksum offload %s on %s: %s", "on" if enabled else "off", name, err
+        )
+        return
+    if changed:
+        log.info("%s: %s", name, tx_offload.describe(mode, enabled, verdict))
 
 
 def configure_device(

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 from pyflannel_runtime.fsutil import write_atomic
 from pyflannel_runtime.lab import inventory, rootns, underlay
+from pyflannel_runtime.lab import outside as stand_in
 from pyflannel_runtime.lab.errors import LabError
 from pyflannel_runtime.lab.locking import locked, locked_dir
 from pyflannel_runtime.lab.paths import LabPaths, cache_dir
@@ -63,6 +64,8 @@ class LabState(BaseModel):
     inventory: Path
     root_before: rootns.RootSnapshot
     hosts: list[Host]
+    # An address outside the cluster for the verify role's pods to reach (None: not yet up).
+    outside: stand_in.Outside | None = None
 
     def host(self, name: str) -> Host:
         for host in self.hosts:
@@ -92,7 +95,7 @@ def up(hosts: int = DEFAULT_HOSTS, paths: LabPaths | None = None) -> LabState:
     with locked_dir(paths.state_dir):
         current = load(paths)
         if current is not None:
-            return _reuse(current, hosts)
+            return _reuse(current, hosts, paths)
         _require_tools()
         image = ensure_image()
         try:
@@ -229,7 +232,14 @@ def _boot(state: LabState, paths: LabPaths) -> None:
     _wait_ready(state, state.hosts)
     log.info("%d hosts answer over SSH after %.1f s", len(state.hosts), time.monotonic() - started)
     _check_hosts(state, state.hosts)
+    _start_outside(state, paths)
     inventory.write(state.inventory, _inventory_text(state))
+
+
+def _start_outside(state: LabState, paths: LabPaths) -> None:
+    planned = state.outside or stand_in.plan(state.token, state.network)
+    state.outside = stand_in.start(planned, state.bridge, state.network)
+    _save(state, paths)
 
 
 def _attach(state: LabState, host: Host) -> None:
@@ -314,10 +324,11 @@ def _inventory_text(state: LabState) -> str:
         state.user,
         state.ssh_key,
         state.control_dir,
+        state.outside.target if state.outside else "",
     )
 
 
-def _reuse(state: LabState, hosts: int) -> LabState:
+def _reuse(state: LabState, hosts: int, paths: LabPaths) -> LabState:
     if len(state.hosts) != hosts:
         raise LabError(f"a lab with {len(state.hosts)} hosts is already up; run `hosts down` first")
     down_hosts = [name for name, status in container_states(state).items() if status != "running"]
@@ -336,6 +347,7 @@ def _reuse(state: LabState, hosts: int) -> LabState:
             f"the lab is up but its links {', '.join(lost)} are gone; run `hosts down` first"
         )
     _wait_ready(state, state.hosts)
+    _start_outside(state, paths)
     inventory.write(state.inventory, _inventory_text(state))
     log.info("the lab is already up; reusing it")
     return state
@@ -361,6 +373,8 @@ def _teardown(state: LabState, paths: LabPaths) -> list[str]:
     for host in state.hosts:
         attempt(f"closing the SSH connection to {host.name}", state.ssh(host).close_master)
     attempt("removing the containers", lambda: _remove_containers(state))
+    if state.outside is not None:
+        attempt("removing the outside stand-in", functools.partial(stand_in.stop, state.outside))
     for link in [*(host.veth for host in state.hosts), state.bridge]:
         attempt(f"deleting {link}", functools.partial(underlay.delete_link, link))
     attempt("restoring the root namespace", lambda: _restore_root(state.root_before))

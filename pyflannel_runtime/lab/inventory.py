@@ -1,8 +1,9 @@
 """The Ansible inventory of a lab: plain SSH with ``become``, exactly as for bare-metal hosts.
 
 Groups: ``etcd`` (the first host) and ``flannel_nodes`` (every host). Connection settings are
-inventory-wide; cluster settings belong in the inventory's ``group_vars/``, which the lab
-leaves alone. The file is generated and removed again by the lab; a file without the
+inventory-wide, and so is the lab's stand-in for an address outside the cluster
+(``flannel_verify_outside``, see ``outside``); cluster settings belong in the inventory's
+``group_vars/``, which the lab leaves alone. The file is generated and removed again by the lab; a file without the
 generated header is never overwritten or removed.
 """
 
@@ -28,17 +29,24 @@ ETCD_HOSTS = 1
 
 
 def render(
-    hosts: Sequence[tuple[str, IPv4Address]], user: str, key: Path, control_dir: Path
+    hosts: Sequence[tuple[str, IPv4Address]],
+    user: str,
+    key: Path,
+    control_dir: Path,
+    outside: str = "",
 ) -> str:
-    connection = {
+    """`outside`: the lab's address outside the cluster, for the verify role's pods."""
+    variables = {
         "ansible_user": user,
         "ansible_ssh_private_key_file": str(key),
         "ansible_ssh_common_args": shlex.join(common_options(control_dir)),
         "ansible_python_interpreter": "/usr/bin/python3",
     }
+    if outside:
+        variables["flannel_verify_outside"] = outside
     inventory: dict[str, Any] = {
         "all": {
-            "vars": connection,
+            "vars": variables,
             "children": {
                 "etcd": {"hosts": {name: None for name, _ in hosts[:ETCD_HOSTS]}},
                 "flannel_nodes": {

@@ -40,7 +40,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from pyflannel_runtime import DEFAULT_SUBNET_FILE
-from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend import registry, tx_offload
 from pyflannel_runtime.backend.options import Option, UdpOptions, VxlanOptions
 from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, check_network_config
 
@@ -226,6 +226,20 @@ VxlanMtu = Annotated[StrictInt, _option_range(VxlanOptions.option("MTU"))]
 UdpPort = Annotated[StrictInt, _option_range(UdpOptions.option("Port"))]
 
 
+def _offload_mode(value: Any) -> Any:
+    # YAML 1.1 (Ansible's inventories) reads a bare on/off as a boolean.
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return value
+
+
+TxChecksumOffload = Annotated[
+    Literal["on", "off", "auto"],
+    BeforeValidator(_offload_mode),
+    WithJsonSchema({"type": "string", "enum": list(tx_offload.MODES)}),
+]
+
+
 class NodeOverrides(BaseModel):
     """What one node sets differently from the cluster, plus what is known about it ahead."""
 
@@ -256,6 +270,8 @@ class ClusterModel(BaseModel):
     flannel_udp_port: UdpPort | None = None
     # Backend.MTU: the underlay MTU the vxlan device is sized from (flannel subtracts 50).
     flannel_mtu: VxlanMtu | None = None
+    # pyflanneld's --vxlan-tx-checksum-offload (not a net-conf option: flanneld has none).
+    flannel_vxlan_tx_checksum_offload: TxChecksumOffload = "on"  # tx_offload.DEFAULT_MODE
 
     # interface selection and public addresses (cluster defaults; nodes may override)
     flannel_interface: Text | None = None
@@ -385,6 +401,8 @@ BACKEND_SETTINGS = {
     "flannel_vxlan_direct_routing": ("vxlan", "DirectRouting"),
     "flannel_udp_port": ("udp", "Port"),
 }
+# Settings for one backend that are the agent's flags rather than net-conf options.
+AGENT_BACKEND_SETTINGS = {"flannel_vxlan_tx_checksum_offload": "vxlan"}
 _ETCD_ONLY = (
     "flannel_etcd_endpoints",
     "flannel_etcd_prefix",
@@ -416,10 +434,17 @@ def _unused(model: BaseModel, names: Sequence[str], reason: str) -> list[str]:
 
 def _backend_problems(m: ClusterModel) -> list[str]:
     backend = m.flannel_backend_type
+    owners = {
+        **{setting: owner for setting, (owner, _) in BACKEND_SETTINGS.items()},
+        **AGENT_BACKEND_SETTINGS,
+    }
     problems = [
         f"{setting}: only used with {owner} (backend is {backend})"
-        for setting, (owner, _) in BACKEND_SETTINGS.items()
-        if owner != backend and _given(m, setting)
+        for setting, owner in owners.items()
+        if owner != backend
+        and _given(m, setting)
+        # An explicit default (YAML's `on` for the offload) is no choice of another backend's.
+        and getattr(m, setting) != ClusterModel.model_fields[setting].default
     ]
     if m.flannel_enable_ipv6 and not registry.get(backend).dual_stack:
         problems.append(f"flannel_enable_ipv6: the {backend} backend carries IPv4 only")

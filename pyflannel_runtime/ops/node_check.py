@@ -9,8 +9,11 @@ table and the module's result, so both say the same thing in the same words.
 
 from __future__ import annotations
 
-from dataclasses import replace
+import re
+from dataclasses import dataclass, replace
 
+from pyflannel_runtime.backend import tx_offload
+from pyflannel_runtime.backend.options import VxlanOptions
 from pyflannel_runtime.model.lease import Lease
 from pyflannel_runtime.model.subnet_env import parse_dotenv
 from pyflannel_runtime.ops.agent import AgentEndpoint, AgentHealth, AgentState, probe_agent
@@ -149,3 +152,56 @@ def read_subnet_env(path: str) -> dict[str, str]:
         return parse_dotenv(read_subnet_env_text(path))
     except OSError:
         return {}
+
+
+@dataclass(frozen=True)
+class DeviceOffload:
+    """A vxlan device's tx checksum offload as the kernel has it, and the agent's setting."""
+
+    device: str
+    enabled: bool | None  # None: could not be read
+    mode: str  # the agent's --vxlan-tx-checksum-offload
+    verdict: str | None = None  # why auto turned it off (auto mode only)
+    error: str = ""
+
+    @property
+    def as_wanted(self) -> bool:
+        return self.enabled is None or self.enabled == tx_offload.wanted(self.mode, self.verdict)
+
+    def describe(self) -> str:
+        text = f"{self.device}: {tx_offload.describe(self.mode, self.enabled, self.verdict)}"
+        if self.error:
+            return f"{text}: {self.error}"
+        if not self.as_wanted:
+            text += "; the agent applies its setting when it next creates or finds the device"
+        return text
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "device": self.device,
+            "enabled": self.enabled,
+            "mode": self.mode,
+            "auto_verdict": self.verdict,
+        }
+
+
+def read_tx_offload(
+    report: VerifyReport,
+    netns: str | None,
+    mode: str,
+    verdict_file: str = tx_offload.AUTO_VERDICT_FILE,
+) -> list[DeviceOffload]:
+    """The tx checksum offload of each vxlan device the report checked (none for the other
+    backends)."""
+    from pyflannel_runtime.netlink.ethtool import tx_checksum_offload
+
+    verdict = tx_offload.read_auto_verdict(verdict_file) if mode == "auto" else None
+    found = []
+    for device in sorted({m.device for m in report.mtus}):
+        if not re.fullmatch(VxlanOptions.DEVICES, device):
+            continue
+        try:
+            found.append(DeviceOffload(device, tx_checksum_offload(device, netns), mode, verdict))
+        except OSError as err:
+            found.append(DeviceOffload(device, None, mode, verdict, str(err)))
+    return found

@@ -74,6 +74,15 @@ def _pod_ip(name: str) -> str | None:
     return None
 
 
+def interface_mtu(name: str) -> int | None:
+    """The MTU of the probe pod's interface (None when it cannot be read)."""
+    done = _run("ip", "-netns", name, "-json", "link", "show", "dev", _IFNAME)
+    if done.returncode != 0:
+        return None
+    links = json.loads(done.stdout or "[]")
+    return int(links[0]["mtu"]) if links and "mtu" in links[0] else None
+
+
 def add_pod(name: str, conflist_path: str, bin_dir: str) -> ProbePod:
     """The probe pod's address, wiring it first when it is not there yet."""
     if (NETNS_DIR / name).exists():

@@ -161,6 +161,10 @@ BAD_VALUES = [
     ),
     (["--public-ip=banana"], 'invalid value "banana" for flag -public-ip: not an IPv4 address'),
     (
+        ["--vxlan-tx-checksum-offload=yes"],
+        'invalid value "yes" for flag -vxlan-tx-checksum-offload: must be one of on, off, auto',
+    ),
+    (
         ["--public-ip=2001:db8::1"],
         'invalid value "2001:db8::1" for flag -public-ip: not an IPv4 address',
     ),

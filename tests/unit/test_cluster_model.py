@@ -179,6 +179,10 @@ def test_network_rules_are_flannels_with_the_field_named(
             "flannel_udp_port: only used with udp (backend is vxlan)",
         ),
         (
+            {"flannel_backend_type": "host-gw", "flannel_vxlan_tx_checksum_offload": "off"},
+            "flannel_vxlan_tx_checksum_offload: only used with vxlan (backend is host-gw)",
+        ),
+        (
             {
                 "flannel_backend_type": "udp",
                 "flannel_enable_ipv6": True,
@@ -910,3 +914,26 @@ def test_settings_are_suggested_only_where_settings_are_named() -> None:
     assert _field_names_at(("nodes", "n1")) == []
     assert _field_names_at(("nodes", "n1", "interface", "x")) == []
     assert _field_names_at(("flannel_cni_delegate_extra", "a", "b")) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("on", "on"), ("off", "off"), ("auto", "auto"), (True, "on"), (False, "off")],
+)
+def test_the_tx_checksum_offload_takes_yaml_booleans_for_on_and_off(
+    value: Any, expected: str
+) -> None:
+    model = load_model({"flannel_vxlan_tx_checksum_offload": value})
+    assert model.flannel_vxlan_tx_checksum_offload == expected
+
+
+def test_the_default_offload_given_explicitly_is_no_vxlan_choice_under_another_backend() -> None:
+    # YAML's bare `on`, e.g. in group_vars shared by clusters of several backends.
+    model = load_model({"flannel_backend_type": "udp", "flannel_vxlan_tx_checksum_offload": True})
+    assert model.flannel_vxlan_tx_checksum_offload == "on"
+
+
+def test_the_tx_checksum_offload_is_one_of_the_agents_modes() -> None:
+    assert problems_of({"flannel_vxlan_tx_checksum_offload": "sometimes"}) == [
+        "flannel_vxlan_tx_checksum_offload: Input should be 'on', 'off' or 'auto'"
+    ]

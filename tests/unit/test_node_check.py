@@ -14,6 +14,7 @@ from pyflannel_runtime.model.lease import Lease
 from pyflannel_runtime.netlink.entries import DatapathState
 from pyflannel_runtime.ops.agent import AgentEndpoint
 from pyflannel_runtime.ops.node_check import (
+    DeviceOffload,
     ask_agent,
     drift_diff,
     lease_counts,
@@ -129,3 +130,18 @@ def test_subnet_env_is_read_as_flanneld_reads_it(tmp_path: Path) -> None:
 def test_the_agent_of_a_namespace_that_does_not_exist_is_not_asked() -> None:
     with pytest.raises(VerifyError, match="network namespace pfl-nope-h9 does not exist"):
         ask_agent(AgentEndpoint("127.0.0.1", 8081), "pfl-nope-h9")
+
+
+def test_a_vxlan_devices_offload_says_where_its_state_comes_from() -> None:
+    off = DeviceOffload("flannel.1", False, "off")
+    assert off.describe() == "flannel.1: tx checksum offload off (--vxlan-tx-checksum-offload=off)"
+    stale = DeviceOffload("flannel.1", True, "auto", "UDP checksums failed")
+    assert not stale.as_wanted
+    assert stale.describe().endswith(
+        "(auto: UDP checksums failed); the agent applies its setting when it next creates or "
+        "finds the device"
+    )
+    unread = DeviceOffload("flannel.1", None, "on", error="No such device")
+    assert unread.as_wanted and unread.describe().endswith(": No such device")
+    assert off.as_dict() == {"device": "flannel.1", "enabled": False, "mode": "off",
+                             "auto_verdict": None}  # fmt: skip

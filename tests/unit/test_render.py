@@ -223,6 +223,7 @@ def test_agent_env_in_kube_mode() -> None:
         "FLANNELD_IPTABLES_FORWARD_RULES": "true",
         "FLANNELD_IPTABLES_RESYNC": "5",
         "FLANNELD_IP_BLACKHOLE_ROUTE": "false",
+        "FLANNELD_VXLAN_TX_CHECKSUM_OFFLOAD": "on",
         "FLANNELD_HEALTHZ_IP": "0.0.0.0",
         "FLANNELD_HEALTHZ_PORT": "8081",
     }
@@ -260,6 +261,24 @@ def test_agent_env_in_etcd_mode() -> None:
     assert env["FLANNELD_PUBLIC_IPV6"] == "2001:db8::11"
     assert env["FLANNELD_IFACE_CAN_REACH"] == "192.0.2.1"
     assert (env["FLANNELD_IP_MASQ"], env["FLANNELD_HEALTHZ_PORT"]) == ("false", "0")
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({}, "on"),
+        ({"flannel_vxlan_tx_checksum_offload": "auto"}, "auto"),
+        # YAML 1.1, as Ansible reads inventories: a bare `off` is a boolean.
+        ({"flannel_vxlan_tx_checksum_offload": False}, "off"),
+        ({"flannel_backend_type": "host-gw"}, None),
+    ],
+)
+def test_agent_env_carries_the_vxlan_tx_checksum_offload(
+    settings: dict[str, Any], expected: str | None
+) -> None:
+    model = load_model({**settings, "nodes": {"n1": {}}})
+    env = environment(render_agent_env(model, plan_cluster(model).node("n1")))
+    assert env.get("FLANNELD_VXLAN_TX_CHECKSUM_OFFLOAD") == expected
 
 
 # --- the systemd unit -----------------------------------------------------------------------------

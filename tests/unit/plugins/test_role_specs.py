@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pyflannel_runtime.backend import registry
-from pyflannel_runtime.model.cluster import BACKEND_SETTINGS, ClusterModel
+from pyflannel_runtime.backend import registry, tx_offload
+from pyflannel_runtime.model.cluster import AGENT_BACKEND_SETTINGS, BACKEND_SETTINGS, ClusterModel
 from pyflannel_runtime.ops.inventory import CLUSTER_VARIABLES, NODE_VARIABLES
 
 ROLES = Path(__file__).resolve().parents[3] / "roles"
@@ -46,5 +46,8 @@ def test_preflight_offers_exactly_the_registered_backends_and_their_settings() -
     must follow it (ansible-core checks them before the model sees the inventory)."""
     spec = load(ROLES / "preflight/meta/argument_specs.yml")["argument_specs"]["main"]["options"]
     assert sorted(spec["flannel_backend_type"]["choices"]) == sorted(registry.names())
-    assert set(BACKEND_SETTINGS) <= set(spec)
+    assert set(BACKEND_SETTINGS) | set(AGENT_BACKEND_SETTINGS) <= set(spec)
     assert {backend for backend, _ in BACKEND_SETTINGS.values()} <= set(registry.names())
+    assert set(AGENT_BACKEND_SETTINGS.values()) <= set(registry.names())
+    offload = spec["flannel_vxlan_tx_checksum_offload"]
+    assert offload["choices"] == list(tx_offload.MODES)

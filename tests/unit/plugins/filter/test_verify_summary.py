@@ -1,4 +1,4 @@
-"""pyflannel.network.verify_summary: the end-of-play tables from what the verify role
+"""pyflannel.network.verify_summary: the end-of-play table per node from what the verify role
 registered."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 from ansible_collections.pyflannel.network.plugins.filter.verify_summary import verify_summary
 
 
-def registered(subnet: str, pod: str, reachable: dict[str, bool]) -> dict[str, Any]:
+def registered(subnet: str, pods: list[str]) -> dict[str, Any]:
     env = {"FLANNEL_NETWORK": "10.244.0.0/16", "FLANNEL_SUBNET": subnet, "FLANNEL_MTU": "1450"}
     return {
         "__flannel_verify_routes": {
@@ -18,33 +18,45 @@ def registered(subnet: str, pod: str, reachable: dict[str, bool]) -> dict[str, A
             "stale": [],
             "writes": 0,
         },
-        "__flannel_verify_pod": {"ip": pod},
-        "__flannel_verify_ping": {"reachable": reachable},
+        "__flannel_verify_suite": {
+            "pods": [{"ip": pod} for pod in pods],
+            "offload": {"device": "flannel.1", "enabled": False, "mode": "off"},
+        },
     }
 
 
-def test_every_node_and_the_matrix() -> None:
+def test_every_node() -> None:
     hostvars = {
-        "h1": registered("10.244.1.1/24", "10.244.1.2", {"10.244.2.2": True}),
-        "h2": registered("10.244.2.1/24", "10.244.2.2", {"10.244.1.2": False}),
+        "h1": registered("10.244.1.1/24", ["10.244.1.2", "10.244.1.3"]),
+        "h2": registered("10.244.2.1/24", ["10.244.2.2", "10.244.2.3"]),
     }
     lines = verify_summary(["h1", "h2"], hostvars)
     assert "  subnet        10.244.1.1/24" in lines and "  MTU           1450" in lines
     assert "  datapath      3 leases, 2 peers programmed, 0 missing, 0 stale; agent ready" in lines
-    assert lines[-3:] == [
-        "h1    -     ok    ",
-        "h2    FAIL  -     ",
-        "SOME PODS CANNOT REACH EACH OTHER",
+    assert lines[-2:] == [
+        "  probe pods    10.244.2.2, 10.244.2.3",
+        "  tx offload    flannel.1 off (flannel_vxlan_tx_checksum_offload: off)",
     ]
 
 
+def test_the_offload_is_shown_as_the_suite_left_it() -> None:
+    hostvars = {"h1": registered("10.244.1.1/24", ["10.244.1.2"])}
+    hostvars["h1"]["__flannel_verify_connectivity"] = {
+        "rows": [],
+        "offload": {"device": "flannel.1", "enabled": False, "mode": "auto"},
+    }
+    assert verify_summary(["h1"], hostvars)[-1] == (
+        "  tx offload    flannel.1 off (flannel_vxlan_tx_checksum_offload: auto)"
+    )
+
+
 def test_a_check_mode_run_without_probes_says_so() -> None:
-    hostvars = {"h1": {"__flannel_verify_pod": {"skipped": True}}}
+    hostvars = {"h1": {"__flannel_verify_suite": {"skipped": True}}}
     assert verify_summary(["h1"], hostvars) == [
         "h1:",
         "  subnet        unknown",
         "  MTU           unknown",
-        "  probe pod     not run",
+        "  probe pods    not run",
     ]
 
 

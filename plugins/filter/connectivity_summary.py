@@ -1,0 +1,91 @@
+"""Filter: the connectivity suite's summary, from what the verify role registered on each host."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+DOCUMENTATION = r"""
+name: connectivity_summary
+short_description: The connectivity suite's matrix, its time per group and each failure's likely cause
+version_added: 0.1.0
+description:
+  - Builds readable lines from the verify role's connectivity suite (each host's setup and run results),
+    with the routes module's report and the cluster settings for the causes of failures.
+  - One row per scenario, a column per node or per path between two nodes; then the failures grouped by
+    their most likely cause, the time each group of scenarios took, and a last line that says whether
+    every pod reaches every other.
+  - Empty when the suite did not run (check mode, O(flannel_verify_pods=false)).
+positional: hostvars
+options:
+  _input:
+    description: The hosts to summarize, e.g. C(ansible_play_hosts).
+    type: list
+    elements: str
+    required: true
+  hostvars:
+    description: C(hostvars).
+    type: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Summary
+  ansible.builtin.debug:
+    msg: "{{ ansible_play_hosts | pyflannel.network.connectivity_summary(hostvars) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: Lines of text.
+  type: list
+  elements: str
+"""
+
+SETUP = "__flannel_verify_suite"
+RUN = "__flannel_verify_connectivity"
+AUTO = "__flannel_verify_auto_offload"  # auto's first pass over the checksum scenario
+ROUTES = "__flannel_verify_routes"
+
+
+def _registered(hostvars: Mapping[str, Any], host: str, name: str) -> Mapping[str, Any] | None:
+    value = hostvars[host].get(name)
+    if not isinstance(value, Mapping) or value.get("skipped"):
+        return None
+    if name in (RUN, AUTO) and "rows" not in value:  # the run failed before it had results
+        return None
+    return value
+
+
+def connectivity_summary(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[str]:
+    from pyflannel_runtime.connectivity.causes import view_of
+    from pyflannel_runtime.connectivity.scenarios import Row
+    from pyflannel_runtime.connectivity.summary import summary_lines
+
+    ran = [host for host in hosts if _registered(hostvars, host, RUN) is not None]
+    if not ran:
+        return []
+    rows = [Row.of(row) for host in ran for row in _registered(hostvars, host, RUN)["rows"]]
+    times = {host: dict(_registered(hostvars, host, RUN).get("times") or {}) for host in ran}
+    views = {
+        host: view_of(
+            host,
+            _registered(hostvars, host, ROUTES),
+            _registered(hostvars, host, SETUP),
+            _registered(hostvars, host, RUN),
+            hostvars[host].get("_flannel_cluster"),
+        )
+        for host in ran
+    }
+    notes = [
+        f"{host}: {change}"
+        for host in ran
+        for run in (_registered(hostvars, host, AUTO), _registered(hostvars, host, RUN))
+        if run is not None and (change := run.get("offload_change"))
+    ]
+    return summary_lines(ran, rows, times, views, notes)
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"connectivity_summary": connectivity_summary}
