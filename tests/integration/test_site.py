@@ -298,7 +298,9 @@ def test_switching_the_backend_converges(lab: Any) -> None:
     for name in lab.names():
         assert flannel_links(lab, name) == []
         routes = ssh(lab, name, "ip -4 route show root 10.244.0.0/16")
-        assert "via 198.51.100." in routes and "flannel" not in routes, routes
+        peers = [host.address for host in lab.hosts if host.name != name]
+        assert all(f" via {peer} " in routes for peer in peers), routes
+        assert "flannel" not in routes, routes
     again = run_playbook("site.yml", extra_vars={"flannel_backend_type": "host-gw"})
     assert again.changed() == dict.fromkeys(lab.names(), 0), again.explain()
 
@@ -308,7 +310,7 @@ def test_switching_the_backend_converges(lab: Any) -> None:
 THEIRS = (
     "iptables -N PYFT-KEEP && iptables -A PYFT-KEEP -s 192.0.2.0/24 -j RETURN"
     " && iptables -I INPUT -j PYFT-KEEP && nft add table inet pyft-keep"
-    " && ip route add 203.0.113.0/24 dev eth0 && touch /opt/cni/bin/pyft-keep"
+    " && ip route add 192.0.2.128/25 dev eth0 && touch /opt/cni/bin/pyft-keep"
     " && mkdir -p /var/lib/cni/networks/pyft-keep && touch /var/lib/cni/networks/pyft-keep/x"
 )
 # What flannel leaves that this lab's agents did not make: a device of another VNI and the
@@ -331,7 +333,7 @@ def theirs(lab: Any, name: str) -> str:
         lab,
         name,
         "iptables -S PYFT-KEEP; iptables -S INPUT; nft list table inet pyft-keep;"
-        " ip -4 route show 203.0.113.0/24; ls /opt/cni/bin/pyft-keep /var/lib/cni/networks/pyft-keep",
+        " ip -4 route show 192.0.2.128/25; ls /opt/cni/bin/pyft-keep /var/lib/cni/networks/pyft-keep",
     )
 
 
