@@ -13,9 +13,10 @@ from pyflannel_runtime.lab.playbook import PlaybookRun
 
 
 @contextlib.contextmanager
-def lab_hosts(count: int = 3) -> Iterator[Any]:
-    """Systemd lab hosts (pyflannel_runtime.lab) from the cached image, removed afterwards."""
-    state = hosts.up(count)
+def lab_hosts(count: int = 3, etcd_members: int = 1) -> Iterator[Any]:
+    """Systemd lab hosts (pyflannel_runtime.lab) from the cached image, the first
+    ``etcd_members`` of them in the etcd group, removed afterwards."""
+    state = hosts.up(count, etcd_members=etcd_members)
     try:
         yield state
     finally:
