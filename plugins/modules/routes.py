@@ -103,6 +103,14 @@ leases:
   returned: always
   type: dict
   sample: {total: 3, programmed: 2, missing: 0, skipped: 0, rejected: 0, unchecked: 0}
+lease_states:
+  description: Each lease, and whether this node programs it (C(programmed)), lacks some of its entries
+    (C(missing)), or C(own), C(skipped), C(rejected) or C(unchecked).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{subnet: 10.244.57.0/24, ipv6_subnet: null, public_ip: 198.51.100.12, public_ipv6: null,
+            node: null, state: programmed}]
 missing:
   description: Entries the agent programs that the kernel lacks (C(ip)/C(bridge) syntax).
   returned: always
@@ -222,6 +230,7 @@ def main():
         "summary": node_check.summary(report, agent),
         "agent": agent.as_dict(),
         "leases": node_check.lease_counts(report),
+        "lease_states": node_check.lease_states(report),
         "notes": list(report.notes),
         "missing": missing,
         "stale": [report.describe(e) for e in report.stale],

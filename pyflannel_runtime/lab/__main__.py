@@ -1,6 +1,8 @@
 """``python -m pyflannel_runtime.lab``: the lab's command line.
 
-hosts up [--hosts N]    boot N hosts (default 3), write the inventory (reuses a lab that is up)
+hosts up [--hosts N] [--etcd-members M]
+                        boot N hosts (default 3), the first M (default 1) etcd members; write
+                        the inventory (reuses a lab that is up)
 hosts down              remove the lab; the image cache stays
 hosts status            the hosts, their addresses and containers
 hosts restart NAME      reboot one host (same address, same NIC)
@@ -36,7 +38,7 @@ def _print_lab(state: hosts.LabState) -> None:
 
 def _up(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    state = hosts.up(args.hosts)
+    state = hosts.up(args.hosts, etcd_members=args.etcd_members)
     _print_lab(state)
     print(
         f"up in {time.monotonic() - started:.1f} s; try: ansible -i {state.inventory} all -m ping"
@@ -91,6 +93,12 @@ def parser() -> argparse.ArgumentParser:
     )
     up = host_commands.add_parser("up", help="boot the hosts and write the inventory")
     up.add_argument("--hosts", type=int, default=hosts.DEFAULT_HOSTS, help="how many (default 3)")
+    up.add_argument(
+        "--etcd-members",
+        type=int,
+        default=1,
+        help="how many of them (the first) form the etcd cluster (default 1)",
+    )
     up.set_defaults(handler=_up)
     host_commands.add_parser("down", help="remove the lab").set_defaults(handler=_down)
     host_commands.add_parser("status", help="show the lab").set_defaults(handler=_status)

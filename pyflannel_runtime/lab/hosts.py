@@ -66,6 +66,7 @@ class LabState(BaseModel):
     hosts: list[Host]
     # An address outside the cluster for the verify role's pods to reach (None: not yet up).
     outside: stand_in.Outside | None = None
+    etcd_members: int = 1  # the first hosts form the etcd group
 
     def host(self, name: str) -> Host:
         for host in self.hosts:
@@ -86,20 +87,25 @@ class LabState(BaseModel):
 # --- the commands -------------------------------------------------------------------------------
 
 
-def up(hosts: int = DEFAULT_HOSTS, paths: LabPaths | None = None) -> LabState:
-    """Boot ``hosts`` hosts and write the inventory; a lab already up is reused as it is."""
+def up(
+    hosts: int = DEFAULT_HOSTS, paths: LabPaths | None = None, etcd_members: int = 1
+) -> LabState:
+    """Boot ``hosts`` hosts and write the inventory, the first ``etcd_members`` of them in the
+    etcd group; a lab already up is reused as it is."""
     if not 1 <= hosts <= underlay.MAX_HOSTS:
         raise LabError(f"--hosts must be 1 to {underlay.MAX_HOSTS}, not {hosts}")
+    if not 1 <= etcd_members <= hosts:
+        raise LabError(f"--etcd-members must be 1 to {hosts} (the hosts), not {etcd_members}")
     paths = paths or LabPaths.default()
     check_control_dir(paths.control_dir)
     with locked_dir(paths.state_dir):
         current = load(paths)
         if current is not None:
-            return _reuse(current, hosts, paths)
+            return _reuse(current, hosts, paths, etcd_members)
         _require_tools()
         image = ensure_image()
         try:
-            state = _create(paths, image, hosts)
+            state = _create(paths, image, hosts, etcd_members)
             _boot(state, paths)
         except BaseException:
             _clean_up_failed_start(paths)
@@ -169,7 +175,7 @@ def _require_tools() -> None:
         raise LabError(f"missing tools: {', '.join(missing)} (./scripts/bootstrap installs them)")
 
 
-def _create(paths: LabPaths, image: str, count: int) -> LabState:
+def _create(paths: LabPaths, image: str, count: int, etcd_members: int) -> LabState:
     """The key pair, the record, the bridge: the state file is saved before the bridge exists."""
     paths.control_dir.mkdir(mode=0o700)
     public_key = generate_key(paths.ssh_key)
@@ -197,6 +203,7 @@ def _create(paths: LabPaths, image: str, count: int) -> LabState:
                 )
                 for n in range(1, count + 1)
             ],
+            etcd_members=etcd_members,
         )
         _save(state, paths)
         underlay.create_bridge(state.bridge, slot)
@@ -325,12 +332,17 @@ def _inventory_text(state: LabState) -> str:
         state.ssh_key,
         state.control_dir,
         state.outside.target if state.outside else "",
+        state.etcd_members,
     )
 
 
-def _reuse(state: LabState, hosts: int, paths: LabPaths) -> LabState:
+def _reuse(state: LabState, hosts: int, paths: LabPaths, etcd_members: int) -> LabState:
     if len(state.hosts) != hosts:
         raise LabError(f"a lab with {len(state.hosts)} hosts is already up; run `hosts down` first")
+    if state.etcd_members != etcd_members:
+        raise LabError(
+            f"a lab with {state.etcd_members} etcd members is already up; run `hosts down` first"
+        )
     down_hosts = [name for name, status in container_states(state).items() if status != "running"]
     if down_hosts:
         raise LabError(

@@ -51,6 +51,8 @@ from pyflannel_runtime.netdev.types import (
     Link,
     RouteHop,
 )
+from pyflannel_runtime.ops.rolling import VARIABLE as RESTART_BATCH
+from pyflannel_runtime.ops.rolling import BatchSizeError, batch_size
 
 # Inventory variable -> the model's per-node field. The first five are also cluster-wide
 # settings in the model; here a host's own value always wins, so they are taken per node.
@@ -223,6 +225,37 @@ def _unknown_problems(
                 message += f" (did you mean {close[0]}?)"
             problems.append(message)
     return problems
+
+
+def _restart_batch_problems(
+    hosts: Sequence[str], settings: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """The agent role's batch size where the inventory sets it: a valid one, and the same for
+    every host (the roll is one sequence of batches for the play, as ``serial`` is)."""
+    problems = []
+    for host in hosts:
+        if RESTART_BATCH in settings[host]:
+            try:
+                batch_size(settings[host][RESTART_BATCH], len(hosts))
+            except BatchSizeError as err:
+                problems.append(f"{host}: {RESTART_BATCH}: {err}")
+    if problems:
+        return problems
+    # -e and INI inventories give strings: 2 and "2" are one value; unset is the default.
+    written = {
+        host: repr(str(settings[host][RESTART_BATCH]).strip())
+        if RESTART_BATCH in settings[host]
+        else "the default"
+        for host in hosts
+    }
+    common = Counter(written.values()).most_common(1)[0][0]
+    agreeing = ", ".join(h for h in hosts if written[h] == common)
+    return [
+        f"{host}: {RESTART_BATCH}: {ours} here but {common} on {agreeing}; it must be one value"
+        " for every flannel node"
+        for host, ours in written.items()
+        if ours != common
+    ]
 
 
 def _cluster_settings(
@@ -477,6 +510,7 @@ def check_inventory(
     if not hosts:
         raise InventoryError(["the flannel nodes group has no hosts"])
     problems = _unknown_problems(hosts, settings, known_variables)
+    problems += _restart_batch_problems(hosts, settings)
     cluster, differences = _cluster_settings(hosts, settings)
     problems += differences
     if problems:

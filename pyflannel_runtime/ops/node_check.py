@@ -129,6 +129,26 @@ def lease_counts(report: VerifyReport) -> dict[str, int]:
     }
 
 
+def lease_states(report: VerifyReport) -> list[dict[str, str | None]]:
+    """Each lease and where this node stands with it (own, programmed, missing, skipped,
+    rejected, unchecked): how the agent role's roll sees that peers hold a restarted node."""
+
+    def text(value: object) -> str | None:
+        return None if value is None else str(value)
+
+    return [
+        {
+            "subnet": text(status.row.lease.subnet),
+            "ipv6_subnet": text(status.row.lease.ipv6_subnet),
+            "public_ip": text(status.row.lease.attrs.public_ip),
+            "public_ipv6": text(status.row.lease.attrs.public_ipv6),
+            "node": status.row.node or None,
+            "state": status.datapath.value,
+        }
+        for status in report.leases
+    ]
+
+
 def drift_diff(report: VerifyReport) -> dict[str, str] | None:
     """flannel's kernel entries before and after a repair, in Ansible's diff form; None when
     nothing differs."""

@@ -14,10 +14,11 @@ from pyflannel_runtime.lab.playbook import LAB_INVENTORY, PlaybookRun
 
 
 @contextlib.contextmanager
-def lab_hosts(count: int = 3) -> Iterator[Any]:
-    """Systemd lab hosts (pyflannel_runtime.lab) from the cached image, removed afterwards with
-    the etcd CA the etcd role made for them beside the inventory (as `./scripts/lab down`)."""
-    state = hosts.up(count)
+def lab_hosts(count: int = 3, etcd_members: int = 1) -> Iterator[Any]:
+    """Systemd lab hosts (pyflannel_runtime.lab) from the cached image, the first
+    ``etcd_members`` of them in the etcd group, removed afterwards with the etcd CA the etcd
+    role made for them beside the inventory (as `./scripts/lab down`)."""
+    state = hosts.up(count, etcd_members=etcd_members)
     try:
         yield state
     finally:

@@ -31,6 +31,14 @@ def test_a_bad_host_count_is_refused_before_anything_happens(
     assert list(scratch_lab.iterdir()) == []
 
 
+def test_more_etcd_members_than_hosts_are_refused_before_anything_happens(
+    scratch_lab: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["hosts", "up", "--hosts", "2", "--etcd-members", "3"]) == 1
+    assert capsys.readouterr().err == "lab: --etcd-members must be 1 to 2 (the hosts), not 3\n"
+    assert list(scratch_lab.iterdir()) == []
+
+
 def test_podman_env_points_at_the_cache(
     scratch_lab: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -44,6 +44,13 @@ def test_groups_and_connection(tmp_path: Path) -> None:
         assert option in args
 
 
+def test_the_first_hosts_are_the_etcd_members(tmp_path: Path) -> None:
+    three = inventory.render(HOSTS, "pyflannel", tmp_path / "key", tmp_path / "cp", etcd_members=3)
+    children = yaml.safe_load(three)["all"]["children"]
+    assert list(children["etcd"]["hosts"]) == ["node1", "node2", "node3"]
+    assert list(children["flannel_nodes"]["hosts"]) == ["node1", "node2", "node3"]
+
+
 def test_write_and_remove_only_the_generated_file(tmp_path: Path) -> None:
     path = tmp_path / "inventories/lab/hosts.yml"
     inventory.write(path, rendered(tmp_path))

@@ -18,6 +18,7 @@ from pyflannel_runtime.ops.node_check import (
     ask_agent,
     drift_diff,
     lease_counts,
+    lease_states,
     problems,
     read_subnet_env,
     rejected,
@@ -97,6 +98,18 @@ def test_counts_and_problems_say_what_status_says() -> None:
     )
     assert all(f"  {line}\n" in table[problems_at:] for line in found)
     assert all(f"  {line}\n" in table[rejected_at:problems_at] for line in refused)
+
+
+def test_each_lease_says_where_the_node_stands_with_it() -> None:
+    own, peer, lacking = vxlan_lease(1), vxlan_lease(2), vxlan_lease(3)
+    report = compare(
+        rows(own, peer, lacking), own, VXLAN_HOST, DatapathState.of(vxlan_entries(peer)), "etcd"
+    )
+    assert lease_states(report) == [
+        {"subnet": f"10.244.{n}.0/24", "ipv6_subnet": None, "public_ip": f"192.0.2.1{n}",
+         "public_ipv6": None, "node": None, "state": state}
+        for n, state in ((1, "own"), (2, "programmed"), (3, "missing"))
+    ]  # fmt: skip
 
 
 def test_udp_peers_count_as_unchecked_only_without_the_forwarders_routes() -> None:

@@ -290,3 +290,26 @@ def test_the_kubeconfig_source_belongs_to_the_kubernetes_datastore(tmp_path: Pat
         "h1: flannel_kubeconfig_file: required when flannel_kubeconfig_src is set "
         "(where on each node the agent role puts the copy)"
     )
+
+
+def test_the_restart_batch_is_a_number_of_hosts_or_a_percentage() -> None:
+    batch = "flannel_agent_restart_batch"
+    check_inventory(inventory({batch: "34%"}), known_variables=[batch])
+    # -e gives "2", a YAML inventory 2: the same value.
+    check_inventory(inventory({batch: 2}, h2={batch: "2"}), known_variables=[batch])
+    assert problems(inventory(h3={batch: "none"}), known_variables=[batch]) == [
+        "h3: flannel_agent_restart_batch: 'none': expected a number of hosts (1 or more)"
+        " or a percentage of them, like 25%"
+    ]
+
+
+def test_the_restart_batch_is_one_value_for_the_play() -> None:
+    batch = "flannel_agent_restart_batch"
+    assert problems(inventory({batch: 1}, h2={batch: "50%"}), known_variables=[batch]) == [
+        "h2: flannel_agent_restart_batch: '50%' here but '1' on h1, h3; it must be one value"
+        " for every flannel node"
+    ]
+    assert problems(inventory(h1={batch: 2}), known_variables=[batch]) == [
+        "h1: flannel_agent_restart_batch: '2' here but the default on h2, h3; it must be one"
+        " value for every flannel node"
+    ]
