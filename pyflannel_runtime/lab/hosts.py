@@ -8,6 +8,10 @@ podman network, so netavark never touches the root namespace. A host answers whe
 
 A state file records everything ``up`` created, written as it goes, so ``down`` works from
 another process and after a failed ``up``; the image cache is left in place.
+
+A running lab can grow (``add``, or ``up`` with more hosts) and shrink (``remove``), and a host
+can be powered off and on again (``stop``, ``start``), as machines of a real cluster are; the
+inventory follows.
 """
 
 from __future__ import annotations
@@ -84,7 +88,8 @@ class LabState(BaseModel):
 
 
 def up(hosts: int = DEFAULT_HOSTS, paths: LabPaths | None = None) -> LabState:
-    """Boot ``hosts`` hosts and write the inventory; a lab already up is reused as it is."""
+    """Boot ``hosts`` hosts and write the inventory; a lab already up is reused, and grown
+    when it has fewer hosts."""
     if not 1 <= hosts <= underlay.MAX_HOSTS:
         raise LabError(f"--hosts must be 1 to {underlay.MAX_HOSTS}, not {hosts}")
     paths = paths or LabPaths.default()
@@ -92,7 +97,7 @@ def up(hosts: int = DEFAULT_HOSTS, paths: LabPaths | None = None) -> LabState:
     with locked_dir(paths.state_dir):
         current = load(paths)
         if current is not None:
-            return _reuse(current, hosts)
+            return _reuse(current, hosts, paths)
         _require_tools()
         image = ensure_image()
         try:
@@ -118,6 +123,57 @@ def down(paths: LabPaths | None = None) -> bool:
     return True
 
 
+def add(count: int = 1, paths: LabPaths | None = None) -> list[Host]:
+    """Boot ``count`` more hosts into the running lab (the next free numbers); the inventory
+    gets them."""
+    paths = paths or LabPaths.default()
+    with locked_dir(paths.state_dir):
+        state = _running(paths)
+        if not 1 <= count <= underlay.MAX_HOSTS - len(state.hosts):
+            raise LabError(
+                f"the lab has {len(state.hosts)} hosts: 1 to "
+                f"{underlay.MAX_HOSTS - len(state.hosts)} more fit, not {count}"
+            )
+        _require_all_running(state)
+        return _grow(state, paths, count)
+
+
+def remove_host(name: str, paths: LabPaths | None = None) -> Host:
+    """Throw one host away (container and NIC) and drop it from the record and the inventory."""
+    paths = paths or LabPaths.default()
+    with locked_dir(paths.state_dir):
+        state = _running(paths)
+        host = state.host(name)
+        state.ssh(host).close_master()
+        state.podman().run("rm", "--force", "--ignore", "--time", "0", host.container)
+        underlay.delete_link(host.veth)
+        state.hosts.remove(host)
+        _save(state, paths)
+        inventory.write(state.inventory, _inventory_text(state))
+        return host
+
+
+def stop_host(name: str, paths: LabPaths | None = None) -> Host:
+    """Power one host off: its container stops, address and record stay."""
+    paths = paths or LabPaths.default()
+    with locked_dir(paths.state_dir):
+        state = _running(paths)
+        host = state.host(name)
+        state.ssh(host).close_master()
+        state.podman().run("stop", "--time", STOP_TIMEOUT, host.container)
+        return host
+
+
+def start_host(name: str, paths: LabPaths | None = None) -> Host:
+    """Power a stopped host on again, with the same NIC; returns once it answers."""
+    paths = paths or LabPaths.default()
+    with locked_dir(paths.state_dir):
+        state = _running(paths)
+        host = state.host(name)
+        _power_on(state, host)
+        return host
+
+
 def load(paths: LabPaths | None = None) -> LabState | None:
     paths = paths or LabPaths.default()
     try:
@@ -132,18 +188,26 @@ def restart_host(name: str, paths: LabPaths | None = None) -> Host:
     """Reboot one host: stop and start its container, give the new netns the same NIC back."""
     paths = paths or LabPaths.default()
     with locked_dir(paths.state_dir):
-        state = load(paths)
-        if state is None:
-            raise LabError("no lab is up")
+        state = _running(paths)
         host = state.host(name)
-        podman = state.podman()
         state.ssh(host).close_master()
-        podman.run("stop", "--time", STOP_TIMEOUT, host.container)
-        podman.run("start", host.container)
-        _attach(state, host)
-        _wait_ready(state, [host])
-        _check_hosts(state, [host])
+        state.podman().run("stop", "--time", STOP_TIMEOUT, host.container)
+        _power_on(state, host)
         return host
+
+
+def _running(paths: LabPaths) -> LabState:
+    state = load(paths)
+    if state is None:
+        raise LabError("no lab is up")
+    return state
+
+
+def _power_on(state: LabState, host: Host) -> None:
+    state.podman().run("start", host.container)
+    _attach(state, host)
+    _wait_ready(state, [host])
+    _check_hosts(state, [host])
 
 
 def container_states(state: LabState, hosts: Sequence[Host] = ()) -> dict[str, str]:
@@ -186,14 +250,7 @@ def _create(paths: LabPaths, image: str, count: int) -> LabState:
             control_dir=paths.control_dir,
             inventory=paths.inventory,
             root_before=root_before,
-            hosts=[
-                Host(
-                    name=f"node{n}",
-                    address=underlay.host_address(slot, n),
-                    veth=f"plab{token}n{n}",
-                )
-                for n in range(1, count + 1)
-            ],
+            hosts=[_new_host(slot, token, n) for n in range(1, count + 1)],
         )
         _save(state, paths)
         underlay.create_bridge(state.bridge, slot)
@@ -201,10 +258,26 @@ def _create(paths: LabPaths, image: str, count: int) -> LabState:
     return state
 
 
-def _boot(state: LabState, paths: LabPaths) -> None:
+def _new_host(slot: IPv4Network, token: str, n: int) -> Host:
+    return Host(name=f"node{n}", address=underlay.host_address(slot, n), veth=f"plab{token}n{n}")
+
+
+def _grow(state: LabState, paths: LabPaths, count: int) -> list[Host]:
+    """``count`` hosts after the highest number in use, booted and put in the inventory."""
+    last = max((underlay.host_number(state.network, h.address) for h in state.hosts), default=0)
+    new = [_new_host(state.network, state.token, last + n) for n in range(1, count + 1)]
+    state.hosts.extend(new)
+    _save(state, paths)
+    _boot(state, paths, new)
+    return new
+
+
+def _boot(state: LabState, paths: LabPaths, booting: Sequence[Host] = ()) -> None:
+    """Start ``booting`` (every host when empty), then write the inventory of all of them."""
+    booting = booting or state.hosts
     started = time.monotonic()
     add_hosts = [f"--add-host={host.name}:{host.address}" for host in state.hosts]
-    for host in state.hosts:
+    for host in booting:
         host.container = (
             state.podman()
             .run(
@@ -226,9 +299,9 @@ def _boot(state: LabState, paths: LabPaths) -> None:
         )
         _save(state, paths)
         _attach(state, host)
-    _wait_ready(state, state.hosts)
-    log.info("%d hosts answer over SSH after %.1f s", len(state.hosts), time.monotonic() - started)
-    _check_hosts(state, state.hosts)
+    _wait_ready(state, booting)
+    log.info("%d hosts answer over SSH after %.1f s", len(booting), time.monotonic() - started)
+    _check_hosts(state, booting)
     inventory.write(state.inventory, _inventory_text(state))
 
 
@@ -317,14 +390,13 @@ def _inventory_text(state: LabState) -> str:
     )
 
 
-def _reuse(state: LabState, hosts: int) -> LabState:
-    if len(state.hosts) != hosts:
-        raise LabError(f"a lab with {len(state.hosts)} hosts is already up; run `hosts down` first")
-    down_hosts = [name for name, status in container_states(state).items() if status != "running"]
-    if down_hosts:
+def _reuse(state: LabState, hosts: int, paths: LabPaths) -> LabState:
+    if len(state.hosts) > hosts:
         raise LabError(
-            f"the lab is up but {', '.join(down_hosts)} not running; run `hosts down` first"
+            f"a lab with {len(state.hosts)} hosts is already up; "
+            "run `hosts remove NAME` or `hosts down` first"
         )
+    _require_all_running(state)
     # A lab whose links were removed under it (a killed run, a reboot) cannot be reached again.
     lost = [
         link
@@ -338,7 +410,18 @@ def _reuse(state: LabState, hosts: int) -> LabState:
     _wait_ready(state, state.hosts)
     inventory.write(state.inventory, _inventory_text(state))
     log.info("the lab is already up; reusing it")
+    if len(state.hosts) < hosts:
+        _grow(state, paths, hosts - len(state.hosts))
     return state
+
+
+def _require_all_running(state: LabState) -> None:
+    down_hosts = [name for name, status in container_states(state).items() if status != "running"]
+    if down_hosts:
+        raise LabError(
+            f"the lab is up but {', '.join(down_hosts)} not running; "
+            "run `hosts start NAME` or `hosts down` first"
+        )
 
 
 def _save(state: LabState, paths: LabPaths) -> None:
