@@ -98,6 +98,14 @@ leases:
   returned: always
   type: dict
   sample: {total: 3, programmed: 2, missing: 0, skipped: 0, rejected: 0, unchecked: 0}
+lease_list:
+  description: Every lease in the store (this node's too), with the public IPs its node is known by, the node's
+    name (Kubernetes datastore) and the seconds until it expires (null for an etcd reservation).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{subnet: 10.244.3.0/24, ipv6_subnet: null, public_ip: 198.51.100.13, public_ipv6: null, node: null,
+            expires_in: 86170}]
 missing:
   description: Entries the agent programs that the kernel lacks (C(ip)/C(bridge) syntax).
   returned: always
@@ -175,6 +183,7 @@ def _store(params):
 def main():
     module = build_module()
     require_runtime(module)
+    import time
     from ipaddress import ip_address
 
     from pyflannel_runtime.ops import node_check
@@ -210,6 +219,7 @@ def main():
         "summary": node_check.summary(report, agent),
         "agent": agent.as_dict(),
         "leases": node_check.lease_counts(report),
+        "lease_list": node_check.lease_rows(report, time.time()),
         "notes": list(report.notes),
         "missing": missing,
         "stale": [report.describe(e) for e in report.stale],

@@ -9,6 +9,7 @@ table and the module's result, so both say the same thing in the same words.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from pyflannel_runtime.model.lease import Lease
@@ -86,6 +87,32 @@ def subnets_text(lease: Lease) -> str:
 def lease_label(status: LeaseStatus) -> str:
     """The node's name (Kubernetes), else the lease's subnets."""
     return status.row.node or subnets_text(status.row.lease)
+
+
+def lease_rows(report: VerifyReport, now: float) -> list[dict[str, str | int | None]]:
+    """Every lease in the store: its subnets, the public IPs its node is known by, the node's
+    name (Kubernetes) and the seconds until it expires (None: a reservation, or unknown)."""
+
+    def text(value: object) -> str | None:
+        return None if value is None else str(value)
+
+    rows: list[dict[str, str | int | None]] = []
+    for status in report.leases:
+        lease = status.row.lease
+        expires_in = None
+        if lease.expiration is not None and math.isfinite(lease.expiration):
+            expires_in = max(0, round(lease.expiration - now))
+        rows.append(
+            {
+                "subnet": text(lease.subnet),
+                "ipv6_subnet": text(lease.ipv6_subnet),
+                "public_ip": text(lease.attrs.public_ip),
+                "public_ipv6": text(lease.attrs.public_ipv6),
+                "node": status.row.node or None,
+                "expires_in": expires_in,
+            }
+        )
+    return rows
 
 
 def mtu_problems(report: VerifyReport) -> list[str]:
