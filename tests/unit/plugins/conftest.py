@@ -31,27 +31,26 @@ def _fail(self: Any, msg: str, **result: Any) -> None:
 RunModule = Callable[..., dict[str, Any]]
 
 
+def module_result(
+    main: Callable[[], None], args: dict[str, Any], check: bool = False, diff: bool = False
+) -> dict[str, Any]:
+    """A module's result dict for ``args``, as Ansible would get it."""
+    full = {**args, "_ansible_check_mode": check, "_ansible_diff": diff}
+    # Collected here, as exit_json would return them: ansible's own store of warnings
+    # changes hands once other parts of ansible (ansible.errors, say) are imported.
+    warnings: list[str] = []
+    with (
+        patch_module_args(full),
+        mock.patch.object(basic.AnsibleModule, "exit_json", _exit),
+        mock.patch.object(basic.AnsibleModule, "fail_json", _fail),
+        mock.patch.object(basic.AnsibleModule, "warn", lambda self, text: warnings.append(text)),
+        pytest.raises(ModuleExit) as done,
+    ):
+        main()
+    return {**done.value.result, "warnings": warnings} if warnings else done.value.result
+
+
 @pytest.fixture
 def run_module() -> RunModule:
     """``run_module(main, args, check=False, diff=False)`` -> the module's result dict."""
-
-    def run(
-        main: Callable[[], None], args: dict[str, Any], check: bool = False, diff: bool = False
-    ) -> dict[str, Any]:
-        full = {**args, "_ansible_check_mode": check, "_ansible_diff": diff}
-        # Collected here, as exit_json would return them: ansible's own store of warnings
-        # changes hands once other parts of ansible (ansible.errors, say) are imported.
-        warnings: list[str] = []
-        with (
-            patch_module_args(full),
-            mock.patch.object(basic.AnsibleModule, "exit_json", _exit),
-            mock.patch.object(basic.AnsibleModule, "fail_json", _fail),
-            mock.patch.object(
-                basic.AnsibleModule, "warn", lambda self, text: warnings.append(text)
-            ),
-            pytest.raises(ModuleExit) as done,
-        ):
-            main()
-        return {**done.value.result, "warnings": warnings} if warnings else done.value.result
-
-    return run
+    return module_result
