@@ -137,20 +137,18 @@ kept:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
-    ETCD_ARGUMENT_SPEC,
+    STORE_ARGUMENT_SPEC,
+    STORE_REQUIRED_IF,
     etcd_settings,
     require_runtime,
 )
 
 
 def build_module():
-    etcd = dict(ETCD_ARGUMENT_SPEC, etcd_endpoints={"type": "list", "elements": "str"})
     return AnsibleModule(
         argument_spec={
-            **etcd,
+            **STORE_ARGUMENT_SPEC,
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
-            "datastore": {"type": "str", "choices": ["etcd", "kubernetes"], "default": "etcd"},
-            "kubeconfig_file": {"type": "path"},
             "kube_annotation_prefix": {"type": "str", "default": "flannel.alpha.coreos.com"},
             "node_name": {"type": "str"},
             "public_ip": {"type": "str"},
@@ -159,10 +157,7 @@ def build_module():
             "ipv6_subnet": {"type": "str"},
             "release_reservation": {"type": "bool", "default": False},
         },
-        required_if=[
-            ("datastore", "etcd", ["etcd_endpoints"]),
-            ("datastore", "kubernetes", ["node_name"]),
-        ],
+        required_if=[*STORE_REQUIRED_IF, ("datastore", "kubernetes", ["node_name"])],
         supports_check_mode=True,
     )
 

@@ -144,19 +144,17 @@ problems:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
-    ETCD_ARGUMENT_SPEC,
+    STORE_ARGUMENT_SPEC,
+    STORE_REQUIRED_IF,
     etcd_settings,
     require_runtime,
 )
 
 
 def build_module():
-    etcd = dict(ETCD_ARGUMENT_SPEC, etcd_endpoints={"type": "list", "elements": "str"})
     return AnsibleModule(
         argument_spec={
-            **etcd,
-            "datastore": {"type": "str", "choices": ["etcd", "kubernetes"], "default": "etcd"},
-            "kubeconfig_file": {"type": "path"},
+            **STORE_ARGUMENT_SPEC,
             "net_config_path": {"type": "path", "default": "/etc/kube-flannel/net-conf.json"},
             "public_ip": {"type": "str"},
             "subnet_file": {"type": "path", "default": "/run/flannel/subnet.env"},
@@ -164,7 +162,7 @@ def build_module():
             "healthz_port": {"type": "int", "default": 8081},
             "fail_on_problems": {"type": "bool", "default": True},
         },
-        required_if=[("datastore", "etcd", ["etcd_endpoints"])],
+        required_if=STORE_REQUIRED_IF,
         supports_check_mode=True,
     )
 

@@ -16,13 +16,14 @@ inventory follows.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 
@@ -128,7 +129,9 @@ def add(count: int = 1, paths: LabPaths | None = None) -> list[Host]:
     gets them."""
     paths = paths or LabPaths.default()
     with locked_dir(paths.state_dir):
-        state = _running(paths)
+        state = load(paths)
+        if state is None:
+            raise LabError("no lab is up")
         if not 1 <= count <= underlay.MAX_HOSTS - len(state.hosts):
             raise LabError(
                 f"the lab has {len(state.hosts)} hosts: 1 to "
@@ -140,10 +143,7 @@ def add(count: int = 1, paths: LabPaths | None = None) -> list[Host]:
 
 def remove_host(name: str, paths: LabPaths | None = None) -> Host:
     """Throw one host away (container and NIC) and drop it from the record and the inventory."""
-    paths = paths or LabPaths.default()
-    with locked_dir(paths.state_dir):
-        state = _running(paths)
-        host = state.host(name)
+    with _locked_host(name, paths) as (state, host, paths):
         state.ssh(host).close_master()
         state.podman().run("rm", "--force", "--ignore", "--time", "0", host.container)
         underlay.delete_link(host.veth)
@@ -155,21 +155,14 @@ def remove_host(name: str, paths: LabPaths | None = None) -> Host:
 
 def stop_host(name: str, paths: LabPaths | None = None) -> Host:
     """Power one host off: its container stops, address and record stay."""
-    paths = paths or LabPaths.default()
-    with locked_dir(paths.state_dir):
-        state = _running(paths)
-        host = state.host(name)
-        state.ssh(host).close_master()
-        state.podman().run("stop", "--time", STOP_TIMEOUT, host.container)
+    with _locked_host(name, paths) as (state, host, _):
+        _power_off(state, host)
         return host
 
 
 def start_host(name: str, paths: LabPaths | None = None) -> Host:
     """Power a stopped host on again, with the same NIC; returns once it answers."""
-    paths = paths or LabPaths.default()
-    with locked_dir(paths.state_dir):
-        state = _running(paths)
-        host = state.host(name)
+    with _locked_host(name, paths) as (state, host, _):
         _power_on(state, host)
         return host
 
@@ -186,21 +179,26 @@ def load(paths: LabPaths | None = None) -> LabState | None:
 
 def restart_host(name: str, paths: LabPaths | None = None) -> Host:
     """Reboot one host: stop and start its container, give the new netns the same NIC back."""
-    paths = paths or LabPaths.default()
-    with locked_dir(paths.state_dir):
-        state = _running(paths)
-        host = state.host(name)
-        state.ssh(host).close_master()
-        state.podman().run("stop", "--time", STOP_TIMEOUT, host.container)
+    with _locked_host(name, paths) as (state, host, _):
+        _power_off(state, host)
         _power_on(state, host)
         return host
 
 
-def _running(paths: LabPaths) -> LabState:
-    state = load(paths)
-    if state is None:
-        raise LabError("no lab is up")
-    return state
+@contextlib.contextmanager
+def _locked_host(name: str, paths: LabPaths | None) -> Iterator[tuple[LabState, Host, LabPaths]]:
+    """The lab's record and one of its hosts, with the lab locked meanwhile."""
+    paths = paths or LabPaths.default()
+    with locked_dir(paths.state_dir):
+        state = load(paths)
+        if state is None:
+            raise LabError("no lab is up")
+        yield state, state.host(name), paths
+
+
+def _power_off(state: LabState, host: Host) -> None:
+    state.ssh(host).close_master()
+    state.podman().run("stop", "--time", STOP_TIMEOUT, host.container)
 
 
 def _power_on(state: LabState, host: Host) -> None:

@@ -13,24 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[3]
-INVENTORY = ROOT / "inventories" / "example"
+from tests.unit.plugins.test_example_inventory import CHECK_PLAYBOOK, INVENTORY, ROOT
 
-CHECK_PLAYBOOK = """
-- name: The preflight's cluster check on the hosts of the play only
-  hosts: flannel_nodes
-  gather_facts: false
-  connection: local
-  become: false
-  tasks:
-    - name: Collect the settings as the preflight role does
-      ansible.builtin.include_role:
-        name: pyflannel.network.preflight
-        tasks_from: settings.yml
-    - name: Check them as one cluster
-      pyflannel.network.preflight:
-        group: flannel_nodes
-        facts: false
+SHOW_NODES = """
     - name: Show every node's identity
       ansible.builtin.debug:
         var: _flannel_nodes
@@ -40,7 +25,7 @@ CHECK_PLAYBOOK = """
 def check(tmp_path: Path, *args: str, host_vars: dict[str, Any] | None = None) -> str:
     """``rc=N`` and the run's JSON report (ansible.builtin.json)."""
     playbook = tmp_path / "check.yml"
-    playbook.write_text(CHECK_PLAYBOOK)
+    playbook.write_text(CHECK_PLAYBOOK + SHOW_NODES)
     extra = tmp_path / "hosts.yml"
     extra.write_text(json.dumps({"all": {"hosts": host_vars or {}}}))
     command = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(INVENTORY)]
