@@ -137,13 +137,15 @@ def test_site_converges_on_a_network_with_room_for_four_leases(lab: Any) -> None
     assert {subnet_of(name) for name in lab.names()} <= set(LEASES)
 
 
-def test_a_limited_rerun_changes_nothing_and_checks_every_pod(lab: Any) -> None:
+def test_a_limited_rerun_and_check_change_nothing_and_check_every_pod(lab: Any) -> None:
     others = snapshots(["node1", "node3"])
     played = site("--limit", "node2")
     assert_converged(played, ["node2"])
     assert played.changed() == {"node2": 0}, played.explain()
     # The whole cluster was checked: the other nodes' pods joined the matrix.
     assert_matrix(played, ["node1", "node2", "node3"])
+    checked = site("--check", "--limit", "node2")
+    assert checked.returncode == 0 and checked.changed() == {"node2": 0}, checked.explain()
     assert snapshots(["node1", "node3"]) == others
 
 
