@@ -154,9 +154,9 @@ def remove_host(name: str, paths: LabPaths | None = None) -> Host:
 
 
 def stop_host(name: str, paths: LabPaths | None = None) -> Host:
-    """Power one host off: its container stops, address and record stay."""
+    """Power one host off, as a power cut does (no orderly shutdown); address and record stay."""
     with _locked_host(name, paths) as (state, host, _):
-        _power_off(state, host)
+        _power_off(state, host, "0")
         return host
 
 
@@ -180,7 +180,7 @@ def load(paths: LabPaths | None = None) -> LabState | None:
 def restart_host(name: str, paths: LabPaths | None = None) -> Host:
     """Reboot one host: stop and start its container, give the new netns the same NIC back."""
     with _locked_host(name, paths) as (state, host, _):
-        _power_off(state, host)
+        _power_off(state, host, STOP_TIMEOUT)
         _power_on(state, host)
         return host
 
@@ -196,9 +196,10 @@ def _locked_host(name: str, paths: LabPaths | None) -> Iterator[tuple[LabState, 
         yield state, state.host(name), paths
 
 
-def _power_off(state: LabState, host: Host) -> None:
+def _power_off(state: LabState, host: Host, grace: str) -> None:
+    """Stop the host's container, killing it after ``grace`` seconds."""
     state.ssh(host).close_master()
-    state.podman().run("stop", "--time", STOP_TIMEOUT, host.container)
+    state.podman().run("stop", "--time", grace, host.container)
 
 
 def _power_on(state: LabState, host: Host) -> None:
