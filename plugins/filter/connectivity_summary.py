@@ -27,6 +27,14 @@ options:
     description: C(hostvars).
     type: dict
     required: true
+  other_setups:
+    description: The suite's setup on the nodes outside a limited run (the verify role's loop's registered
+      result); their columns join the matrix.
+    type: dict
+  other_runs:
+    description: The scenarios run from those nodes (the verify role's loop's registered result); their
+      rows join the matrix.
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -57,29 +65,55 @@ def _registered(hostvars: Mapping[str, Any], host: str, name: str) -> Mapping[st
     return value
 
 
-def connectivity_summary(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[str]:
+def _loop_items(result: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+    """A registered loop over nodes, by node (what ran: not failed, not unreachable)."""
+    items = (result or {}).get("results") or ()
+    return {
+        str(item.get("item")): item
+        for item in items
+        if not item.get("failed") and not item.get("unreachable") and not item.get("skipped")
+    }
+
+
+def connectivity_summary(
+    hosts: Sequence[str],
+    hostvars: Mapping[str, Any],
+    other_setups: Mapping[str, Any] | None = None,
+    other_runs: Mapping[str, Any] | None = None,
+) -> list[str]:
     from pyflannel_runtime.connectivity.causes import view_of
     from pyflannel_runtime.connectivity.scenarios import Row
     from pyflannel_runtime.connectivity.summary import summary_lines
 
-    ran = [host for host in hosts if _registered(hostvars, host, RUN) is not None]
-    if not ran:
+    # node -> (routes report, setup, run, cluster): the play's hosts, then the nodes outside a
+    # limited run, whose datapath this run did not check (no routes report).
+    registered: dict[str, tuple[Any, Any, Mapping[str, Any], Any]] = {}
+    for host in hosts:
+        run = _registered(hostvars, host, RUN)
+        if run is not None:
+            registered[host] = (
+                _registered(hostvars, host, ROUTES),
+                _registered(hostvars, host, SETUP),
+                run,
+                hostvars[host].get("_flannel_cluster"),
+            )
+    setups = _loop_items(other_setups)
+    for name, run in _loop_items(other_runs).items():
+        if "rows" in run:
+            cluster = hostvars[hosts[0]].get("_flannel_cluster") if hosts else None
+            registered[name] = (None, setups.get(name), run, cluster)
+    if not registered:
         return []
-    rows = [Row.of(row) for host in ran for row in _registered(hostvars, host, RUN)["rows"]]
-    times = {host: dict(_registered(hostvars, host, RUN).get("times") or {}) for host in ran}
+    ran = list(registered)
+    rows = [Row.of(row) for _, _, run, _ in registered.values() for row in run["rows"]]
+    times = {host: dict(run.get("times") or {}) for host, (_, _, run, _) in registered.items()}
     views = {
-        host: view_of(
-            host,
-            _registered(hostvars, host, ROUTES),
-            _registered(hostvars, host, SETUP),
-            _registered(hostvars, host, RUN),
-            hostvars[host].get("_flannel_cluster"),
-        )
-        for host in ran
+        host: view_of(host, routes, setup, run, cluster)
+        for host, (routes, setup, run, cluster) in registered.items()
     }
     notes = [
         f"{host}: {change}"
-        for host in ran
+        for host in hosts
         for run in (_registered(hostvars, host, AUTO), _registered(hostvars, host, RUN))
         if run is not None and (change := run.get("offload_change"))
     ]

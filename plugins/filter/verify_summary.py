@@ -14,6 +14,8 @@ description:
   - Builds readable lines from what the verify role registered on each host (the routes report with
     subnet.env, the pod address usage, the connectivity suite's probe pods and the VXLAN device's tx
     checksum offload).
+  - After a limited run, the nodes outside it follow, each with its lease as the lease store holds it
+    and the suite's probe pods wired there; a node that could not be reached is named so.
 positional: hostvars
 options:
   _input:
@@ -25,12 +27,27 @@ options:
     description: C(hostvars).
     type: dict
     required: true
+  nodes:
+    description:
+      - Every node of the cluster and what its lease is known by (the preflight role's
+        C(_flannel_nodes)); the nodes that are not in O(_input) get a short entry with their lease.
+    type: dict
+  other_suites:
+    description: The connectivity suite's setup on the nodes outside a limited run (the verify role's
+      loop's registered result); an unreachable node is named, with its lease still held.
+    type: dict
 """
 
 EXAMPLES = r"""
 - name: Summary
   ansible.builtin.debug:
     msg: "{{ ansible_play_hosts | pyflannel.network.verify_summary(hostvars) }}"
+
+- name: Summary of a limited run, with the other nodes
+  ansible.builtin.debug:
+    msg: >-
+      {{ ansible_play_hosts | pyflannel.network.verify_summary(hostvars, nodes=_flannel_nodes,
+         other_suites=__flannel_verify_other_suites) }}
 """
 
 RETURN = r"""
@@ -46,37 +63,38 @@ def _get(hostvars: Mapping[str, Any], host: str, name: str) -> Any:
     return value if isinstance(value, Mapping) and not value.get("skipped") else None
 
 
-def verify_summary(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[str]:
-    lines = []
-    for host in hosts:
-        routes = _get(hostvars, host, "__flannel_verify_routes") or {}
-        env = routes.get("subnet_env") or {}
-        lines.append(f"{host}:")
-        lines.append(f"  subnet        {env.get('FLANNEL_SUBNET', 'unknown')}")
-        lines.append(f"  MTU           {env.get('FLANNEL_MTU', 'unknown')}")
-        if routes.get("summary"):
-            lines.append(f"  datapath      {routes['summary']}")
-        for note in routes.get("notes", []):
-            lines.append(f"    note        {note}")
-        for entry in routes.get("missing", []):
-            lines.append(f"    missing     {entry}")
-        for entry in routes.get("stale", []):
-            lines.append(f"    stale       {entry}")
-        for lease in routes.get("rejected", []):
-            lines.append(f"    rejected    {lease}")
-        if routes.get("writes"):
-            lines.append(f"    repaired    {routes['writes']} kernel writes")
-        ipam = _get(hostvars, host, "__flannel_verify_ipam") or {}
-        for usage in ipam.get("usage", []):
-            leaked = f", {usage['leaked']} look leaked" if usage.get("leaked") else ""
-            lines.append(
-                f"  pod addresses {usage['used']} of {usage['capacity']} in use, "
-                f"{usage['free']} free{leaked}"
-            )
-        lines += _suite_lines(
-            _get(hostvars, host, "__flannel_verify_suite") or {},
-            _get(hostvars, host, "__flannel_verify_connectivity") or {},
+def loop_items(result: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+    """A registered loop over nodes, by node."""
+    return {str(item.get("item")): item for item in (result or {}).get("results") or ()}
+
+
+def _node_lines(host: str, hostvars: Mapping[str, Any]) -> list[str]:
+    routes = _get(hostvars, host, "__flannel_verify_routes") or {}
+    env = routes.get("subnet_env") or {}
+    lines = [
+        f"{host}:",
+        f"  subnet        {env.get('FLANNEL_SUBNET', 'unknown')}",
+        f"  MTU           {env.get('FLANNEL_MTU', 'unknown')}",
+    ]
+    if routes.get("summary"):
+        lines.append(f"  datapath      {routes['summary']}")
+    lines += [f"    note        {note}" for note in routes.get("notes", [])]
+    lines += [f"    missing     {entry}" for entry in routes.get("missing", [])]
+    lines += [f"    stale       {entry}" for entry in routes.get("stale", [])]
+    lines += [f"    rejected    {lease}" for lease in routes.get("rejected", [])]
+    if routes.get("writes"):
+        lines.append(f"    repaired    {routes['writes']} kernel writes")
+    ipam = _get(hostvars, host, "__flannel_verify_ipam") or {}
+    for usage in ipam.get("usage", []):
+        leaked = f", {usage['leaked']} look leaked" if usage.get("leaked") else ""
+        lines.append(
+            f"  pod addresses {usage['used']} of {usage['capacity']} in use, "
+            f"{usage['free']} free{leaked}"
         )
+    lines += _suite_lines(
+        _get(hostvars, host, "__flannel_verify_suite") or {},
+        _get(hostvars, host, "__flannel_verify_connectivity") or {},
+    )
     return lines
 
 
@@ -92,6 +110,75 @@ def _suite_lines(suite: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
             f"  tx offload    {offload['device']} {state} "
             f"(flannel_vxlan_tx_checksum_offload: {offload['mode']})"
         )
+    return lines
+
+
+def _held_leases(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The lease store's leases, as the first node of the run that listed them saw them."""
+    for host in hosts:
+        leases = (_get(hostvars, host, "__flannel_verify_routes") or {}).get("lease_list")
+        if leases:
+            return list(leases)
+    return []
+
+
+def _lease_of(name: str, node: Mapping[str, Any], leases: Sequence[Mapping[str, Any]]) -> Any:
+    """The lease a node holds: by its name (Kubernetes), public IPs, inventory address or
+    pinned subnet."""
+    addresses = {node.get("public_ip") or node.get("address"), node.get("public_ipv6")} - {None}
+    for lease in leases:
+        if (
+            lease.get("node") == name
+            or lease.get("public_ip") in addresses
+            or lease.get("public_ipv6") in addresses
+            or (node.get("subnet") is not None and lease.get("subnet") == node.get("subnet"))
+        ):
+            return lease
+    return None
+
+
+def _duration(seconds: int) -> str:
+    hours, rest = divmod(int(seconds), 3600)
+    return f"{hours} h {rest // 60} min" if hours else f"{rest // 60} min {rest % 60} s"
+
+
+def _other_lines(
+    name: str,
+    node: Mapping[str, Any],
+    suite: Mapping[str, Any],
+    leases: Sequence[Mapping[str, Any]],
+) -> list[str]:
+    unreachable = suite.get("unreachable")
+    reason = (str(suite.get("msg") or "").strip().splitlines() or [""])[0]
+    why = f" unreachable ({reason.removeprefix('Task failed: ')})" if unreachable else ""
+    lines = [f"{name} (not in this run):{why}"]
+    lease = _lease_of(name, node, leases)
+    if lease is None:
+        lines.append("  lease         none in the lease store")
+    else:
+        subnets = ", ".join(s for s in (lease.get("subnet"), lease.get("ipv6_subnet")) if s)
+        owner = lease.get("public_ip") or lease.get("public_ipv6") or lease.get("node")
+        expiry = lease.get("expires_in")
+        when = "a reservation" if expiry is None else f"expires in {_duration(expiry)}"
+        still = " still held" if unreachable else ""
+        lines.append(f"  lease         {subnets} ({owner}){still}, {when}")
+    if not unreachable and suite:
+        lines += _suite_lines(suite, {})
+    return lines
+
+
+def verify_summary(
+    hosts: Sequence[str],
+    hostvars: Mapping[str, Any],
+    nodes: Mapping[str, Mapping[str, Any]] | None = None,
+    other_suites: Mapping[str, Any] | None = None,
+) -> list[str]:
+    lines = [line for host in hosts for line in _node_lines(host, hostvars)]
+    others = loop_items(other_suites)
+    leases = _held_leases(hosts, hostvars)
+    for name, node in (nodes or {}).items():
+        if name not in hosts:
+            lines += _other_lines(name, node, others.get(name, {}), leases)
     return lines
 
 

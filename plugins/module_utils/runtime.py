@@ -42,6 +42,17 @@ ETCD_ARGUMENT_SPEC = {
 }
 
 
+# A lease store of either datastore, as the agent reads it: etcd (its endpoints then required)
+# or the Kubernetes API through a kubeconfig.
+STORE_ARGUMENT_SPEC = {
+    **ETCD_ARGUMENT_SPEC,
+    "etcd_endpoints": {"type": "list", "elements": "str"},
+    "datastore": {"type": "str", "choices": ["etcd", "kubernetes"], "default": "etcd"},
+    "kubeconfig_file": {"type": "path"},
+}
+STORE_REQUIRED_IF = [("datastore", "etcd", ["etcd_endpoints"])]
+
+
 def etcd_settings(params):
     """flanneld's etcd flags from the module's options (pyflannel_runtime's EtcdSettings)."""
     from pyflannel_runtime.subnet.etcd import EtcdSettings

@@ -103,14 +103,16 @@ leases:
   returned: always
   type: dict
   sample: {total: 3, programmed: 2, missing: 0, skipped: 0, rejected: 0, unchecked: 0}
-lease_states:
-  description: Each lease, and whether this node programs it (C(programmed)), lacks some of its entries
-    (C(missing)), or C(own), C(skipped), C(rejected) or C(unchecked).
+lease_list:
+  description: Every lease in the store (this node's too), with the public IPs its node is known by, the node's
+    name (Kubernetes datastore), the seconds until it expires (null for an etcd reservation), and whether this
+    node programs it (C(programmed)), lacks some of its entries (C(missing)), or C(own), C(skipped),
+    C(rejected) or C(unchecked).
   returned: always
   type: list
   elements: dict
-  sample: [{subnet: 10.244.57.0/24, ipv6_subnet: null, public_ip: 198.51.100.12, public_ipv6: null,
-            node: null, state: programmed}]
+  sample: [{subnet: 10.244.3.0/24, ipv6_subnet: null, public_ip: 198.51.100.13, public_ipv6: null, node: null,
+            expires_in: 86170, state: programmed}]
 missing:
   description: Entries the agent programs that the kernel lacks (C(ip)/C(bridge) syntax).
   returned: always
@@ -156,19 +158,17 @@ rejected:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
-    ETCD_ARGUMENT_SPEC,
+    STORE_ARGUMENT_SPEC,
+    STORE_REQUIRED_IF,
     etcd_settings,
     require_runtime,
 )
 
 
 def build_module():
-    etcd = dict(ETCD_ARGUMENT_SPEC, etcd_endpoints={"type": "list", "elements": "str"})
     return AnsibleModule(
         argument_spec={
-            **etcd,
-            "datastore": {"type": "str", "choices": ["etcd", "kubernetes"], "default": "etcd"},
-            "kubeconfig_file": {"type": "path"},
+            **STORE_ARGUMENT_SPEC,
             "net_config_path": {"type": "path", "default": "/etc/kube-flannel/net-conf.json"},
             "public_ip": {"type": "str"},
             "subnet_file": {"type": "path", "default": "/run/flannel/subnet.env"},
@@ -176,7 +176,7 @@ def build_module():
             "healthz_port": {"type": "int", "default": 8081},
             "fail_on_problems": {"type": "bool", "default": True},
         },
-        required_if=[("datastore", "etcd", ["etcd_endpoints"])],
+        required_if=STORE_REQUIRED_IF,
         supports_check_mode=True,
     )
 
@@ -195,6 +195,7 @@ def _store(params):
 def main():
     module = build_module()
     require_runtime(module)
+    import time
     from ipaddress import ip_address
 
     from pyflannel_runtime.ops import node_check
@@ -230,7 +231,7 @@ def main():
         "summary": node_check.summary(report, agent),
         "agent": agent.as_dict(),
         "leases": node_check.lease_counts(report),
-        "lease_states": node_check.lease_states(report),
+        "lease_list": node_check.lease_rows(report, time.time()),
         "notes": list(report.notes),
         "missing": missing,
         "stale": [report.describe(e) for e in report.stale],

@@ -1,13 +1,25 @@
 """Controller side: the flannel nodes' variables and facts out of Ansible's hostvars, checked
-through pyflannel_runtime.ops.inventory (imported from the controller's environment)."""
+through pyflannel_runtime.ops.inventory (imported from the controller's environment).
+
+A limited run (``--limit``) still checks every node of the group: a host outside the play has
+no ``_flannel_settings`` fact, so its settings are computed here as the preflight role would
+have collected them (the role's defaults under the host's inventory and extra vars), and its
+node facts are the ones the preflight role gathered from it read-only (``delegate_facts``); a
+node that could not be reached is checked without them. A host of the play that could not be
+reached stops the check, naming it and what to do about it.
+"""
 
 from __future__ import annotations
 
 import errno
+import functools
+from pathlib import Path
 from typing import Any
 
+import yaml
 from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
+from ansible.template import Templar
 from ansible_collections.pyflannel.network.plugins.plugin_utils.role_values import (
     convert_role_values,
     role_options,
@@ -31,6 +43,12 @@ else:
 # Set by the preflight role (every flannel_* variable as the host sees it) and node_facts.
 SETTINGS_FACT = "_flannel_settings"
 HOST_FACT = "pyflannel_host"
+# The preflight role's node_facts results: a play host's own, and those of the nodes outside the
+# play (one loop item each), which say whether the node could be reached.
+PLAY_FACTS_RESULT = "__flannel_preflight_facts"
+OUTSIDE_FACTS_RESULT = "__flannel_preflight_outside"
+_VARIABLE_PREFIX = "flannel_"
+_ROLES = Path(__file__).resolve().parents[2] / "roles"
 
 
 def require_runtime() -> None:
@@ -39,6 +57,54 @@ def require_runtime() -> None:
             "pyflannel.network needs the pyflannel_runtime package on the controller "
             f"(pip install the pyflannel project into ansible's environment): {_IMPORT_ERROR}"
         )
+
+
+@functools.cache
+def preflight_defaults() -> dict[str, Any]:
+    """The preflight role's defaults: what a host outside the play gets under its own vars."""
+    path = _ROLES / "preflight" / "defaults" / "main.yml"
+    return dict(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+
+
+def host_settings(hostvars: Any, host: str, templar: Templar) -> dict[str, Any]:
+    """Every flannel_* variable of ``host`` as the preflight role collects it: its own fact when
+    the role ran there, else the role's defaults under the host's inventory and extra vars,
+    templated in that host's context (``hostvars`` included, which ``hostvars[host]`` lacks)."""
+    if SETTINGS_FACT in hostvars[host]:
+        return dict(hostvars[host][SETTINGS_FACT])
+    raw = hostvars.raw_get(host)
+    context = templar.copy_with_new_env(available_variables={**raw, "hostvars": hostvars})
+    own = {name: context.template(raw[name]) for name in raw if name.startswith(_VARIABLE_PREFIX)}
+    return {**preflight_defaults(), **own}
+
+
+def fact_failures(task_vars: dict[str, Any]) -> dict[str, tuple[bool, str]]:
+    """Host -> (unreachable, why) for each node whose facts the preflight role could not
+    gather (this play's hosts and the nodes outside it)."""
+    found: dict[str, tuple[bool, str]] = {}
+    hostvars = task_vars["hostvars"]
+    outside = task_vars.get(OUTSIDE_FACTS_RESULT) or {}
+    results = [(str(result.get("item")), result) for result in outside.get("results") or ()] + [
+        (host, hostvars[host].get(PLAY_FACTS_RESULT) or {})
+        for host in task_vars.get("ansible_play_hosts_all") or ()
+    ]
+    for host, result in results:
+        if result.get("unreachable") or result.get("failed"):
+            found[host] = (bool(result.get("unreachable")), _first_line(result.get("msg")))
+    return found
+
+
+def _first_line(text: Any) -> str:
+    lines = str(text or "").strip().splitlines()
+    return lines[0].removeprefix("Task failed: ") if lines else "no reason given"
+
+
+def unreachable_advice(host: str, why: str) -> str:
+    return (
+        f"{host}: unreachable ({why}); nothing was changed on any host. Power {host} on, or "
+        f"converge the others without it (--limit '!{host}': its lease stays held), or take "
+        f"it out of the cluster (remove-node.yml -e node={host})"
+    )
 
 
 def cluster_hosts(task_vars: dict[str, Any], group: str) -> list[str]:
@@ -51,33 +117,50 @@ def cluster_hosts(task_vars: dict[str, Any], group: str) -> list[str]:
 
 
 def check_cluster(
-    task_vars: dict[str, Any], group: str, *, with_facts: bool, read_source: ReadSource
+    task_vars: dict[str, Any],
+    group: str,
+    *,
+    with_facts: bool,
+    read_source: ReadSource,
+    templar: Templar,
+    allow_unreachable: bool = False,
 ) -> InventoryPlan:
     """The whole cluster, as every node's own variables (and facts) describe it, each value
-    converted by its role's argument spec first."""
+    converted by its role's argument spec first; the nodes outside the play included.
+    ``allow_unreachable``: a play host that could not be reached is checked without its facts
+    instead of stopping the check."""
     require_runtime()
     hostvars = task_vars["hostvars"]
     hosts = cluster_hosts(task_vars, group)
-    settings: dict[str, dict[str, Any]] = {}
+    play_hosts = set(task_vars.get("ansible_play_hosts_all") or ())
+    failures = fact_failures(task_vars) if with_facts else {}
+    settings = {host: host_settings(hostvars, host, templar) for host in hosts}
     facts: dict[str, Any] = {}
-    missing = []
-    unconvertible = []
+    unconvertible: list[str] = []
     for host in hosts:
-        host_vars = hostvars[host]
-        if SETTINGS_FACT not in host_vars or (
-            with_facts and HOST_FACT not in host_vars.get("ansible_facts", {})
-        ):
+        settings[host], wrong = convert_role_values(host, settings[host])
+        unconvertible += wrong
+    problems, missing = [], []
+    for host in hosts if with_facts else ():
+        fact = (hostvars[host].get("ansible_facts") or {}).get(HOST_FACT)
+        unreachable, why = failures.get(host, (False, ""))
+        if fact is not None:
+            facts[host] = fact
+        elif host not in play_hosts or (unreachable and allow_unreachable):
+            continue  # checked without its facts
+        elif unreachable:
+            problems.append(unreachable_advice(host, why))
+        elif why:
+            problems.append(f"{host}: gathering its node facts failed: {why}")
+        else:
             missing.append(host)
-            continue
-        settings[host], problems = convert_role_values(host, host_vars[SETTINGS_FACT])
-        unconvertible += problems
-        if with_facts:
-            facts[host] = host_vars["ansible_facts"][HOST_FACT]
     if missing:
-        raise AnsibleActionFail(
-            "the pyflannel.network.preflight role has not run on "
-            f"{', '.join(missing)} (every host of group {group!r} must be in the play)"
+        problems.append(
+            "the pyflannel.network.preflight role has not gathered the node facts of "
+            f"{', '.join(missing)} (run it on them first)"
         )
+    if problems:
+        raise AnsibleActionFail("\n".join(problems))
     if unconvertible:
         raise InventoryError(unconvertible)
     return check_inventory(settings, facts if with_facts else None, role_options(), read_source)
@@ -93,6 +176,9 @@ class ClusterAction(ActionBase):
 
     def with_facts(self, args: dict[str, Any]) -> bool:
         return True
+
+    def allow_unreachable(self, args: dict[str, Any]) -> bool:
+        return False
 
     def act(
         self, checked: InventoryPlan, args: dict[str, Any], task_vars: dict[str, Any]
@@ -134,7 +220,12 @@ class ClusterAction(ActionBase):
         group = args["group"] or task_vars.get("flannel_nodes_group", "flannel_nodes")
         try:
             checked = check_cluster(
-                task_vars, group, with_facts=self.with_facts(args), read_source=self.read_source
+                task_vars,
+                group,
+                with_facts=self.with_facts(args),
+                read_source=self.read_source,
+                templar=self._templar,
+                allow_unreachable=self.allow_unreachable(args),
             )
             result.update(self.act(checked, args, task_vars))
         except AnsibleActionFail as err:

@@ -2,7 +2,11 @@
 
 hosts up [--hosts N] [--etcd-members M]
                         boot N hosts (default 3), the first M (default 1) etcd members; write
-                        the inventory (reuses a lab that is up)
+                        the inventory (reuses a lab that is up, growing it to N hosts)
+hosts add [--count N]   boot N more hosts (default 1) into the running lab and its inventory
+hosts remove NAME       throw one host away and take it out of the inventory
+hosts stop NAME         power one host off (its address and inventory entry stay)
+hosts start NAME        power it on again
 hosts down              remove the lab; the image cache stays
 hosts status            the hosts, their addresses and containers
 hosts restart NAME      reboot one host (same address, same NIC)
@@ -64,10 +68,25 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _restart(args: argparse.Namespace) -> int:
-    host = hosts.restart_host(args.name)
-    print(f"{host.name} is back at {host.address}")
+def _add(args: argparse.Namespace) -> int:
+    for host in hosts.add(args.count):
+        print(f"{host.name} is up at {host.address}")
     return 0
+
+
+def _host_action(args: argparse.Namespace) -> int:
+    action, done = _HOST_ACTIONS[args.action]
+    host = action(args.name)
+    print(f"{host.name} ({host.address}) {done}")
+    return 0
+
+
+_HOST_ACTIONS = {
+    "restart": (hosts.restart_host, "is back"),
+    "stop": (hosts.stop_host, "is powered off"),
+    "start": (hosts.start_host, "is back"),
+    "remove": (hosts.remove_host, "is gone, and out of the inventory"),
+}
 
 
 def _image(args: argparse.Namespace) -> int:
@@ -100,11 +119,20 @@ def parser() -> argparse.ArgumentParser:
         help="how many of them (the first) form the etcd cluster (default 1)",
     )
     up.set_defaults(handler=_up)
+    add = host_commands.add_parser("add", help="boot more hosts into the running lab")
+    add.add_argument("--count", type=int, default=1, help="how many (default 1)")
+    add.set_defaults(handler=_add)
     host_commands.add_parser("down", help="remove the lab").set_defaults(handler=_down)
     host_commands.add_parser("status", help="show the lab").set_defaults(handler=_status)
-    restart = host_commands.add_parser("restart", help="reboot one host")
-    restart.add_argument("name")
-    restart.set_defaults(handler=_restart)
+    for action, what in (
+        ("restart", "reboot one host"),
+        ("stop", "power one host off"),
+        ("start", "power a stopped host on"),
+        ("remove", "throw one host away and take it out of the inventory"),
+    ):
+        command = host_commands.add_parser(action, help=what)
+        command.add_argument("name")
+        command.set_defaults(handler=_host_action, action=action)
     commands.add_parser("image", help="build the host image; print its tag").set_defaults(
         handler=_image
     )

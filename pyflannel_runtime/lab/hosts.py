@@ -8,17 +8,22 @@ podman network, so netavark never touches the root namespace. A host answers whe
 
 A state file records everything ``up`` created, written as it goes, so ``down`` works from
 another process and after a failed ``up``; the image cache is left in place.
+
+A running lab can grow (``add``, or ``up`` with more hosts) and shrink (``remove``), and a host
+can be powered off and on again (``stop``, ``start``), as machines of a real cluster are; the
+inventory follows.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 
@@ -91,7 +96,7 @@ def up(
     hosts: int = DEFAULT_HOSTS, paths: LabPaths | None = None, etcd_members: int = 1
 ) -> LabState:
     """Boot ``hosts`` hosts and write the inventory, the first ``etcd_members`` of them in the
-    etcd group; a lab already up is reused as it is."""
+    etcd group; a lab already up is reused, and grown when it has fewer hosts."""
     if not 1 <= hosts <= underlay.MAX_HOSTS:
         raise LabError(f"--hosts must be 1 to {underlay.MAX_HOSTS}, not {hosts}")
     if not 1 <= etcd_members <= hosts:
@@ -127,6 +132,49 @@ def down(paths: LabPaths | None = None) -> bool:
     return True
 
 
+def add(count: int = 1, paths: LabPaths | None = None) -> list[Host]:
+    """Boot ``count`` more hosts into the running lab (the next free numbers); the inventory
+    gets them."""
+    paths = paths or LabPaths.default()
+    with locked_dir(paths.state_dir):
+        state = load(paths)
+        if state is None:
+            raise LabError("no lab is up")
+        if not 1 <= count <= underlay.MAX_HOSTS - len(state.hosts):
+            raise LabError(
+                f"the lab has {len(state.hosts)} hosts: 1 to "
+                f"{underlay.MAX_HOSTS - len(state.hosts)} more fit, not {count}"
+            )
+        _require_all_running(state)
+        return _grow(state, paths, count)
+
+
+def remove_host(name: str, paths: LabPaths | None = None) -> Host:
+    """Throw one host away (container and NIC) and drop it from the record and the inventory."""
+    with _locked_host(name, paths) as (state, host, paths):
+        state.ssh(host).close_master()
+        state.podman().run("rm", "--force", "--ignore", "--time", "0", host.container)
+        underlay.delete_link(host.veth)
+        state.hosts.remove(host)
+        _save(state, paths)
+        inventory.write(state.inventory, _inventory_text(state))
+        return host
+
+
+def stop_host(name: str, paths: LabPaths | None = None) -> Host:
+    """Power one host off, as a power cut does (no orderly shutdown); address and record stay."""
+    with _locked_host(name, paths) as (state, host, _):
+        _power_off(state, host, "0")
+        return host
+
+
+def start_host(name: str, paths: LabPaths | None = None) -> Host:
+    """Power a stopped host on again, with the same NIC; returns once it answers."""
+    with _locked_host(name, paths) as (state, host, _):
+        _power_on(state, host)
+        return host
+
+
 def load(paths: LabPaths | None = None) -> LabState | None:
     paths = paths or LabPaths.default()
     try:
@@ -139,20 +187,34 @@ def load(paths: LabPaths | None = None) -> LabState | None:
 
 def restart_host(name: str, paths: LabPaths | None = None) -> Host:
     """Reboot one host: stop and start its container, give the new netns the same NIC back."""
+    with _locked_host(name, paths) as (state, host, _):
+        _power_off(state, host, STOP_TIMEOUT)
+        _power_on(state, host)
+        return host
+
+
+@contextlib.contextmanager
+def _locked_host(name: str, paths: LabPaths | None) -> Iterator[tuple[LabState, Host, LabPaths]]:
+    """The lab's record and one of its hosts, with the lab locked meanwhile."""
     paths = paths or LabPaths.default()
     with locked_dir(paths.state_dir):
         state = load(paths)
         if state is None:
             raise LabError("no lab is up")
-        host = state.host(name)
-        podman = state.podman()
-        state.ssh(host).close_master()
-        podman.run("stop", "--time", STOP_TIMEOUT, host.container)
-        podman.run("start", host.container)
-        _attach(state, host)
-        _wait_ready(state, [host])
-        _check_hosts(state, [host])
-        return host
+        yield state, state.host(name), paths
+
+
+def _power_off(state: LabState, host: Host, grace: str) -> None:
+    """Stop the host's container, killing it after ``grace`` seconds."""
+    state.ssh(host).close_master()
+    state.podman().run("stop", "--time", grace, host.container)
+
+
+def _power_on(state: LabState, host: Host) -> None:
+    state.podman().run("start", host.container)
+    _attach(state, host)
+    _wait_ready(state, [host])
+    _check_hosts(state, [host])
 
 
 def container_states(state: LabState, hosts: Sequence[Host] = ()) -> dict[str, str]:
@@ -195,14 +257,7 @@ def _create(paths: LabPaths, image: str, count: int, etcd_members: int) -> LabSt
             control_dir=paths.control_dir,
             inventory=paths.inventory,
             root_before=root_before,
-            hosts=[
-                Host(
-                    name=f"node{n}",
-                    address=underlay.host_address(slot, n),
-                    veth=f"plab{token}n{n}",
-                )
-                for n in range(1, count + 1)
-            ],
+            hosts=[_new_host(slot, token, n) for n in range(1, count + 1)],
             etcd_members=etcd_members,
         )
         _save(state, paths)
@@ -211,10 +266,26 @@ def _create(paths: LabPaths, image: str, count: int, etcd_members: int) -> LabSt
     return state
 
 
-def _boot(state: LabState, paths: LabPaths) -> None:
+def _new_host(slot: IPv4Network, token: str, n: int) -> Host:
+    return Host(name=f"node{n}", address=underlay.host_address(slot, n), veth=f"plab{token}n{n}")
+
+
+def _grow(state: LabState, paths: LabPaths, count: int) -> list[Host]:
+    """``count`` hosts after the highest number in use, booted and put in the inventory."""
+    last = max((underlay.host_number(state.network, h.address) for h in state.hosts), default=0)
+    new = [_new_host(state.network, state.token, last + n) for n in range(1, count + 1)]
+    state.hosts.extend(new)
+    _save(state, paths)
+    _boot(state, paths, new)
+    return new
+
+
+def _boot(state: LabState, paths: LabPaths, booting: Sequence[Host] = ()) -> None:
+    """Start ``booting`` (every host when empty), then write the inventory of all of them."""
+    booting = booting or state.hosts
     started = time.monotonic()
     add_hosts = [f"--add-host={host.name}:{host.address}" for host in state.hosts]
-    for host in state.hosts:
+    for host in booting:
         host.container = (
             state.podman()
             .run(
@@ -236,9 +307,9 @@ def _boot(state: LabState, paths: LabPaths) -> None:
         )
         _save(state, paths)
         _attach(state, host)
-    _wait_ready(state, state.hosts)
-    log.info("%d hosts answer over SSH after %.1f s", len(state.hosts), time.monotonic() - started)
-    _check_hosts(state, state.hosts)
+    _wait_ready(state, booting)
+    log.info("%d hosts answer over SSH after %.1f s", len(booting), time.monotonic() - started)
+    _check_hosts(state, booting)
     _start_outside(state, paths)
     inventory.write(state.inventory, _inventory_text(state))
 
@@ -337,17 +408,16 @@ def _inventory_text(state: LabState) -> str:
 
 
 def _reuse(state: LabState, hosts: int, paths: LabPaths, etcd_members: int) -> LabState:
-    if len(state.hosts) != hosts:
-        raise LabError(f"a lab with {len(state.hosts)} hosts is already up; run `hosts down` first")
+    if len(state.hosts) > hosts:
+        raise LabError(
+            f"a lab with {len(state.hosts)} hosts is already up; "
+            "run `hosts remove NAME` or `hosts down` first"
+        )
     if state.etcd_members != etcd_members:
         raise LabError(
             f"a lab with {state.etcd_members} etcd members is already up; run `hosts down` first"
         )
-    down_hosts = [name for name, status in container_states(state).items() if status != "running"]
-    if down_hosts:
-        raise LabError(
-            f"the lab is up but {', '.join(down_hosts)} not running; run `hosts down` first"
-        )
+    _require_all_running(state)
     # A lab whose links were removed under it (a killed run, a reboot) cannot be reached again.
     lost = [
         link
@@ -362,7 +432,18 @@ def _reuse(state: LabState, hosts: int, paths: LabPaths, etcd_members: int) -> L
     _start_outside(state, paths)
     inventory.write(state.inventory, _inventory_text(state))
     log.info("the lab is already up; reusing it")
+    if len(state.hosts) < hosts:
+        _grow(state, paths, hosts - len(state.hosts))
     return state
+
+
+def _require_all_running(state: LabState) -> None:
+    down_hosts = [name for name, status in container_states(state).items() if status != "running"]
+    if down_hosts:
+        raise LabError(
+            f"the lab is up but {', '.join(down_hosts)} not running; "
+            "run `hosts start NAME` or `hosts down` first"
+        )
 
 
 def _save(state: LabState, paths: LabPaths) -> None:

@@ -43,6 +43,11 @@ def host_address(slot: IPv4Network, n: int) -> IPv4Address:
     return slot.network_address + FIRST_HOST_OFFSET + n
 
 
+def host_number(slot: IPv4Network, address: IPv4Address) -> int:
+    """The N of ``host_address(slot, N)``."""
+    return int(address) - int(slot.network_address) - FIRST_HOST_OFFSET
+
+
 def host_mac(address: IPv4Address) -> str:
     """Locally administered, unicast, unique per address."""
     return "02:00:" + ":".join(f"{byte:02x}" for byte in address.packed)

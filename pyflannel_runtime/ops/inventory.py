@@ -501,10 +501,11 @@ def check_inventory(
 ) -> InventoryPlan:
     """Validate every flannel node's variables (and facts, when given) as one cluster.
 
-    ``settings`` maps each host to its ``flannel_*`` variables; ``known_variables`` are other
-    ``flannel_*`` names the roles accept (anything else is a typo); ``read_source`` reads the
-    controller's files (``flannel_kubeconfig_src``), which are not checked without it. Raises
-    InventoryError.
+    ``settings`` maps each host to its ``flannel_*`` variables and ``facts`` the hosts whose
+    facts are known (a node that could not be reached has none, so its interface is not
+    checked); ``known_variables`` are other ``flannel_*`` names the roles accept (anything
+    else is a typo); ``read_source`` reads the controller's files (``flannel_kubeconfig_src``),
+    which are not checked without it. Raises InventoryError.
     """
     hosts = sorted(settings)
     if not hosts:
@@ -524,7 +525,7 @@ def check_inventory(
         ) from None
 
     networks: dict[str, NodeNetwork] = {}
-    known_facts = {host: NodeFacts.from_fact(facts[host]) for host in hosts} if facts else {}
+    known_facts = {h: NodeFacts.from_fact(facts[h]) for h in hosts if h in facts} if facts else {}
     stack = _stack(model)
     for host, node_facts in known_facts.items():
         problems += _backend_problems(host, model, node_facts)

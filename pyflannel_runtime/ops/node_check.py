@@ -9,6 +9,7 @@ table and the module's result, so both say the same thing in the same words.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 
@@ -96,6 +97,36 @@ def lease_label(status: LeaseStatus) -> str:
     return status.row.node or subnets_text(status.row.lease)
 
 
+def lease_rows(report: VerifyReport, now: float) -> list[dict[str, str | int | None]]:
+    """Every lease in the store: its subnets, the public IPs its node is known by, the node's
+    name (Kubernetes), the seconds until it expires (None: a reservation, or unknown), and where
+    this node stands with it (own, programmed, missing, skipped, rejected, unchecked): how the
+    verify role names a node outside the run, and how the agent role's roll sees that peers
+    hold a restarted node."""
+
+    def text(value: object) -> str | None:
+        return None if value is None else str(value)
+
+    rows: list[dict[str, str | int | None]] = []
+    for status in report.leases:
+        lease = status.row.lease
+        expires_in = None
+        if lease.expiration is not None and math.isfinite(lease.expiration):
+            expires_in = max(0, round(lease.expiration - now))
+        rows.append(
+            {
+                "subnet": text(lease.subnet),
+                "ipv6_subnet": text(lease.ipv6_subnet),
+                "public_ip": text(lease.attrs.public_ip),
+                "public_ipv6": text(lease.attrs.public_ipv6),
+                "node": status.row.node or None,
+                "expires_in": expires_in,
+                "state": status.datapath.value,
+            }
+        )
+    return rows
+
+
 def mtu_problems(report: VerifyReport) -> list[str]:
     return [
         f"{m.device} has MTU {m.actual}, expected {m.expected}" for m in report.mtus if not m.ok
@@ -127,26 +158,6 @@ def lease_counts(report: VerifyReport) -> dict[str, int]:
         "rejected": report.rejected,
         "unchecked": report.count(Datapath.UNCHECKED),
     }
-
-
-def lease_states(report: VerifyReport) -> list[dict[str, str | None]]:
-    """Each lease and where this node stands with it (own, programmed, missing, skipped,
-    rejected, unchecked): how the agent role's roll sees that peers hold a restarted node."""
-
-    def text(value: object) -> str | None:
-        return None if value is None else str(value)
-
-    return [
-        {
-            "subnet": text(status.row.lease.subnet),
-            "ipv6_subnet": text(status.row.lease.ipv6_subnet),
-            "public_ip": text(status.row.lease.attrs.public_ip),
-            "public_ipv6": text(status.row.lease.attrs.public_ipv6),
-            "node": status.row.node or None,
-            "state": status.datapath.value,
-        }
-        for status in report.leases
-    ]
 
 
 def drift_diff(report: VerifyReport) -> dict[str, str] | None:

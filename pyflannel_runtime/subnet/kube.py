@@ -114,7 +114,7 @@ def build_api_client(kube_api_url: str, kubeconfig_file: str) -> kubernetes.clie
     return kubernetes.client.ApiClient(config)
 
 
-class _NodeApi:
+class NodeApi:
     """The few Kubernetes calls flannel makes, returning decoded JSON. Blocking."""
 
     def __init__(
@@ -172,7 +172,7 @@ class _NodeApi:
         self._decode(response)
 
 
-def resolve_node_name(api: _NodeApi, environ: Mapping[str, str]) -> str:
+def resolve_node_name(api: NodeApi, environ: Mapping[str, str]) -> str:
     """NODE_NAME, else the node the POD_NAMESPACE/POD_NAME pod runs on (kube.go:
     NewSubnetManager)."""
     name = environ.get("NODE_NAME", "")
@@ -220,7 +220,7 @@ class KubeSubnetManager:
     ) -> None:
         self.node_name = node_name
         self.keys = Annotations.for_prefix(settings.annotation_prefix)
-        self._api = _NodeApi(api_client, settings.request_timeout)
+        self._api = NodeApi(api_client, settings.request_timeout)
         self._config = config
         self._settings = settings
         self._tracker = NodeLeaseTracker(self.keys, config.enable_ipv4, config.enable_ipv6)
@@ -245,7 +245,7 @@ class KubeSubnetManager:
             node_name = ""
             if own_node:
                 env = os.environ if environ is None else environ
-                api = _NodeApi(api_client, settings.request_timeout)
+                api = NodeApi(api_client, settings.request_timeout)
                 node_name = await asyncio.to_thread(resolve_node_name, api, env)
             config = read_net_config(settings.net_config_path)
         except BaseException:
@@ -396,7 +396,7 @@ class _NodeWatch:
     seen, with backoff (100 ms doubling to 5 s, as flannel's etcd watch).
     """
 
-    def __init__(self, api: _NodeApi, queue: NodeQueue, timeout_seconds: int) -> None:
+    def __init__(self, api: NodeApi, queue: NodeQueue, timeout_seconds: int) -> None:
         self._api = api
         self._queue = queue
         self._timeout_seconds = timeout_seconds

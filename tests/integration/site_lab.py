@@ -1,5 +1,5 @@
-"""What the site.yml test modules share: lab hosts for a module, a command on a host, and the
-check that a run converged."""
+"""What the site.yml test modules share: lab hosts for a module, a command on a host, a
+host's snapshot, and the check that a run converged."""
 
 from __future__ import annotations
 
@@ -11,6 +11,13 @@ from typing import Any
 
 from pyflannel_runtime.lab import hosts
 from pyflannel_runtime.lab.playbook import LAB_INVENTORY, PlaybookRun
+
+# What a host looks like, minus what logging in and running commands change by itself.
+SNAPSHOT = (
+    "find /etc /opt /run -xdev \\( -path /run/user -o -path /run/systemd -o -path /run/sudo"
+    " -o -path /run/log -o -path /run/sshd -o -path /run/utmp -o -path /etc/ld.so.cache \\) -prune"
+    " -o -printf '%p %m %s\\n' | sort; systemctl list-unit-files --no-legend --no-pager"
+)
 
 
 @contextlib.contextmanager

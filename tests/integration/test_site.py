@@ -26,19 +26,12 @@ import yaml
 
 from pyflannel_runtime.lab.playbook import LAB_INVENTORY, PlaybookRun, run_playbook
 from pyflannel_runtime.subnet.etcd import EtcdSettings, EtcdSubnetManager
-from tests.integration.site_lab import assert_converged, lab_hosts
+from tests.integration.site_lab import SNAPSHOT, assert_converged, lab_hosts
 from tests.integration.site_lab import on_host as ssh
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 
 hosts_api = pytest.importorskip("pyflannel_runtime.lab.hosts")
-
-# What a host looks like, minus what logging in and running commands change by itself.
-SNAPSHOT = (
-    "find /etc /opt /run -xdev \\( -path /run/user -o -path /run/systemd -o -path /run/sudo"
-    " -o -path /run/log -o -path /run/sshd -o -path /run/utmp -o -path /etc/ld.so.cache \\) -prune"
-    " -o -printf '%p %m %s\\n' | sort; systemctl list-unit-files --no-legend --no-pager"
-)
 
 
 @pytest.fixture(scope="module")

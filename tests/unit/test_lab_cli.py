@@ -49,3 +49,14 @@ def test_podman_env_points_at_the_cache(
         f"export CONTAINERS_STORAGE_CONF={podman}/storage.conf\n"
     )
     assert 'runtime = "runc"' in (podman / "containers.conf").read_text()
+
+
+@pytest.mark.parametrize(
+    "argv", [["hosts", "add"], *(["hosts", a, "node2"] for a in ("stop", "start", "remove"))]
+)
+def test_changing_hosts_needs_a_lab(
+    argv: list[str], scratch_lab: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 1
+    assert capsys.readouterr().err == "lab: no lab is up\n"
+    assert not (scratch_lab / "hosts.yml").exists()

@@ -16,6 +16,7 @@ from pyflannel_runtime.lab.underlay import (
     gateway,
     host_address,
     host_mac,
+    host_number,
 )
 
 SLOTS = [slot for r in CANDIDATE_RANGES for slot in r.subnets(new_prefix=SLOT_PREFIX)]
@@ -69,6 +70,12 @@ def test_addresses_in_a_slot() -> None:
     assert host_address(slot, MAX_HOSTS) != slot.broadcast_address
     with pytest.raises(ValueError):
         host_address(slot, MAX_HOSTS + 1)
+
+
+@given(st.sampled_from(SLOTS), st.integers(1, MAX_HOSTS))
+def test_a_hosts_number_comes_back_from_its_address(slot: IPv4Network, n: int) -> None:
+    """A grown lab numbers its next host after the highest address in use."""
+    assert host_number(slot, host_address(slot, n)) == n
 
 
 def test_mac_is_locally_administered_unicast_and_follows_the_address() -> None:

@@ -18,7 +18,7 @@ from pyflannel_runtime.ops.node_check import (
     ask_agent,
     drift_diff,
     lease_counts,
-    lease_states,
+    lease_rows,
     problems,
     read_subnet_env,
     rejected,
@@ -49,6 +49,31 @@ def test_the_drift_diff_shows_flannels_entries_before_and_after_a_repair() -> No
     assert (diff["before_header"], diff["after_header"]) == (
         "kernel (flannel's entries)",
         "what the leases need",
+    )
+
+
+def test_the_lease_list_names_each_nodes_subnet_public_ip_and_expiry() -> None:
+    """The verify role's summary finds a node outside the run by these (a held lease)."""
+    own = vxlan_lease(1, expiration=1_000.0 + 3_600.4)
+    reservation = vxlan_lease(2)  # no expiry: a reservation
+    watched = vxlan_lease(3, expiration=float("inf"))  # its TTL was not looked up
+    report = compare(rows(own, reservation, watched), own, None, None, "etcd")
+    assert lease_rows(report, now=1_000.0) == [
+        {
+            "subnet": f"10.244.{n}.0/24",
+            "ipv6_subnet": None,
+            "public_ip": f"192.0.2.1{n}",
+            "public_ipv6": None,
+            "node": None,
+            "expires_in": expires,
+            "state": "unchecked" if n > 1 else "own",
+        }
+        for n, expires in ((1, 3600), (2, None), (3, None))
+    ]
+    expired = replace(own, expiration=900.0)
+    assert (
+        lease_rows(compare(rows(expired), expired, None, None, "etcd"), 1_000.0)[0]["expires_in"]
+        == 0
     )
 
 
@@ -105,11 +130,9 @@ def test_each_lease_says_where_the_node_stands_with_it() -> None:
     report = compare(
         rows(own, peer, lacking), own, VXLAN_HOST, DatapathState.of(vxlan_entries(peer)), "etcd"
     )
-    assert lease_states(report) == [
-        {"subnet": f"10.244.{n}.0/24", "ipv6_subnet": None, "public_ip": f"192.0.2.1{n}",
-         "public_ipv6": None, "node": None, "state": state}
-        for n, state in ((1, "own"), (2, "programmed"), (3, "missing"))
-    ]  # fmt: skip
+    assert [(row["subnet"], row["state"]) for row in lease_rows(report, 0.0)] == [
+        (f"10.244.{n}.0/24", state) for n, state in ((1, "own"), (2, "programmed"), (3, "missing"))
+    ]
 
 
 def test_udp_peers_count_as_unchecked_only_without_the_forwarders_routes() -> None:

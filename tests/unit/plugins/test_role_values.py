@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 from ansible.module_utils.common.parameters import DEFAULT_TYPE_VALIDATORS
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar
 from ansible_collections.pyflannel.network.plugins.plugin_utils import role_values
 from ansible_collections.pyflannel.network.plugins.plugin_utils.cluster import check_cluster
 from hypothesis import given
@@ -147,6 +149,8 @@ def task_vars(settings: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+# Every host here has its settings fact: nothing is templated.
+TEMPLAR = Templar(loader=DataLoader())
 KUBE = {"flannel_datastore": "kubernetes", "flannel_kubeconfig_file": "/etc/kubelet.conf"}
 
 
@@ -157,7 +161,7 @@ def test_the_cluster_check_sees_converted_values_equal_on_every_host() -> None:
         "h2": {**KUBE, "flannel_vxlan_vni": 7, "flannel_ip_masq": False},
     }
     checked = check_cluster(
-        task_vars(settings), "flannel_nodes", with_facts=False, read_source=bytes
+        task_vars(settings), "flannel_nodes", with_facts=False, read_source=bytes, templar=TEMPLAR
     )
     assert checked.model.flannel_vxlan_vni == 7
     assert checked.model.flannel_ip_masq is False
@@ -166,7 +170,13 @@ def test_the_cluster_check_sees_converted_values_equal_on_every_host() -> None:
 def test_the_cluster_check_refuses_an_unconvertible_value_before_the_model() -> None:
     settings = {"h1": {**KUBE}, "h2": {**KUBE, "flannel_subnet_len": "twenty-four"}}
     with pytest.raises(InventoryError) as refused:
-        check_cluster(task_vars(settings), "flannel_nodes", with_facts=False, read_source=bytes)
+        check_cluster(
+            task_vars(settings),
+            "flannel_nodes",
+            with_facts=False,
+            read_source=bytes,
+            templar=TEMPLAR,
+        )
     assert refused.value.problems == [
         "h2: flannel_subnet_len: 'twenty-four' cannot be converted to int"
     ]

@@ -103,3 +103,54 @@ def test_the_stores_rejected_leases_are_listed_under_the_datapath() -> None:
         "    stale       neigh 10.244.9.0 lladdr 0a:58:0a:f4:09:00 dev flannel.1",
         f"    rejected    {why}",
     ]
+
+
+# A limited run (--limit node1): node2 answered and got the suite's probe pods, node3 is
+# powered off.
+NODES = {
+    name: {"subnet": None, "ipv6_subnet": None, "public_ip": ip, "public_ipv6": None, "address": ip}
+    for name, ip in (("node1", "192.0.2.11"), ("node2", "192.0.2.12"), ("node3", None))
+}
+NODES["node3"]["address"] = "192.0.2.13"  # no facts: found by its inventory address
+LEASES = [
+    {"subnet": f"10.244.{n}.0/24", "ipv6_subnet": None, "public_ip": f"192.0.2.1{n}",
+     "public_ipv6": None, "node": None, "expires_in": 86_000, "state": "programmed"}
+    for n in (1, 2, 3)
+]  # fmt: skip
+UNREACHABLE = (
+    'Task failed: Data could not be sent to remote host "192.0.2.13". Make sure this host can '
+    "be reached over ssh: ssh: connect to host 192.0.2.13 port 22: No route to host"
+)
+OTHER_SUITES = {
+    "results": [
+        {"item": "node2", "pods": [{"ip": "10.244.2.5"}, {"ip": "10.244.2.6"}]},
+        {"item": "node3", "unreachable": True, "msg": UNREACHABLE},
+    ]
+}
+
+
+def test_a_limited_run_lists_the_other_nodes_with_their_leases_and_probe_pods() -> None:
+    node1 = registered("10.244.1.1/24", ["10.244.1.2", "10.244.1.3"])
+    node1["__flannel_verify_routes"]["lease_list"] = LEASES
+    lines = verify_summary(["node1"], {"node1": node1}, nodes=NODES, other_suites=OTHER_SUITES)
+    assert lines[lines.index("node2 (not in this run):") :] == [
+        "node2 (not in this run):",
+        "  lease         10.244.2.0/24 (192.0.2.12), expires in 23 h 53 min",
+        "  probe pods    10.244.2.5, 10.244.2.6",
+        "node3 (not in this run): unreachable (Data could not be sent to remote host"
+        ' "192.0.2.13". Make sure this host can be reached over ssh: ssh: connect to host'
+        " 192.0.2.13 port 22: No route to host)",
+        "  lease         10.244.3.0/24 (192.0.2.13) still held, expires in 23 h 53 min",
+    ]
+
+
+def test_an_other_node_without_a_lease_and_a_reservation_say_so() -> None:
+    node1 = registered("10.244.1.1/24", [])
+    reservation = {**LEASES[1], "expires_in": None}
+    node1["__flannel_verify_routes"]["lease_list"] = [LEASES[0], reservation]
+    nodes = {**NODES, "node4": {**NODES["node2"], "public_ip": "192.0.2.14"}}
+    lines = verify_summary(["node1"], {"node1": node1}, nodes=nodes)
+    assert "  lease         10.244.2.0/24 (192.0.2.12), a reservation" in lines
+    assert lines[lines.index("node4 (not in this run):") + 1] == (
+        "  lease         none in the lease store"
+    )
