@@ -370,7 +370,7 @@ async def _etcd_leases(settings: EtcdSettings) -> tuple[NetworkConfig, LeaseList
         ) from None
     finally:
         await sm.close()
-    ordered = sorted(listing.leases, key=_lease_order)
+    ordered = sorted(listing.leases, key=lease_order)
     return config, LeaseListing(tuple(ordered), listing.unreadable)
 
 
@@ -393,7 +393,8 @@ async def _kube_leases(settings: KubeSettings) -> tuple[NetworkConfig, LeaseList
         await sm.close()
 
 
-def _lease_order(row: ListedLease) -> tuple[int, int]:
+def lease_order(row: ListedLease) -> tuple[int, int]:
+    """Leases by subnet, IPv4 first (an IPv6-only lease by its IPv6 subnet)."""
     subnet = row.lease.subnet or row.lease.ipv6_subnet
     assert subnet is not None
     return subnet.version, int(subnet.network_address)
