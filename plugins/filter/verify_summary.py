@@ -11,7 +11,8 @@ short_description: The verify role's summary of every node and the pod reachabil
 version_added: 0.1.0
 description:
   - Builds readable lines from what the verify role registered on each host (the routes report with
-    subnet.env, the pod address usage, the probe pod and its pings).
+    subnet.env, the pod address usage, the probe pod and its pings) and once for the cluster (the
+    leases, the orphans among them and the free subnets).
 positional: hostvars
 options:
   _input:
@@ -74,6 +75,9 @@ def verify_summary(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[st
                 f"{usage['free']} free{leaked}"
             )
         lines.append(f"  probe pod     {pod.get('ip', 'not run')}")
+    # Registered once (run_once), on every host.
+    registered = [_get(hostvars, host, "__flannel_verify_leases") for host in hosts]
+    lines += _leases(next((found for found in registered if found), None))
     if pods:
         width = max(len("FAIL"), *(len(h) for h in hosts)) + 2
         lines.append("pod reachability (row pings column):")
@@ -94,6 +98,24 @@ def verify_summary(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[st
         )
         lines.append(
             "every pod reaches every other pod" if every else "SOME PODS CANNOT REACH EACH OTHER"
+        )
+    return lines
+
+
+def _leases(found: Mapping[str, Any] | None) -> list[str]:
+    """The cluster's leases, orphans and subnets, as leases_info reported them."""
+    if found is None:
+        return []
+    orphans = found.get("orphans", [])
+    lines = [f"leases        {len(found.get('leases', []))}, {len(orphans)} orphans"]
+    for lease in orphans:
+        subnets = ", ".join(s for s in (lease.get("subnet"), lease.get("ipv6_subnet")) if s)
+        lines.append(f"  orphan      {subnets} (public IP {lease.get('public_ip')})")
+    for usage in found.get("utilisation", []):
+        outside = f", {usage['outside']} leases outside them" if usage.get("outside") else ""
+        lines.append(
+            f"subnets       {usage['network']}: {usage['used']} of {usage['total']} used, "
+            f"{usage['free']} free{outside}"
         )
     return lines
 

@@ -12,7 +12,7 @@ description:
     C(pyflannel cni install) does, but only when it differs.
   - Links the plugins the flannel plugin delegates to (Debian's C(containernetworking-plugins) in
     O(plugins_dir)) into O(bin_dir), where container runtimes look for them.
-  - Runs with the agent's virtualenv interpreter (the launcher starts that interpreter).
+  - Runs with the agent's virtualenv's Python (see O(venv)), which the launcher starts too.
 extends_documentation_fragment:
   - pyflannel.network.attributes
   - pyflannel.network.attributes.venv
@@ -36,8 +36,6 @@ EXAMPLES = r"""
 - name: Install the flannel CNI plugin
   pyflannel.network.cni_plugin:
     bin_dir: /opt/cni/bin
-  vars:
-    ansible_python_interpreter: /opt/pyflannel/venv/bin/python
 """
 
 RETURN = r"""
@@ -56,12 +54,16 @@ changed_links:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.pyflannel.network.plugins.module_utils.runtime import require_runtime
+from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
+    VENV_ARGUMENT_SPEC,
+    require_runtime,
+)
 
 
 def build_module():
     return AnsibleModule(
         argument_spec={
+            **VENV_ARGUMENT_SPEC,
             "bin_dir": {"type": "path", "default": "/opt/cni/bin"},
             "plugins_dir": {"type": "path", "default": "/usr/lib/cni"},
             "link": {
@@ -125,7 +127,7 @@ def main():
     result = {
         "changed": bool(plan.changed or stale),
         "plugin": plugin,
-        "changed_links": [path for path, _ in stale],
+        "changed_links": [path for path, _target in stale],
     }
     if module._diff:
         result["diff"] = plan.diff() + link_diffs
