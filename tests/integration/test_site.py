@@ -2,7 +2,8 @@
 with TLS, the CNI plugin and pyflanneld (vxlan), then the checks an operator relies on.
 
 One lab serves the whole module, in this order: bad inventories first (on untouched hosts, so
-"nothing changed" is strict), then the first run and the idempotent re-run, route drift, a host
+"nothing changed" is strict), then the first run and the idempotent re-run, the installed
+collection tarball's modules from a playbook outside the repository, route drift, a host
 restart, the unit's sandbox score, and last a backend switch.
 """
 
@@ -19,7 +20,9 @@ from typing import Any
 
 import pytest
 
+from pyflannel_runtime.lab.paths import LabPaths
 from pyflannel_runtime.lab.playbook import PlaybookRun, run_playbook
+from tests.integration.collection_tarball import build, install, run_outside
 from tests.integration.site_lab import assert_converged, lab_hosts
 from tests.integration.site_lab import on_host as ssh
 
@@ -92,6 +95,79 @@ def test_site_converges_and_the_rerun_changes_nothing(lab: Any) -> None:
     again = run_playbook("site.yml")
     assert_converged(again, lab.names())
     assert again.changed() == dict.fromkeys(lab.names(), 0), again.explain()
+
+
+# Outside the repository, with the installed tarball: each module that runs with the agent's
+# virtualenv and needs nothing else, with no options and no interpreter setting.
+OUTSIDE_PLAYBOOK = """
+- name: The installed collection's modules on provisioned nodes
+  hosts: flannel_nodes
+  gather_facts: false
+  become: true
+  check_mode: true
+  tasks:
+    - name: Routes
+      pyflannel.network.routes:
+      register: routes
+
+    - name: Pod addresses
+      pyflannel.network.ipam:
+      register: ipam
+
+    - name: Network config
+      pyflannel.network.network_config:
+      register: network_config
+
+    - name: CNI plugin
+      pyflannel.network.cni_plugin:
+      register: cni_plugin
+
+    - name: Leases
+      pyflannel.network.leases_info:
+      run_once: true
+      register: leases
+
+    - name: Keep the results on the controller
+      ansible.builtin.copy:
+        content: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars))) | to_json }}"
+        dest: results.json
+        mode: "0600"
+      delegate_to: localhost
+      become: false
+      run_once: true
+      check_mode: false
+"""
+
+
+def test_the_installed_collections_modules_need_no_options_on_a_provisioned_node(
+    lab: Any, tmp_path: Path
+) -> None:
+    installed = install(tmp_path, build(tmp_path))
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    (work / "play.yml").write_text(OUTSIDE_PLAYBOOK)
+    # The lab's hosts and how to reach them, without the interpreter it names for them.
+    hosts = LabPaths.default().inventory.read_text()
+    (work / "hosts.yml").write_text(re.sub(r"(?m)^\s*ansible_python_interpreter:.*\n", "", hosts))
+    done = run_outside(work, installed, "-i", "hosts.yml", "play.yml")
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    results = json.loads((work / "results.json").read_text())
+    names = lab.names()
+    for name in names:
+        found = results[name]
+        routes = found["routes"]
+        assert routes["summary"] == "3 leases, 2 peers programmed, 0 missing, 0 stale; agent ready"
+        assert not routes["changed"] and routes["subnet_env"]["FLANNEL_SUBNET"].startswith(
+            "10.244."
+        )
+        assert found["ipam"]["subnets"] and not found["ipam"]["changed"]
+        assert found["network_config"]["keys"] == [] and not found["network_config"]["changed"]
+        assert not found["cni_plugin"]["changed"]
+    leases = results[names[0]]["leases"]
+    assert sorted(lease["host"] for lease in leases["leases"]) == sorted(names)
+    assert leases["orphans"] == []
+    (usage,) = leases["utilisation"]
+    assert (usage["used"], usage["free"]) == (3, usage["total"] - 3)
 
 
 def routes_task(run: PlaybookRun) -> str:
