@@ -10,6 +10,7 @@ this class.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ansible.plugins.action import ActionBase
@@ -26,8 +27,7 @@ def agent_venv(option: str | None, task_vars: dict[str, Any]) -> str:
     """The agent's virtualenv for a task: its option, else the host's setting, else the
     default."""
     cluster = task_vars.get(CLUSTER_FACT) or {}
-    venv = option or task_vars.get(VENV_VARIABLE) or cluster.get(VENV_VARIABLE) or DEFAULT_VENV
-    return str(venv).rstrip("/") or "/"
+    return option or task_vars.get(VENV_VARIABLE) or cluster.get(VENV_VARIABLE) or DEFAULT_VENV
 
 
 def with_interpreter(
@@ -79,9 +79,9 @@ class AgentVenvAction(ActionBase):
         del tmp
         task_vars = task_vars or {}
         args = self.module_args(dict(self._task.args), task_vars)
-        venv = agent_venv(self._templar.template(args.get("venv")), task_vars)
-        venv = str(self._templar.template(venv))
-        python = f"{venv}/bin/python" if venv != "/" else "/bin/python"
+        # The host's setting may still be a template; the task's arguments are templated.
+        venv = str(self._templar.template(agent_venv(args.get("venv"), task_vars)))
+        python = os.path.join(venv, "bin", "python")
         wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
         ran = self._execute_module(
             module_args=args,
