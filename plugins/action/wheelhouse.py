@@ -20,7 +20,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(
+        _validated, args = self.validate_argument_spec(
             argument_spec={
                 "source": {"type": "path"},
                 "cache_dir": {"type": "path", "default": "~/.cache/pyflannel/wheelhouse"},

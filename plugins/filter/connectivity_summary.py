@@ -8,7 +8,7 @@ from typing import Any
 DOCUMENTATION = r"""
 name: connectivity_summary
 short_description: The connectivity suite's matrix, its time per group and each failure's likely cause
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - Builds readable lines from the verify role's connectivity suite (each host's setup and run results),
     with the routes module's report and the cluster settings for the causes of failures.

@@ -16,6 +16,8 @@ description:
     checksum offload).
   - After a limited run, the nodes outside it follow, each with its lease as the lease store holds it
     and the suite's probe pods wired there; a node that could not be reached is named so.
+  - Then, once for the cluster, the leases, the orphans among them and the free subnets (what
+    C(pyflannel.network.leases_info) reported).
 positional: hostvars
 options:
   _input:
@@ -32,10 +34,12 @@ options:
       - Every node of the cluster and what its lease is known by (the preflight role's
         C(_flannel_nodes)); the nodes that are not in O(_input) get a short entry with their lease.
     type: dict
+    version_added: 0.2.0
   other_suites:
     description: The connectivity suite's setup on the nodes outside a limited run (the verify role's
       loop's registered result); an unreachable node is named, with its lease still held.
     type: dict
+    version_added: 0.2.0
 """
 
 EXAMPLES = r"""
@@ -179,6 +183,26 @@ def verify_summary(
     for name, node in (nodes or {}).items():
         if name not in hosts:
             lines += _other_lines(name, node, others.get(name, {}), leases)
+    # Registered once (run_once), on every host.
+    registered = [_get(hostvars, host, "__flannel_verify_leases") for host in hosts]
+    return lines + _leases(next((found for found in registered if found), None))
+
+
+def _leases(found: Mapping[str, Any] | None) -> list[str]:
+    """The cluster's leases, orphans and subnets, as leases_info reported them."""
+    if found is None:
+        return []
+    orphans = found.get("orphans", [])
+    lines = [f"leases        {len(found.get('leases', []))}, {len(orphans)} orphans"]
+    for lease in orphans:
+        subnets = ", ".join(s for s in (lease.get("subnet"), lease.get("ipv6_subnet")) if s)
+        lines.append(f"  orphan      {subnets} (public IP {lease.get('public_ip')})")
+    for usage in found.get("utilisation", []):
+        outside = f", {usage['outside']} leases outside them" if usage.get("outside") else ""
+        lines.append(
+            f"subnets       {usage['network']}: {usage['used']} of {usage['total']} used, "
+            f"{usage['free']} free{outside}"
+        )
     return lines
 
 

@@ -16,7 +16,7 @@ description:
     O(record).
   - With O(state=absent), removes the launcher and the links O(record) notes that are still as
     they were made, and the record; nothing else in O(bin_dir).
-  - Runs with the agent's virtualenv interpreter (the launcher starts that interpreter).
+  - Runs with the agent's virtualenv's Python (see O(venv)), which the launcher starts too.
 extends_documentation_fragment:
   - pyflannel.network.attributes
   - pyflannel.network.attributes.venv
@@ -38,26 +38,24 @@ options:
     description: The node's record of the links this module made (JSON), which O(state=absent) reads.
     type: path
     default: /var/lib/pyflannel/cni-plugins.json
+    version_added: 0.2.0
   state:
     description: C(present) installs; C(absent) removes what this module installed.
     type: str
     choices: [present, absent]
     default: present
+    version_added: 0.2.0
 """
 
 EXAMPLES = r"""
 - name: Install the flannel CNI plugin
   pyflannel.network.cni_plugin:
     bin_dir: /opt/cni/bin
-  vars:
-    ansible_python_interpreter: /opt/pyflannel/venv/bin/python
 
 - name: Remove it again, with the reference plugin links it made
   pyflannel.network.cni_plugin:
     bin_dir: /opt/cni/bin
     state: absent
-  vars:
-    ansible_python_interpreter: /opt/pyflannel/venv/bin/python
 """
 
 RETURN = r"""
@@ -81,12 +79,16 @@ foreign:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.pyflannel.network.plugins.module_utils.runtime import require_runtime
+from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
+    VENV_ARGUMENT_SPEC,
+    require_runtime,
+)
 
 
 def build_module():
     return AnsibleModule(
         argument_spec={
+            **VENV_ARGUMENT_SPEC,
             "bin_dir": {"type": "path", "default": "/opt/cni/bin"},
             "plugins_dir": {"type": "path", "default": "/usr/lib/cni"},
             "link": {
@@ -139,7 +141,7 @@ def install(module, plugin, recorded):
                 _relink(path, target)
     except (FilesError, OSError) as err:
         module.fail_json(msg=f"cannot install into {params['bin_dir']}: {err}")
-    changed_links = [path for path, _ in plan.make]
+    changed_links = [path for path, _target in plan.make]
     return bool(files.changed or changed_links), changed_links, files.diff() + diffs, plan.foreign
 
 

@@ -13,7 +13,7 @@ description:
     partial file), with the exact mode whatever the umask (pyflannel_runtime.ops.files).
   - Pairs with the C(pyflannel.network.render_node) action, which renders the contents on the
     controller from the cluster model.
-  - Runs with the agent's virtualenv interpreter.
+  - Runs with the agent's virtualenv's Python (see O(venv)).
 extends_documentation_fragment:
   - pyflannel.network.attributes
   - pyflannel.network.attributes.venv
@@ -37,8 +37,6 @@ EXAMPLES = r"""
 - name: Write them
   pyflannel.network.files:
     files: "{{ __flannel_rendered.files }}"
-  vars:
-    ansible_python_interpreter: /opt/pyflannel/venv/bin/python
 """
 
 RETURN = r"""
@@ -51,12 +49,15 @@ changed_files:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.pyflannel.network.plugins.module_utils.runtime import require_runtime
+from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
+    VENV_ARGUMENT_SPEC,
+    require_runtime,
+)
 
 
 def build_module():
     return AnsibleModule(
-        argument_spec={"files": {"type": "dict", "required": True}},
+        argument_spec={**VENV_ARGUMENT_SPEC, "files": {"type": "dict", "required": True}},
         supports_check_mode=True,
     )
 

@@ -142,7 +142,7 @@ def _routes(module, links, addresses):
     by_name = {link["name"]: link["index"] for link in links}
     answers = {}
     for address in addresses:
-        rc, out, _ = module.run_command(
+        rc, out, _err = module.run_command(
             [module.get_bin_path("ip", True), "-json", "route", "get", address]
         )
         hops = json.loads(out or "[]") if rc == 0 else []
@@ -162,7 +162,7 @@ def _backends(module):
         if unshare is None:
             results[backend] = {"supported": False, "reason": "unshare (util-linux) is missing"}
             continue
-        rc, _, err = module.run_command([unshare, "--net", ip, *args])
+        rc, _out, err = module.run_command([unshare, "--net", ip, *args])
         results[backend] = {"supported": rc == 0, "reason": err.strip()}
     return results
 
@@ -175,7 +175,7 @@ def _packages(module, names):
     versions = dict.fromkeys(names)
     if dpkg_query is None:
         return versions
-    _, out, _ = module.run_command(
+    _rc, out, _err = module.run_command(
         [dpkg_query, "-W", "-f", "${Package} ${Status} ${Version}\n", *names]
     )
     for line in out.splitlines():

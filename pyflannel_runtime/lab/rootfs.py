@@ -58,6 +58,7 @@ PACKAGES = (
     "etcd-server",
     "etcd-client",
     "containernetworking-plugins",
+    "python3-packaging",  # Ansible's pip module, for the agent's virtualenv
 )
 
 # Installed but not running until a role configures them (Debian enables them on install).

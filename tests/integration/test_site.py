@@ -3,9 +3,10 @@ with TLS, the CNI plugin and pyflanneld (vxlan), then the checks an operator rel
 
 One lab serves the whole module, in this order: bad inventories and check mode first (on
 untouched hosts, so "nothing changed" is strict), then the first run and the idempotent re-run,
-the same cluster from a kubespray INI inventory, route drift, a host restart, the unit's sandbox
-score, a VNI switch given as `-e key=value`, a backend switch, and last reset.yml and a run
-that brings the nodes back.
+the same cluster from a kubespray INI inventory, the installed collection tarball's modules from
+a playbook outside the repository, route drift, a host restart, the unit's sandbox score, a VNI
+switch given as `-e key=value`, a backend switch, and last reset.yml and a run that brings the
+nodes back.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import yaml
 
 from pyflannel_runtime.lab.playbook import LAB_INVENTORY, PlaybookRun, run_playbook
 from pyflannel_runtime.subnet.etcd import EtcdSettings, EtcdSubnetManager
+from tests.integration.collection_tarball import build, install, run_outside
 from tests.integration.site_lab import SNAPSHOT, assert_converged, lab_hosts
 from tests.integration.site_lab import on_host as ssh
 
@@ -108,6 +110,9 @@ def test_check_mode_on_new_hosts_says_what_it_would_do_and_changes_nothing(
     report(capsys, f"site.yml --check on new hosts: {run.seconds:.0f} s")
 
 
+# Two runs, the first installing everything: on a loaded 2-core machine more than the default
+# bound (a safety net, not a measure).
+@pytest.mark.timeout(900)
 def test_site_converges_and_the_rerun_changes_nothing(lab: Any) -> None:
     first = run_playbook("site.yml")
     assert_converged(first, lab.names())
@@ -165,6 +170,79 @@ def test_a_kubespray_ini_inventory_with_string_values_drives_the_same_cluster(
     # The same settings as the YAML inventory's, once converted: nothing to change.
     assert run.changed() == dict.fromkeys(lab.names(), 0), run.explain()
     report(capsys, f"site.yml from the kubespray INI inventory: {run.seconds:.0f} s")
+
+
+# Outside the repository, with the installed tarball: each module that runs with the agent's
+# virtualenv and needs nothing else, with no options and no interpreter setting.
+OUTSIDE_PLAYBOOK = """
+- name: The installed collection's modules on provisioned nodes
+  hosts: flannel_nodes
+  gather_facts: false
+  become: true
+  check_mode: true
+  tasks:
+    - name: Routes
+      pyflannel.network.routes:
+      register: routes
+
+    - name: Pod addresses
+      pyflannel.network.ipam:
+      register: ipam
+
+    - name: Network config
+      pyflannel.network.network_config:
+      register: network_config
+
+    - name: CNI plugin
+      pyflannel.network.cni_plugin:
+      register: cni_plugin
+
+    - name: Leases
+      pyflannel.network.leases_info:
+      run_once: true
+      register: leases
+
+    - name: Keep the results on the controller
+      ansible.builtin.copy:
+        content: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars))) | to_json }}"
+        dest: results.json
+        mode: "0600"
+      delegate_to: localhost
+      become: false
+      run_once: true
+      check_mode: false
+"""
+
+
+def test_the_installed_collections_modules_need_no_options_on_a_provisioned_node(
+    lab: Any, tmp_path: Path
+) -> None:
+    installed = install(tmp_path, build(tmp_path))
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    (work / "play.yml").write_text(OUTSIDE_PLAYBOOK)
+    # The lab's hosts and how to reach them, without the interpreter it names for them.
+    hosts = (LAB_INVENTORY / "hosts.yml").read_text()
+    (work / "hosts.yml").write_text(re.sub(r"(?m)^\s*ansible_python_interpreter:.*\n", "", hosts))
+    done = run_outside(work, installed, "-i", "hosts.yml", "play.yml")
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    results = json.loads((work / "results.json").read_text())
+    names = lab.names()
+    for name in names:
+        found = results[name]
+        routes = found["routes"]
+        assert routes["summary"] == "3 leases, 2 peers programmed, 0 missing, 0 stale; agent ready"
+        assert not routes["changed"] and routes["subnet_env"]["FLANNEL_SUBNET"].startswith(
+            "10.244."
+        )
+        assert found["ipam"]["subnets"] and not found["ipam"]["changed"]
+        assert found["network_config"]["keys"] == [] and not found["network_config"]["changed"]
+        assert not found["cni_plugin"]["changed"]
+    leases = results[names[0]]["leases"]
+    assert sorted(lease["host"] for lease in leases["leases"]) == sorted(names)
+    assert leases["orphans"] == []
+    (usage,) = leases["utilisation"]
+    assert (usage["used"], usage["free"]) == (3, usage["total"] - 3)
 
 
 def routes_task(run: PlaybookRun) -> str:

@@ -154,3 +154,25 @@ def test_an_other_node_without_a_lease_and_a_reservation_say_so() -> None:
     assert lines[lines.index("node4 (not in this run):") + 1] == (
         "  lease         none in the lease store"
     )
+
+
+def test_the_leases_orphans_and_free_subnets_once_for_the_cluster() -> None:
+    orphan = {"subnet": "10.244.9.0/24", "ipv6_subnet": None, "public_ip": "192.0.2.9"}
+    found = {
+        "leases": [{"subnet": "10.244.1.0/24"}, orphan],
+        "orphans": [orphan],
+        "utilisation": [
+            {"network": "10.244.0.0/16", "total": 255, "used": 2, "free": 253, "outside": 0},
+            {"network": "fd00::/56", "total": 255, "used": 1, "free": 254, "outside": 1},
+        ],
+    }
+    hostvars = {"h1": {"__flannel_verify_leases": found}, "h2": {"__flannel_verify_leases": found}}
+    lines = verify_summary(["h1", "h2"], hostvars)
+    assert lines[-4:] == [
+        "leases        2, 1 orphans",
+        "  orphan      10.244.9.0/24 (public IP 192.0.2.9)",
+        "subnets       10.244.0.0/16: 2 of 255 used, 253 free",
+        "subnets       fd00::/56: 1 of 255 used, 254 free, 1 leases outside them",
+    ]
+    skipped = {"h1": {"__flannel_verify_leases": {"skipped": True}}}
+    assert not any(line.startswith("leases") for line in verify_summary(["h1"], skipped))
