@@ -105,8 +105,9 @@ def connectivity_summary(
     if not registered:
         return []
     ran = list(registered)
-    rows = [Row.of(row) for _, _, run, _ in registered.values() for row in run["rows"]]
-    times = {host: dict(run.get("times") or {}) for host, (_, _, run, _) in registered.items()}
+    runs = {host: run for host, (_routes, _setup, run, _cluster) in registered.items()}
+    rows = [Row.of(row) for run in runs.values() for row in run["rows"]]
+    times = {host: dict(run.get("times") or {}) for host, run in runs.items()}
     views = {
         host: view_of(host, routes, setup, run, cluster)
         for host, (routes, setup, run, cluster) in registered.items()
