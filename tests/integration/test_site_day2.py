@@ -232,7 +232,9 @@ def test_a_new_node_joins_with_a_limited_run(
     for name in agents:
         assert f"{subnet4} via {subnet4.network_address} dev flannel.1" in on(name, "ip -4 route")
 
-    ready = reached_at(played, "Agent | Wait until the agent is ready")
+    ready = reached_at(
+        played, "Agent | Wait until the batch is ready and its peers hold its entries"
+    )
     reached = reached_at(played, "Verify | Run every scenario from the nodes outside this run")
     report(
         capsys,
