@@ -335,6 +335,10 @@ class UdpNetwork:
                     writes += 1
             return writes
 
+    async def recheck(self, peers: Sequence[Lease]) -> int:
+        """Dead workers are noticed only by looking: every check is a reconcile (cheap)."""
+        return await self.reconcile(peers)
+
     async def close(self) -> None:
         async with self._lock:
             await asyncio.to_thread(self._shutdown)
