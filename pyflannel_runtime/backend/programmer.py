@@ -139,8 +139,10 @@ class PeerProgrammer(abc.ABC):
         cluster size."""
         async with self._lock:
             await self.prepare([e.lease for e in events if e.type is EventType.ADDED])
+            notified = self._monitor is not None and self._in_sync
             written: list[Entry] = []
             stale: list[Entry] = []
+            in_place: set[Entry] = set()
             for event in events:
                 key = event.lease.key()
                 self._peers.pop(key, None)
@@ -149,7 +151,15 @@ class PeerProgrammer(abc.ABC):
                 if event.type is EventType.ADDED:
                     self._peers[key] = event.lease
                     new = self._compute(event.lease)
-                # Added peers are always written, as flannel does.
+                # Added peers are written, as flannel does; but a route the notifications say
+                # is in place as written is not: creating it again would find its key taken
+                # and have to dump the routing table to learn whose the route is.
+                if notified:
+                    in_place.update(
+                        e
+                        for e in new
+                        if isinstance(e, Route) and self._wanted.routes.get(e.key) == e
+                    )
                 written.extend(new)
                 stale.extend(e for e in old if e not in new)
                 for entry in old:
@@ -163,7 +173,9 @@ class PeerProgrammer(abc.ABC):
                 for e in written
                 if isinstance(e, kind)
             ]
-            ops += [Op(Action.CREATE, e) for e in written if isinstance(e, Route)]
+            ops += [
+                Op(Action.CREATE, e) for e in written if isinstance(e, Route) and e not in in_place
+            ]
             ops += removal_ops(e for e in stale if e.key not in rewritten)
             await self._send_with_rollback(ops)
 
@@ -249,6 +261,10 @@ class PeerProgrammer(abc.ABC):
     def _on_kernel_message(self) -> None:
         assert self._monitor is not None
         links: list[LinkEvent] = []
+        # The datapath's own route and neighbour writes are known; FDB notifications name no
+        # writer and are sorted out by what they say.
+        own = self._sender.port_id if self._sender is not None else 0
+        devices = self.ownership().devices
         while True:
             try:
                 data = self._monitor.recv(_MONITOR_RECV)
@@ -259,10 +275,10 @@ class PeerProgrammer(abc.ABC):
                 self._in_sync = False
                 self.on_notifications_lost()
                 continue
-            for event in parse_events(data):
+            for event in parse_events(data, own):
                 if isinstance(event, LinkEvent):
                     links.append(event)
-                else:
+                elif isinstance(event, RouteEvent) or event.neigh.ifindex in devices:
                     self._changes.append(event)
         if links:
             self.on_link_events(links)

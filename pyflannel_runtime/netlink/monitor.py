@@ -58,15 +58,19 @@ class NeighEvent:
 Event = LinkEvent | RouteEvent | NeighEvent
 
 
-def parse_events(buf: bytes) -> Iterator[Event]:
+def parse_events(buf: bytes, skip_port: int = 0) -> Iterator[Event]:
+    """The notifications in one datagram; those caused by the socket bound to `skip_port` (the
+    kernel names the requester's port in them) are left out."""
     offset = 0
     while offset + _NLMSGHDR.size <= len(buf):
-        length, msg_type, _flags, _seq, _pid = _NLMSGHDR.unpack_from(buf, offset)
+        length, msg_type, _flags, _seq, port = _NLMSGHDR.unpack_from(buf, offset)
         end = offset + length
         if length < _NLMSGHDR.size or end > len(buf):
             break
         body = offset + _NLMSGHDR.size
-        if msg_type in (RTM_NEWLINK, RTM_DELLINK):
+        if skip_port and port == skip_port:
+            pass
+        elif msg_type in (RTM_NEWLINK, RTM_DELLINK):
             _family, _type, index, _iflags, _change = _IFINFOMSG.unpack_from(buf, body)
             name = _ifname(buf[body + _IFINFOMSG.size : end])
             yield LinkEvent(msg_type == RTM_DELLINK, index, name)

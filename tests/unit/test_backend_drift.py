@@ -213,3 +213,39 @@ def test_a_full_reconcile_still_runs_every_period(monkeypatch: pytest.MonkeyPatc
         net.kernel_end.close()
 
     asyncio.run(scenario())
+
+
+def test_a_route_in_place_as_written_is_not_created_again() -> None:
+    """A peer's new VTEP MAC rewrites its neighbour and FDB entry; its route, unchanged and
+    (say the notifications) still in the kernel, is not sent again: creating it would find
+    its key taken and need a dump of every route to learn whose it is."""
+
+    async def scenario() -> None:
+        net = WatchedNetwork()
+        net.start_watching()
+        await net.reconcile([peer(2), peer(3)])
+        net.sent.clear()
+        await net.handle_events([LeaseEvent(EventType.ADDED, peer(2, mac_suffix=99))])
+        assert not [op for op in net.sent if isinstance(op.entry, Route)]
+        assert net.model.state().entries() == entries_of(peer(2, 99)) | entries_of(peer(3))
+        # without notifications to vouch for it, the route is written (and sorted out)
+        net.stop_watching()
+        net.sent.clear()
+        await net.handle_events([LeaseEvent(EventType.ADDED, peer(2, mac_suffix=98))])
+        assert [op.action for op in net.sent if isinstance(op.entry, Route)] == [
+            Action.CREATE,
+            Action.REPLACE,
+        ]
+        net.kernel_end.close()
+
+    asyncio.run(scenario())
+
+
+def test_notifications_of_the_datapaths_own_writes_are_left_out() -> None:
+    """The kernel names the requester's netlink port in a route or neighbour notification."""
+    mine = bytearray(notification(Op(Action.DELETE, ROUTE)))
+    mine[12:16] = (4242).to_bytes(4, "little")  # nlmsg_pid
+    theirs = notification(Op(Action.DELETE, NEIGH))
+    events = list(parse_events(bytes(mine) + theirs, skip_port=4242))
+    assert [type(e) for e in events] == [NeighEvent]
+    assert len(list(parse_events(bytes(mine) + theirs))) == 2
