@@ -43,6 +43,7 @@ import json
 import re
 import select
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -169,7 +170,10 @@ class FakeKubeApi:
         first_resource_version: int = 1000,
         gone_as_http_status: bool = False,
         host: str = "127.0.0.1",
+        tls: ssl.SSLContext | None = None,
     ):
+        """``tls``: serve HTTPS with this server-side context (it may require client
+        certificates, as the real server does for its clients' credentials)."""
         self._cond = threading.Condition()
         self._rv = first_resource_version
         self._floor = first_resource_version  # watches may start at this RV or later
@@ -187,6 +191,9 @@ class FakeKubeApi:
         self._stopping = False
         self.gone_as_http_status = gone_as_http_status
         self._server = ThreadingHTTPServer((host, 0), _Handler)
+        self._scheme = "https" if tls else "http"
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         self._server.daemon_threads = True
         self._server.block_on_close = False
         self._server.fake = self  # type: ignore[attr-defined]
@@ -199,7 +206,7 @@ class FakeKubeApi:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{self._scheme}://{host!s}:{port}"
 
     def start(self) -> FakeKubeApi:
         self._thread.start()
