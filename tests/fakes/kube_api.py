@@ -27,7 +27,8 @@ uses, faithfully enough to be driven by the real ``kubernetes`` Python client:
 * Every write bumps one cluster-wide, monotonically increasing resourceVersion.
 
 Test-side controls: add/update/delete nodes and pods (``add_node_object`` takes a whole Node,
-as big as real ones), ``compact`` the history, ``hold_watches`` (an outage of the watch
+as big as real ones), ``compact`` the history (now, or amid a paged list with
+``compact_after_pages``), ``hold_watches`` (an outage of the watch
 endpoint), ``fail_next`` (inject error responses), a record of every request (method, path,
 query, content type, Accept, body bytes, Authorization header) and the bytes sent per kind of
 answer (``bytes_sent``).
@@ -183,6 +184,7 @@ class FakeKubeApi:
         self._requests: list[RecordedRequest] = []
         self._failures: list[tuple[str, str, int]] = []
         self._snapshots: dict[int, dict[str, dict[str, Any]]] = {}  # list RV -> nodes
+        self._compact_after_pages: int | None = None
         self._encoded: dict[tuple[str, str, bool], bytes] = {}  # (name, RV, partial) -> JSON
         self._sent: dict[str, int] = {}
         self._held = False
@@ -332,6 +334,12 @@ class FakeKubeApi:
             self._floor = self._rv
             self._cond.notify_all()
 
+    def compact_after_pages(self, pages: int) -> None:
+        """``compact`` once the next ``pages`` pages of node lists are served, as etcd's
+        compaction can come while a client reads a list in pages: its next continue is 410."""
+        with self._cond:
+            self._compact_after_pages = pages
+
     @contextlib.contextmanager
     def hold_watches(self) -> Iterator[None]:
         """A watch outage: open streams end now; new watch requests wait until the block exits."""
@@ -446,6 +454,11 @@ class FakeKubeApi:
                 next_token = json.dumps({"rv": rv, "start": page[-1]}).encode()
                 metadata["continue"] = base64.b64encode(next_token).decode()
                 metadata["remainingItemCount"] = len(names) - len(page)
+            if self._compact_after_pages is not None:
+                self._compact_after_pages -= 1
+                if self._compact_after_pages == 0:
+                    self._compact_after_pages = None
+                    self.compact()
         kind = PARTIAL_LIST if metadata_only else "NodeList"
         api_version = "meta.k8s.io/v1" if metadata_only else "v1"
         head = json.dumps(

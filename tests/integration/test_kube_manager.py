@@ -632,6 +632,28 @@ def test_the_list_comes_in_pages_and_the_watch_asks_for_metadata_only(api, net_c
     asyncio.run(watching(api, net_conf, body))
 
 
+def test_a_list_whose_continue_expired_is_read_again_from_its_first_page(api, net_conf) -> None:
+    """etcd compacted while the agent read the pages: the next page is 410 Expired, and the
+    agent lists again from the start instead of keeping the nodes of the pages it had."""
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+    add_peer(api, "peer-2", 2)
+    for n in range(2 * LIST_PAGE):  # the nodes make three pages
+        api.add_node(f"plain-{n:04d}")
+    add_peer(api, "zz-last-page", 9)
+    api.compact_after_pages(1)
+
+    async def body(peers: Peers) -> None:
+        await peers.until(lambda: "10.244.9.0/24" in peers.subnets())
+        assert peers.subnets() == {"10.244.2.0/24", "10.244.9.0/24"}
+        lists = [r for r in api.requests("GET", "/api/v1/nodes") if "watch" not in r.query]
+        assert ["continue" in r.query for r in lists] == [False, True, False, True, True]
+        first = peers.batches[0].snapshot  # the pages read before the 410 were not handed on
+        assert first is not None
+        assert {str(lease.subnet) for lease in first} - {"10.244.1.0/24"} == peers.subnets()
+
+    asyncio.run(watching(api, net_conf, body))
+
+
 def test_a_node_not_listed_is_read_once_for_its_pod_cidr(api, net_conf) -> None:
     api.add_node(NODE, pod_cidr="10.244.1.0/24")
 
