@@ -56,7 +56,11 @@ STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 # A watch answering with metadata only: a heartbeat's event carries ~4 KB instead of the whole
 # Node's ~10 KB (tests/fakes/kube_api.py, "Metadata-only answers").
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
-LIST_PAGE = 100  # nodes per page of the initial list
+# Nodes per page of the initial list. A page's parsed JSON sets how far the agent's RSS climbs
+# for good (CPython keeps the arenas): with 5 000 realistic ~10 KB nodes, reading the list as the
+# agent keeps it left 44.7 MiB at pages of 100, 39.9 at 50, 37.5 at 25, 36.3 at 10, for the
+# same CPU (0.8-1.0 s); 25 costs 200 requests per 5 000 nodes.
+LIST_PAGE = 25
 # Errors of an API call: an error answer, or none at all.
 API_ERRORS = (KubeApiError, urllib3.exceptions.HTTPError)
 
