@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
 
 from bench_netlink import iproute2, make_host
+from sigterm import interrupt_on_sigterm
 
 from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
 from pyflannel_runtime.backend.programmer import FULL_RECONCILE_PERIOD
@@ -384,6 +385,7 @@ def latencies(
 
 
 def main() -> None:
+    interrupt_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peers", type=int, default=5000)
     parser.add_argument("--events", type=int, default=200)

@@ -158,6 +158,10 @@ def main() -> None:
     if args.inner:
         inner(Path(args.inner[0]), args.inner[1], int(args.inner[2]))
     else:
+        # imported here: the inner run's -I leaves bench/ off the import path
+        from sigterm import interrupt_on_sigterm
+
+        interrupt_on_sigterm()
         outer(args.iterations)
 
 

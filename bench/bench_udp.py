@@ -80,6 +80,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench_throughput import program_by_hand
+from sigterm import interrupt_on_sigterm
 
 from pyflannel_runtime.backend.udp import UdpBackend, UdpNetwork
 from pyflannel_runtime.lab.netns_lab import (
@@ -426,6 +427,7 @@ def metric_name(setup: str) -> str:
 
 
 def main() -> None:
+    interrupt_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=int, default=3, help="length of each round")
     parser.add_argument("--rounds", type=int, default=40, help="best even")

@@ -1,0 +1,17 @@
+"""A benchmark stopped with SIGTERM (a timeout, `kill`) cleans up as on Ctrl-C: the signal
+becomes KeyboardInterrupt, so the `finally` blocks and labs' context managers remove the
+namespaces, links, processes and lab hosts they made instead of leaving them behind."""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+
+
+def interrupt_on_sigterm() -> None:
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        # A second SIGTERM must not cut the cleanup short (SIGKILL still can).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
