@@ -43,7 +43,7 @@ from pyflannel_runtime.subnet.manager import (
     Unimplemented,
     UnreadableLease,
 )
-from pyflannel_runtime.subnet.node_queue import NodeQueue, NodeSnapshot
+from pyflannel_runtime.subnet.node_queue import NodeChanges, NodeQueue, NodeSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -384,13 +384,17 @@ class KubeSubnetManager:
         self._watching = True
         self._start_watch()
         while True:
-            item = await self._queue.get()
-            if isinstance(item, NodeSnapshot):
-                yield LeaseWatchBatch(snapshot=self._tracker.reset(item.nodes.values()))
-                continue
-            events = [event for name, node in item for event in self._tracker.update(name, node)]
-            if events:
-                yield LeaseWatchBatch(events=tuple(events))
+            batch = self._batch(await self._queue.get())
+            if batch is not None:
+                yield batch
+
+    def _batch(self, item: NodeSnapshot | NodeChanges) -> LeaseWatchBatch | None:
+        """What the leases make of a queue item; the item is not kept across the generator's
+        yield (a snapshot holds every node until the next change would replace it)."""
+        if isinstance(item, NodeSnapshot):
+            return LeaseWatchBatch(snapshot=self._tracker.reset(item.nodes.values()))
+        events = [event for name, node in item for event in self._tracker.update(name, node)]
+        return LeaseWatchBatch(events=tuple(events)) if events else None
 
     async def close(self) -> None:
         if self._watch is not None:
@@ -464,8 +468,7 @@ class _NodeWatch:
         while not self._stopping.is_set():
             try:
                 if resource_version is None:
-                    nodes, resource_version = self._list()
-                    self._post(self._queue.put_snapshot, nodes)
+                    resource_version = self._relist()
                 started = time.monotonic()
                 resource_version, delivered = self._stream(resource_version)
                 if delivered or time.monotonic() - started >= 1.0:
@@ -493,6 +496,13 @@ class _NodeWatch:
             log.warning("Node watch failed (retrying in %.1fs): %s", delay, api_error_text(failure))
             self._stopping.wait(delay)
             delay = min(delay * 2, 5.0)
+
+    def _relist(self) -> str:
+        """Hand every node on as a snapshot; returns the list's resourceVersion. The nodes are
+        not kept in this thread's frame, which lives as long as the watch (5 000 nodes: ~4 MB)."""
+        nodes, version = self._list()
+        self._post(self._queue.put_snapshot, nodes)
+        return version
 
     def _list(self) -> tuple[dict[str, kube_nodes.Node], str]:
         """Every node, as lease material, by name; and the list's resourceVersion."""
