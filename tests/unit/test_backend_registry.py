@@ -172,14 +172,6 @@ def test_backend_mtu(backend: dict[str, Any], iface_mtu: int, expected: int) -> 
     assert registry.validate(config(backend)).device_mtu(iface_mtu) == expected
 
 
-def test_mtu_overheads() -> None:
-    assert {n: registry.get(n).mtu_overhead for n in registry.names()} == {
-        "vxlan": 50,
-        "host-gw": 0,
-        "udp": 28,
-    }
-
-
 # --- the cluster model's settings are the backend's options ---------------------------------
 
 
