@@ -21,7 +21,8 @@ from pyflannel_runtime.backend.vxlan_data import (
     vtep_mac,
     vxlan_backend_data,
 )
-from pyflannel_runtime.model.cluster import BACKEND_SETTINGS, ClusterModel
+from pyflannel_runtime.model.cluster import ClusterModel
+from pyflannel_runtime.model.cluster_settings import BACKEND_SETTINGS
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs, LeaseError
 from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, parse_config
 
