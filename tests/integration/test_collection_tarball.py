@@ -24,7 +24,10 @@ PLAYBOOK = """
   tasks:
     - name: Write a file with the files module
       pyflannel.network.files:
-        files: "{{ {out + '/written.conf': {'content': _flannel_cluster.flannel_backend_type + '\\n', 'mode': '0640'}} }}"
+        files:
+          - path: "{{ out }}/written.conf"
+            content: "{{ _flannel_cluster.flannel_backend_type }}\\n"
+            mode: "0640"
 """
 
 

@@ -363,6 +363,7 @@ def test_switching_the_vni_given_as_a_key_value_extra_var_converges(
     )
 
 
+@pytest.mark.timeout(900)  # a converge per backend and back, on a busy machine
 def test_switching_the_backend_converges(lab: Any) -> None:
     run = run_playbook("site.yml", extra_vars={"flannel_backend_type": "host-gw"})
     assert_converged(run, lab.names())

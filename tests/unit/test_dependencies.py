@@ -24,6 +24,9 @@ PACKAGE = REPO / "pyflannel_runtime"
 # Runs on the controller only: the typed cluster model, the renderer, the lab.
 CONTROLLER_CODE = (
     "pyflannel_runtime.model.cluster",
+    "pyflannel_runtime.model.cluster_fields",
+    "pyflannel_runtime.model.cluster_rules",
+    "pyflannel_runtime.model.cluster_settings",
     "pyflannel_runtime.model.cluster_plan",
     "pyflannel_runtime.model.model_file",
     "pyflannel_runtime.render",
