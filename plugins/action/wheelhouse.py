@@ -10,7 +10,8 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 from ansible_collections.pyflannel.network.plugins.plugin_utils.cluster import require_runtime
 
-# In the source tree the collection's root is the project's root.
+# The runtime's source at the collection's root: the repository itself in-tree, the copy the
+# tarball carries (galaxy.yml) where the collection is installed.
 _SOURCE = Path(__file__).resolve().parents[2]
 
 

@@ -29,7 +29,10 @@ attributes:
     support: none
 options:
   source:
-    description: The pyflannel source tree to build from (default the tree this collection lies in).
+    description:
+      - The pyflannel source tree to build from.
+      - By default the runtime's source the collection carries at its root (the repository itself
+        in-tree; the copy in the tarball where the collection is installed).
     type: path
   cache_dir:
     description: Where builds are kept, by digest.

@@ -126,6 +126,23 @@ def test_every_import_is_declared_where_it_runs(path: Path) -> None:
     assert problems == []
 
 
+def is_lab(module: str) -> bool:
+    return module == "pyflannel_runtime.lab" or module.startswith("pyflannel_runtime.lab.")
+
+
+def test_nothing_but_the_lab_imports_the_lab() -> None:
+    """The collection tarball carries the runtime without its lab harness (galaxy.yml), and the
+    runtime role builds the nodes' wheelhouse from that copy."""
+    importers = [
+        f"{module_name(path)} line {line}: {imported}"
+        for path in SOURCES
+        if not is_lab(module_name(path))
+        for imported, line in imports(path)
+        if is_lab(imported)
+    ]
+    assert importers == []
+
+
 # Raise ImportError for the controller's packages, as on a node that installed only the runtime.
 BLOCKER = f"""
 import sys
