@@ -103,30 +103,19 @@ def build_module():
     )
 
 
-def _relink(path, target):
-    temp = f"{path}.{os.getpid()}.tmp"
-    os.symlink(target, temp)
-    os.replace(temp, path)
-
-
 def _link_diff(path, before, after):
     return {"before_header": path, "after_header": path, "before": before, "after": after}
 
 
 def install(module, plugin, recorded):
-    from pyflannel_runtime.cni.install import launcher_script, plan_links
+    from pyflannel_runtime.cni.install import LinkError, launcher_script, make_links, plan_install
     from pyflannel_runtime.ops.files import FilesError, WantedFile, sync_files
 
     params = module.params
-    same_dir = os.path.realpath(params["bin_dir"]) == os.path.realpath(params["plugins_dir"])
-    links = [] if same_dir else params["link"]
-    for name in links:
-        target = os.path.join(params["plugins_dir"], name)
-        if not os.path.exists(target):
-            module.fail_json(
-                msg=f"link: {target} does not exist (is containernetworking-plugins installed?)"
-            )
-    plan = plan_links(params["bin_dir"], params["plugins_dir"], links, recorded)
+    try:
+        plan = plan_install(params["bin_dir"], params["plugins_dir"], params["link"], recorded)
+    except LinkError as err:
+        module.fail_json(msg=str(err))
     wanted = {plugin: WantedFile(launcher_script(), 0o755)}
     if plan.record != recorded:
         wanted[params["record"]] = WantedFile(plan.record.text(), 0o644)
@@ -137,8 +126,7 @@ def install(module, plugin, recorded):
     try:
         files = sync_files(wanted, check=module.check_mode)
         if not module.check_mode:
-            for path, target in plan.make:
-                _relink(path, target)
+            make_links(plan)
     except (FilesError, OSError) as err:
         module.fail_json(msg=f"cannot install into {params['bin_dir']}: {err}")
     changed_links = [path for path, _target in plan.make]
@@ -146,12 +134,9 @@ def install(module, plugin, recorded):
 
 
 def remove(module, plugin, recorded):
-    from pyflannel_runtime.cni.install import is_launcher
+    from pyflannel_runtime.cni.install import removal
 
-    links = recorded.present()
-    paths = [*links, *([plugin] if is_launcher(plugin) else [])]
-    if os.path.exists(module.params["record"]):
-        paths.append(module.params["record"])
+    links, paths = removal(plugin, module.params["record"], recorded)
     diffs = [_link_diff(path, os.readlink(path) + "\n", "") for path in links]
     diffs += [_link_diff(path, f"{path}\n", "") for path in paths if path not in links]
     if not module.check_mode:

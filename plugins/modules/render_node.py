@@ -52,10 +52,12 @@ EXAMPLES = r"""
 
 RETURN = r"""
 files:
-  description: Per absolute path, the file's C(content), its C(mode) and whether it is C(sensitive).
+  description: The files, each with its absolute C(path), C(content), C(mode) and whether it is
+    C(sensitive); the O(pyflannel.network.files#module:files) option of that module.
   returned: success
-  type: dict
-  sample: {"/etc/cni/net.d/10-flannel.conflist": {content: "{...}", mode: "0644", sensitive: false}}
+  type: list
+  elements: dict
+  sample: [{path: /etc/cni/net.d/10-flannel.conflist, content: "{...}", mode: "0644", sensitive: false}]
 net_conf:
   description: The net-conf.json text, also for the etcd datastore (where it goes into C(<prefix>/config)).
   returned: success

@@ -8,7 +8,10 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
+
+from pyflannel_runtime.lab.playbook import PlaybookRun, parse_recap
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -27,14 +30,14 @@ def build(scratch: Path) -> Path:
     return tarball
 
 
-def top_level(tarball: Path) -> set[str]:
+def members(tarball: Path) -> list[str]:
     with tarfile.open(tarball) as tar:
-        return {name.split("/")[0] for name in tar.getnames()}
+        return tar.getnames()
 
 
-def install(scratch: Path, tarball: Path) -> Path:
-    """`tarball` installed under `scratch`; returns the collections path."""
-    installed = scratch / "installed"
+def install(scratch: Path, tarball: Path, into: str = "installed") -> Path:
+    """`tarball` installed under `scratch`/`into`; returns that collections path."""
+    installed = scratch / into
     # --no-deps: Galaxy is unreachable; the dependencies come with the `ansible` package.
     # --force: a copy installed elsewhere (molecule puts one in ~/.ansible) must not count.
     subprocess.run(
@@ -65,4 +68,14 @@ def run_outside(work: Path, installed: Path, *args: str | Path) -> subprocess.Co
         cwd=work,
         env=env,
         check=False,
+    )
+
+
+def play_outside(work: Path, installed: Path, *args: str | Path) -> PlaybookRun:
+    """`run_outside`, timed, with its PLAY RECAP read."""
+    started = time.monotonic()
+    done = run_outside(work, installed, *args)
+    seconds = time.monotonic() - started
+    return PlaybookRun(
+        done.returncode, done.stdout + done.stderr, seconds, parse_recap(done.stdout)
     )

@@ -2,7 +2,10 @@
 empty directory, runs a module and a role by their FQCN from a playbook outside the repository
 (the controller-side code imports pyflannel_runtime from the controller's environment; the
 module runs with the agent's virtualenv's Python, here this project's, although the host's
-interpreter is one without the runtime)."""
+interpreter is one without the runtime). The tarball carries the runtime's source, which the
+runtime role builds the nodes' wheelhouse from, and its playbooks; not the lab harness, the
+tests or the project's tooling. (tests/integration/test_site.py provisions lab hosts with the
+installed tarball's pyflannel.network.site.)"""
 
 from __future__ import annotations
 
@@ -11,9 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.collection_tarball import build, install, run_outside, top_level
+from tests.integration.collection_tarball import build, install, members, run_outside
 
 VENV = Path(sys.executable).parent.parent
+# The project's tooling and tests, and the in-tree wrappers of playbooks/.
+NOT_SHIPPED = {"tests", "bench", "scripts", "molecule", "inventories", "collections", ".venv"}
+NOT_SHIPPED |= {"site.yml", "reset.yml", "remove-node.yml"}
 
 PLAYBOOK = """
 - name: A role and a module of the installed collection
@@ -24,15 +30,23 @@ PLAYBOOK = """
   tasks:
     - name: Write a file with the files module
       pyflannel.network.files:
-        files: "{{ {out + '/written.conf': {'content': _flannel_cluster.flannel_backend_type + '\\n', 'mode': '0640'}} }}"
+        files:
+          - path: "{{ out }}/written.conf"
+            content: "{{ _flannel_cluster.flannel_backend_type }}\\n"
+            mode: "0640"
 """
 
 
 @pytest.mark.root
 def test_the_built_tarball_installed_elsewhere_runs_a_role_and_a_module(tmp_path: Path) -> None:
     tarball = build(tmp_path)
-    top = top_level(tarball)
-    assert not top & {"pyflannel_runtime", "tests", "bench", "inventories", "collections", ".venv"}
+    names = members(tarball)
+    top = {name.split("/")[0] for name in names}
+    assert {"pyflannel_runtime", "pyproject.toml", "README.md", "playbooks"} <= top
+    assert {"playbooks/site.yml", "playbooks/reset.yml", "playbooks/remove_node.yml"} <= set(names)
+    assert "pyflannel_runtime/agent/main.py" in names
+    assert not [name for name in names if name.startswith("pyflannel_runtime/lab")]
+    assert not top & NOT_SHIPPED
     installed = install(tmp_path, tarball)
     work = tmp_path / "elsewhere"
     work.mkdir()

@@ -5,8 +5,9 @@ One lab serves the whole module, in this order: bad inventories and check mode f
 untouched hosts, so "nothing changed" is strict), then the first run and the idempotent re-run,
 the same cluster from a kubespray INI inventory, the installed collection tarball's modules from
 a playbook outside the repository, route drift, a host restart, the unit's sandbox score, a VNI
-switch given as `-e key=value`, a backend switch, and last reset.yml and a run that brings the
-nodes back.
+switch given as `-e key=value`, a backend switch, reset.yml and a run that brings the nodes back,
+and last the installed tarball's own playbooks from outside the repository: its reset, its site
+converging the nodes again, and a re-run that changes nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import ipaddress
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,9 +27,14 @@ from typing import Any
 import pytest
 import yaml
 
-from pyflannel_runtime.lab.playbook import LAB_INVENTORY, PlaybookRun, run_playbook
+from pyflannel_runtime.lab.playbook import (
+    LAB_INVENTORY,
+    WHEELHOUSE_CACHE,
+    PlaybookRun,
+    run_playbook,
+)
 from pyflannel_runtime.subnet.etcd import EtcdSettings, EtcdSubnetManager
-from tests.integration.collection_tarball import build, install, run_outside
+from tests.integration.collection_tarball import build, install, play_outside, run_outside
 from tests.integration.site_lab import SNAPSHOT, assert_converged, lab_hosts
 from tests.integration.site_lab import on_host as ssh
 
@@ -40,6 +47,12 @@ hosts_api = pytest.importorskip("pyflannel_runtime.lab.hosts")
 def lab() -> Iterator[Any]:
     with lab_hosts() as state:
         yield state
+
+
+@pytest.fixture(scope="module")
+def tarball(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The collection tarball, built once for the tests that install it."""
+    return build(tmp_path_factory.mktemp("tarball"))
 
 
 def report(capsys: pytest.CaptureFixture[str], line: str) -> None:
@@ -215,9 +228,9 @@ OUTSIDE_PLAYBOOK = """
 
 
 def test_the_installed_collections_modules_need_no_options_on_a_provisioned_node(
-    lab: Any, tmp_path: Path
+    lab: Any, tarball: Path, tmp_path: Path
 ) -> None:
-    installed = install(tmp_path, build(tmp_path))
+    installed = install(tmp_path, tarball)
     work = tmp_path / "elsewhere"
     work.mkdir()
     (work / "play.yml").write_text(OUTSIDE_PLAYBOOK)
@@ -363,6 +376,7 @@ def test_switching_the_vni_given_as_a_key_value_extra_var_converges(
     )
 
 
+@pytest.mark.timeout(900)  # a converge per backend and back, on a busy machine
 def test_switching_the_backend_converges(lab: Any) -> None:
     run = run_playbook("site.yml", extra_vars={"flannel_backend_type": "host-gw"})
     assert_converged(run, lab.names())
@@ -490,4 +504,55 @@ def test_reset_removes_ours_and_only_ours_and_site_converges_again(
         capsys,
         f"reset.yml {run.seconds:.0f} s, again {again.seconds:.0f} s;"
         f" site.yml after it {back.seconds:.0f} s",
+    )
+
+
+@pytest.mark.timeout(900)  # a reset, a first run and a re-run, on a busy machine
+def test_the_installed_tarballs_playbooks_provision_the_lab_from_outside(
+    lab: Any, tarball: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """From a directory holding only the installed tarball and the lab's inventory (with the etcd
+    CA beside it, where the etcd role keeps it for any inventory): no ansible.cfg, no checkout."""
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    installed = install(work, tarball, into="collections")
+    shutil.copytree(LAB_INVENTORY, work / "inventory")
+    shutil.copytree(
+        Path(f"{LAB_INVENTORY}-credentials") / "etcd-pki",
+        work / "inventory-credentials" / "etcd-pki",
+    )
+    assert sorted(path.name for path in work.iterdir()) == [
+        "collections",
+        "inventory",
+        "inventory-credentials",
+    ]
+    # The wheelhouse cache every lab test shares, not the user's home.
+    cache = f"flannel_wheelhouse_cache_dir={WHEELHOUSE_CACHE}"
+
+    reset = play_outside(work, installed, "-i", "inventory", "pyflannel.network.reset", "-e", cache)
+    assert reset.returncode == 0 and not reset.failed_hosts(), reset.explain()
+    assert sorted(reset.recap) == sorted(lab.names()), reset.explain()
+    for name in lab.names():
+        assert ssh(lab, name, "systemctl is-active pyflanneld || true").strip() == "inactive"
+        assert ssh(lab, name, "ls /opt/pyflannel 2>/dev/null || true").strip() == ""
+
+    first = play_outside(work, installed, "-i", "inventory", "pyflannel.network.site", "-e", cache)
+    assert_converged(first, lab.names())
+    for name in lab.names():
+        assert ssh(lab, name, "systemctl is-active pyflanneld").strip() == "active"
+        # Built from the tarball's copy of the runtime, which leaves the lab harness out (a
+        # wheel built from this checkout has it).
+        runtime = ssh(
+            lab, name, "ls /opt/pyflannel/venv/lib/python3*/site-packages/pyflannel_runtime"
+        )
+        assert "agent" in runtime.split() and "lab" not in runtime.split(), runtime
+
+    again = play_outside(work, installed, "-i", "inventory", "pyflannel.network.site", "-e", cache)
+    assert_converged(again, lab.names())
+    assert again.changed() == dict.fromkeys(lab.names(), 0), again.explain()
+    report(
+        capsys,
+        f"outside the repository: pyflannel.network.reset {reset.seconds:.0f} s,"
+        f" pyflannel.network.site {first.seconds:.0f} s (changed {first.changed()}),"
+        f" re-run {again.seconds:.0f} s (changed {again.changed()})",
     )

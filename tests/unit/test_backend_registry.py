@@ -21,7 +21,8 @@ from pyflannel_runtime.backend.vxlan_data import (
     vtep_mac,
     vxlan_backend_data,
 )
-from pyflannel_runtime.model.cluster import BACKEND_SETTINGS, ClusterModel
+from pyflannel_runtime.model.cluster import ClusterModel
+from pyflannel_runtime.model.cluster_settings import BACKEND_SETTINGS
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs, LeaseError
 from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, parse_config
 
@@ -115,6 +116,11 @@ def test_bad_vxlan_options_fail_with_one_message(backend: dict[str, Any], messag
             UDP_ERROR + "json: cannot unmarshal string into Go struct field .Port of type int",
         ),
         ({"Queues": 0}, UDP_ERROR + "Queues must be between 1 and 256, got 0"),
+        (
+            {"SuperPackets": 1},
+            UDP_ERROR
+            + "json: cannot unmarshal number into Go struct field .SuperPackets of type bool",
+        ),
     ],
 )
 def test_bad_udp_options_fail_with_one_message(backend: dict[str, Any], message: str) -> None:
@@ -140,6 +146,9 @@ def test_good_options_decode_as_go_would() -> None:
     )
     assert opts == VxlanOptions(vni=16777215, port=0, mtu=118, gbp=True)
     assert registry.validate(config({"Type": "udp"})) == UdpOptions(port=8285, queues=1)
+    assert registry.validate(config({"Type": "udp", "superpackets": True})) == UdpOptions(
+        super_packets=True
+    )
     assert registry.validate(config({"Type": "host-gw", "Port": "x"})) == HostGwOptions()
 
 
@@ -170,14 +179,6 @@ def test_every_integer_vni_is_either_accepted_as_is_or_refused(vni: int) -> None
 )
 def test_backend_mtu(backend: dict[str, Any], iface_mtu: int, expected: int) -> None:
     assert registry.validate(config(backend)).device_mtu(iface_mtu) == expected
-
-
-def test_mtu_overheads() -> None:
-    assert {n: registry.get(n).mtu_overhead for n in registry.names()} == {
-        "vxlan": 50,
-        "host-gw": 0,
-        "udp": 28,
-    }
 
 
 # --- the cluster model's settings are the backend's options ---------------------------------
