@@ -256,9 +256,10 @@ class UdpNetwork:
         return [w.process.pid for w in self._datapath.workers]
 
     def published(self) -> dict[str, object]:
-        """The forwarder's device and routes (peer subnet -> "public IP:port") for /statusz."""
+        """The forwarder's device, routes (peer subnet -> "public IP:port") and counters (what
+        it dropped, e.g. datagrams from non-peers) for /statusz."""
         routes = {str(subnet): f"{peer.host}:{peer.port}" for subnet, peer in self._routes.items()}
-        return {"udp": {"device": self.tun_name, "routes": routes}}
+        return {"udp": {"device": self.tun_name, "routes": routes, "counters": self.counters()}}
 
     def counters(self) -> dict[str, int]:
         """Counter name (lower case) -> sum over all workers."""

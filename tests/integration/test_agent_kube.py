@@ -115,7 +115,7 @@ def test_peers_follow_node_events(lab: AgentLab) -> None:
 
 def test_invalid_net_conf_exits_one_with_flannels_message() -> None:
     with AgentLab({"Type": "vxlan"}, hosts=1, prefix="pkb", kube_api=FakeKubeApi) as lab:
-        lab.net_conf.write_text('{"Network": "fc00::/48", "Backend": {"Type": "vxlan"}}')
+        lab.net_conf_path.write_text('{"Network": "fc00::/48", "Backend": {"Type": "vxlan"}}')
         host = lab.net.hosts[0]
         agent = lab.start_agent(host)
         assert agent.process.wait(60) == 1
