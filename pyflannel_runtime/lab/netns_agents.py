@@ -78,6 +78,8 @@ class AgentLab(Lab):
     # None: leases in a real etcd in the underlay. Otherwise the Node API server this makes
     # there, with one node per host whose podCIDR is the host's lab subnet.
     kube_api: KubeApiFactory | None = None
+    # The bearer token the agents (and `pyflannel status`) present to it, in a kubeconfig.
+    kube_token: str | None = None
     net: NetLab = field(init=False)
     etcd: EtcdServer | None = field(init=False, default=None)
     kube: KubeApiServer | None = field(init=False, default=None)
@@ -144,13 +146,29 @@ class AgentLab(Lab):
 
     def store_args(self) -> list[str]:
         if self.kube is not None:
+            kubeconfig = [f"--kubeconfig-file={self.kubeconfig()}"] if self.kube_token else []
             return [
                 "--kube-subnet-mgr",
                 f"--kube-api-url={self.kube.url}",
+                *kubeconfig,
                 f"--net-config-path={self.net_conf_path}",
             ]
         assert self.etcd is not None
         return [f"--etcd-endpoints={self.etcd.endpoint}"]
+
+    def kubeconfig(self) -> Path:
+        """A kubeconfig naming the Node API server and the agents' token (mode 0600)."""
+        assert self.kube is not None and self.kube_token is not None
+        path = self.workdir / "kubeconfig"
+        path.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters:\n- name: lab\n  cluster:\n    server: {self.kube.url}\n"
+            f"users:\n- name: flannel\n  user:\n    token: {self.kube_token}\n"
+            "contexts:\n- name: flannel@lab\n  context:\n    cluster: lab\n    user: flannel\n"
+            "current-context: flannel@lab\n"
+        )
+        path.chmod(0o600)
+        return path
 
     def subnet_file(self, host: LabHost) -> Path:
         return self.workdir / host.ns / "subnet.env"

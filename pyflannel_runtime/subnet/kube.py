@@ -389,11 +389,20 @@ class _ConsumerGone(Exception):
     pass
 
 
-class _NodeWatch:
-    """List, then watch from the list's resourceVersion; re-list when the server says 410 Gone.
+class _WatchEnded(Exception):
+    """The server ended the watch with an ERROR event: 410 Gone, or "Too large resource
+    version" from an API server whose history is now another (restored from a backup, a new
+    etcd): either way the resourceVersion is no use any more, so the nodes are listed again
+    (client-go's reflector lists again after any watch error)."""
 
-    Runs in its own thread. Transport failures resume the watch from the last resourceVersion
-    seen, with backoff (100 ms doubling to 5 s, as flannel's etcd watch).
+
+class _NodeWatch:
+    """List, then watch from the list's resourceVersion; re-list when the server says 410 Gone
+    or ends the watch with any other ERROR event.
+
+    Runs in its own thread. Transport failures (a stream broken off, even mid-event) resume the
+    watch from the last resourceVersion seen, with backoff (100 ms doubling to 5 s, as
+    flannel's etcd watch): nothing is lost, the server replays what came after it.
     """
 
     def __init__(self, api: NodeApi, queue: NodeQueue, timeout_seconds: int) -> None:
@@ -442,6 +451,10 @@ class _NodeWatch:
                 # As client-go: a watch closed at once with nothing in it is a failure, or a
                 # misbehaving server or proxy would have us reconnect in a tight loop.
                 failure: BaseException = ConnectionError("watch closed immediately")
+            except _WatchEnded as err:
+                log.info("Node watch ended (%s); listing the nodes again", err)
+                resource_version = None
+                continue
             except ApiException as err:
                 if err.status == 410:
                     log.info("Node watch expired (%s); listing the nodes again", err.reason)
@@ -475,8 +488,8 @@ class _NodeWatch:
                 event = json.loads(line)
                 kind, obj = event["type"], event["object"]
                 if kind == "ERROR":
-                    raise ApiException(
-                        status=obj.get("code"), reason=f"{obj.get('reason')}: {obj.get('message')}"
+                    raise _WatchEnded(
+                        f"{obj.get('code')} {obj.get('reason')}: {obj.get('message')}"
                     )
                 resource_version = str(obj["metadata"]["resourceVersion"])
                 delivered += 1

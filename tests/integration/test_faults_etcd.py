@@ -24,7 +24,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from ipaddress import IPv4Network, ip_interface
 
 import pytest
@@ -35,27 +35,20 @@ from pyflannel_runtime.model.lease import LeaseAttrs, make_subnet_key
 from pyflannel_runtime.netlink.netns import run_in_netns
 from pyflannel_runtime.ops.lease import NodeLease, release_etcd
 from pyflannel_runtime.subnet.etcd import EtcdSettings
+from tests.integration.faults import (
+    HANG_GUARD,
+    kernel_deletions,
+    report,
+    routes_to,
+    status,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 
 VXLAN = {"Type": "vxlan"}
 SHORT_TTL = 6  # seconds, pyflanneld's --subnet-lease-ttl; renewed 3 s before it runs out
 PEERS_PROGRAM_WITHIN = 5.0  # the issue's bound for peers to program a returning node
-HANG_GUARD = 60.0  # a guard against hangs, never a measurement
-
-
-def report(capsys: pytest.CaptureFixture[str], line: str) -> None:
-    with capsys.disabled():
-        print(f"\n{line}")
-
-
-def wait_until(what: str, ready: Callable[[], bool], timeout: float = HANG_GUARD) -> float:
-    """Poll until `ready()`; the monotonic time it first held."""
-    deadline = time.monotonic() + timeout
-    while not ready():
-        assert time.monotonic() < deadline, f"{what}: not after {timeout} s"
-        time.sleep(0.05)
-    return time.monotonic()
 
 
 def subnet_of(lab: AgentLab, host: LabHost) -> IPv4Network:
@@ -63,11 +56,6 @@ def subnet_of(lab: AgentLab, host: LabHost) -> IPv4Network:
     match = re.search(r"^FLANNEL_SUBNET=(\S+)$", env, re.M)
     assert match is not None, env
     return ip_interface(match.group(1)).network
-
-
-def routes_to(lab: AgentLab, host: LabHost, subnet: IPv4Network) -> bool:
-    """Whether `host`'s kernel routes `subnet` through flannel.1 (the peer is programmed)."""
-    return "flannel.1" in lab.net.ip(host.ns, "route", "show", str(subnet))
 
 
 def key_of(subnet: IPv4Network) -> str:
@@ -78,10 +66,6 @@ def holder(lab: AgentLab, subnet: IPv4Network) -> str | None:
     """The public IP the lease on `subnet` names; None when there is no such lease."""
     value = lab.etcdctl("get", "--print-value-only", key_of(subnet)).strip()
     return str(json.loads(value)["PublicIP"]) if value else None
-
-
-def status(lab: AgentLab, host: LabHost) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(lab.status_argv(host), capture_output=True, text=True, timeout=60)
 
 
 class PingStream:
@@ -362,22 +346,3 @@ def peer_lease(lab: AgentLab, subnet: IPv4Network, n: int) -> None:
         ).encode()
     )
     lab.etcdctl("put", key_of(subnet), attrs.to_json())
-
-
-@contextlib.contextmanager
-def kernel_deletions(lab: AgentLab, host: LabHost) -> Iterator[list[str]]:
-    """The route, neighbour and FDB deletions `host`'s kernel announces meanwhile."""
-    monitor = subprocess.Popen(
-        ["ip", "-n", host.ns, "monitor", "route", "neigh"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    deleted: list[str] = []
-    try:
-        time.sleep(0.2)  # the monitor subscribes before anything happens
-        yield deleted
-        time.sleep(0.5)
-    finally:
-        monitor.terminate()
-        out, _ = monitor.communicate(timeout=10)
-        deleted += [line for line in out.splitlines() if line.startswith("Deleted")]
