@@ -37,6 +37,14 @@ def status(lab: AgentLab, host: LabHost) -> subprocess.CompletedProcess[str]:
     return subprocess.run(lab.status_argv(host), capture_output=True, text=True, timeout=60)
 
 
+def assert_in_sync(lab: AgentLab, host: LabHost, leases: int) -> None:
+    """`pyflannel status` on the host finds every peer of `leases` programmed, nothing stale."""
+    shown = status(lab, host)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    summary = f"{leases} leases, {leases - 1} peers programmed, 0 missing, 0 stale"
+    assert summary in shown.stdout, shown.stdout
+
+
 def routes_to(lab: AgentLab, host: LabHost, subnet: IPv4Network) -> bool:
     """Whether `host`'s kernel routes `subnet` through flannel.1 (the peer is programmed)."""
     return "flannel.1" in lab.net.ip(host.ns, "route", "show", str(subnet))
@@ -58,3 +66,9 @@ def kernel_deletions(lab: AgentLab, host: LabHost) -> Iterator[list[str]]:
         monitor.terminate()
         out, _ = monitor.communicate(timeout=10)
         deleted += [line for line in out.splitlines() if line.startswith("Deleted")]
+
+
+def wait_routed(lab: AgentLab, host: LabHost, subnet: IPv4Network, routed: bool = True) -> float:
+    """Until `host` routes `subnet` through flannel.1 (or no longer does); when it first did."""
+    what = f"{host.ns} {'routes' if routed else 'no longer routes'} {subnet}"
+    return wait_until(what, lambda: routes_to(lab, host, subnet) == routed)

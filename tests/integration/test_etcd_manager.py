@@ -70,6 +70,14 @@ async def next_batch(watch: AsyncIterator[LeaseWatchBatch]) -> LeaseWatchBatch:
     return await asyncio.wait_for(anext(watch), 20)
 
 
+async def still_running(task: asyncio.Task[None]) -> None:
+    """The task has not ended by itself; cancel it."""
+    assert not task.done(), task
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 def subnet_key(prefix: str, subnet: str) -> bytes:
     net = IPv4Network(subnet)
     return f"{prefix}/subnets/{net.network_address}-{net.prefixlen}".encode()
@@ -343,10 +351,7 @@ def test_renewal_keeps_a_short_lease_alive(
                     await asyncio.sleep(0.2)
                 kv = await client.get(key)
                 assert kv is not None and kv.lease != first_lease_id
-                assert not completing.done()
-                completing.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await completing
+                await still_running(completing)
         finally:
             await manager.close()
 
@@ -373,10 +378,7 @@ def test_renewals_go_on_after_the_first(configured: tuple[EtcdServer, str]) -> N
                     assert kv is not None, "the key lapsed"
                     seen.add(kv.lease)
                     await asyncio.sleep(0.2)
-            assert not completing.done()
-            completing.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await completing
+            await still_running(completing)
             return seen
         finally:
             await manager.close()
@@ -406,10 +408,7 @@ def test_a_key_that_ran_out_is_taken_back_with_the_same_subnet(
                     await asyncio.sleep(0.05)
                 assert LeaseAttrs.from_json(kv.value) == attrs("192.0.2.1")
                 assert kv.lease != 0
-            assert not completing.done()
-            completing.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await completing
+            await still_running(completing)
         finally:
             await manager.close()
 

@@ -37,10 +37,12 @@ from pyflannel_runtime.ops.lease import NodeLease, release_etcd
 from pyflannel_runtime.subnet.etcd import EtcdSettings
 from tests.integration.faults import (
     HANG_GUARD,
+    assert_in_sync,
     kernel_deletions,
     report,
     routes_to,
     status,
+    wait_routed,
     wait_until,
 )
 
@@ -119,17 +121,17 @@ def test_a_node_cut_off_longer_than_its_lease_takes_the_same_subnet_back(
         subnet, env = subnet_of(lab, h1), lab.subnet_file(h1).read_text()
         pod1, ip1 = pod(lab, h1, "pod1")
         pod2, _ = pod(lab, h2, "pod2")
-        wait_until("h2 programs h1", lambda: routes_to(lab, h2, subnet))
+        wait_routed(lab, h2, subnet)
         assert lab.net.ping(pod2, ip1)
 
         with ping_stream(lab, pod2, ip1) as pings:
             cut = time.monotonic()
             with lab.cut_from_store(h1):
-                dropped = wait_until("the lease runs out", lambda: not routes_to(lab, h2, subnet))
+                dropped = wait_routed(lab, h2, subnet, routed=False)  # the lease ran out
                 assert holder(lab, subnet) is None
                 time.sleep(1)  # cut off for a while after the peers dropped it
             healed = time.monotonic()
-            back = wait_until("h2 programs h1 again", lambda: routes_to(lab, h2, subnet))
+            back = wait_routed(lab, h2, subnet)
             wait_until("pod2 reaches pod1", lambda: lab.net.ping(pod2, ip1, timeout=1))
             sent, lost = pings.stop()
 
@@ -216,8 +218,8 @@ def test_cloned_disks_never_share_a_subnet(lease: str) -> None:
             assert holder(lab, subnets[host.n]) == str(host.underlay_ip)
         pod1, ip1 = pod(lab, h1, "pod1")
         pod2, ip2 = pod(lab, h2, "pod2")
-        wait_until("h1 programs h2", lambda: routes_to(lab, h1, subnets[2]))
-        wait_until("h2 programs h1", lambda: routes_to(lab, h2, subnets[1]))
+        wait_routed(lab, h1, subnets[2])
+        wait_routed(lab, h2, subnets[1])
         assert lab.net.ping(pod1, ip2) and lab.net.ping(pod2, ip1)
         renumbered = h2 if subnets[1] == subnet else h1
         shown = status(lab, renumbered)
@@ -302,7 +304,7 @@ def test_a_watch_revision_compacted_while_disconnected_is_listed_again(
             peer_lease(lab, subnet, n)
         peer2 = subnet_of(lab, h2)
         for subnet in (stays, leaves, peer2):
-            wait_until(f"h1 programs {subnet}", lambda s=subnet: routes_to(lab, h1, s))  # type: ignore[misc]
+            wait_routed(lab, h1, subnet)
 
         with kernel_deletions(lab, h1) as deleted:
             with lab.cut_from_store(h1, abort=True):
@@ -312,8 +314,8 @@ def test_a_watch_revision_compacted_while_disconnected_is_listed_again(
                 lab.etcdctl("compact", str(revision["header"]["revision"]))
                 time.sleep(1)
             healed = time.monotonic()
-            wait_until("h1 drops the peer that left", lambda: not routes_to(lab, h1, leaves))
-            done = wait_until("h1 programs the new peer", lambda: routes_to(lab, h1, joins))
+            wait_routed(lab, h1, leaves, routed=False)
+            done = wait_routed(lab, h1, joins)
 
         log = lab.agents[h1.n].log()
         assert "required revision has been compacted" in log and "re-listing" in log, log
@@ -323,9 +325,7 @@ def test_a_watch_revision_compacted_while_disconnected_is_listed_again(
         assert not [line for line in deleted for mark in stayed if mark in line], deleted
         assert sorted(deleted) == sorted(line for line in deleted if "201" in line), deleted
         assert len(deleted) == 3, deleted  # the leaver's route, neighbour and FDB entry
-        shown = status(lab, h1)
-        assert shown.returncode == 0, shown.stdout
-        assert "4 leases, 3 peers programmed, 0 missing, 0 stale" in shown.stdout, shown.stdout
+        assert_in_sync(lab, h1, leases=4)
         report(
             capsys,
             f"watch revision compacted while disconnected: converged {done - healed:.1f} s "

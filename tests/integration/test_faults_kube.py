@@ -18,7 +18,12 @@ import pytest
 from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
 from pyflannel_runtime.lab.netns_agents import AgentLab
 from tests.fakes.kube_api import FLANNEL_AGENT, FakeKubeApi
-from tests.integration.faults import kernel_deletions, report, routes_to, status, wait_until
+from tests.integration.faults import (
+    assert_in_sync,
+    kernel_deletions,
+    report,
+    wait_routed,
+)
 
 pytestmark = pytest.mark.root
 
@@ -93,29 +98,25 @@ def test_the_agents_converge_after_a_watch_fault_withdrawing_no_peer(
     if api.node("newcomer") is not None:  # the previous fault's
         api.delete_node("newcomer")
     for host in lab.net.hosts:
-        wait_until(f"{host.ns} forgets the newcomer", lambda: not routes_to(lab, host, NEWCOMER))  # noqa: B023
+        wait_routed(lab, host, NEWCOMER, routed=False)
         for peer in lab.net.hosts:
             if peer is not host:
-                wait_until(
-                    f"{host.ns} programs {peer.ns}", lambda: routes_to(lab, host, peer.subnet)
-                )  # noqa: B023
+                wait_routed(lab, host, peer.subnet)
     api.wait_for_watches(3)
     lists = sum("watch" not in r.query for r in api.requests("GET", "/api/v1/nodes"))
 
     with kernel_deletions(lab, h1) as deleted:
         started = time.monotonic()
         inflict(api)
-        done = wait_until("h1 programs the newcomer", lambda: routes_to(lab, h1, NEWCOMER))
+        done = wait_routed(lab, h1, NEWCOMER)
     for host in (h2, h3):
-        wait_until(f"{host.ns} programs the newcomer", lambda: routes_to(lab, host, NEWCOMER))  # noqa: B023
+        wait_routed(lab, host, NEWCOMER)
 
     assert deleted == [], deleted  # no peer was withdrawn, not for a moment
     assert all(lab.reachability().values()), lab.reachability()
     relisted = sum("watch" not in r.query for r in api.requests("GET", "/api/v1/nodes"))
     assert relisted - lists == relists, (relisted, lists)
-    shown = status(lab, h1)
-    assert shown.returncode == 0, shown.stdout
-    assert "4 leases, 3 peers programmed, 0 missing, 0 stale" in shown.stdout, shown.stdout
+    assert_in_sync(lab, h1, leases=4)
     report(
         capsys,
         f"kube watch fault {fault}: h1 programmed the newcomer {done - started:.2f} s after it; "
