@@ -213,11 +213,12 @@ def _note_section(note: LeaseNote | None) -> list[tuple[str, list[str]]]:
 
 # The udp forwarder's counters (backend/udp_worker.py Counter), as an operator reads them.
 _COUNTER_TEXT = {
-    "foreign_source": "datagrams from addresses that are no peer's, dropped",
+    "foreign_source": "datagrams from addresses that are no peer's, dropped by the forwarder",
     "no_route": "packets for no peer's subnet, answered net unreachable",
     "ttl_exceeded": "packets whose TTL ran out, dropped",
     "send_errors": "packets the forwarder failed to send",
     "malformed": "datagrams that are no IPv4 packet, dropped",
+    "socket_drops": "datagrams the kernel dropped at the sockets (no peer's, or buffer full)",
 }
 
 

@@ -7,8 +7,9 @@ a multiqueue flannel0 and direction, so forwarding is not bound to one core or t
 event loop. The agent drives them like flannel drives its C proxy: route commands over a
 SOCK_SEQPACKET socketpair, and CMD_STOP on close. Like flannel, forwarding stops with the agent.
 
-Beyond flannel: datagrams whose source is not a peer's public IP are dropped and counted, the
-TUN queue is long enough (txqueuelen 10000) that bursts are not dropped, and with numpy present
+Beyond flannel: datagrams whose source is not a peer's public IP are dropped and counted (by a
+socket filter in the kernel, `udp_filter`, and by the forwarder for any that get by), the TUN
+queue is long enough (txqueuelen 10000) that bursts are not dropped, and with numpy present
 flannel0 uses TSO plus UDP GSO/GRO (see `udp_offload`) while staying wire-compatible.
 """
 
@@ -33,6 +34,7 @@ from pathlib import Path
 
 from pyroute2.netlink.exceptions import NetlinkError
 
+from pyflannel_runtime.backend import udp_filter
 from pyflannel_runtime.backend.base import AcquireLease, BackendError
 from pyflannel_runtime.backend.host import UDP_WORKER_MODULE, UDP_WORKER_ROLES
 from pyflannel_runtime.backend.options import UdpOptions
@@ -246,6 +248,7 @@ class UdpNetwork:
         self._datapath = datapath
         self._routes: dict[IPv4Network, Peer] = {}
         self._lock = asyncio.Lock()
+        self._refilter()  # no peers yet: nothing gets through
 
     @property
     def tun_name(self) -> str:
@@ -262,10 +265,11 @@ class UdpNetwork:
         return {"udp": {"device": self.tun_name, "routes": routes, "counters": self.counters()}}
 
     def counters(self) -> dict[str, int]:
-        """Counter name (lower case) -> sum over all workers."""
+        """Counter name (lower case) -> sum over all workers, and socket_drops: the datagrams
+        the kernel dropped at the sockets (not from a peer, or a full buffer)."""
         words = memoryview(self._datapath.counters).cast("Q")
         try:
-            return {
+            counted = {
                 counter.name.lower(): sum(
                     words[w.slot * COUNTERS_PER_WORKER + counter] for w in self._datapath.workers
                 )
@@ -273,6 +277,8 @@ class UdpNetwork:
             }
         finally:
             words.release()
+        counted["socket_drops"] = sum(udp_filter.dropped(s) for s in self._datapath.sockets)
+        return counted
 
     async def handle_events(self, events: Sequence[LeaseEvent]) -> None:
         async with self._lock:
@@ -287,6 +293,7 @@ class UdpNetwork:
                 else:
                     log.info("Removing route to %s", subnet)
                     self._delete(subnet)
+            self._refilter()
 
     async def reconcile(self, peers: Sequence[Lease]) -> int:
         async with self._lock:
@@ -299,6 +306,8 @@ class UdpNetwork:
                 if self._routes.get(subnet) != peer:
                     self._set(subnet, peer)
                     writes += 1
+            if writes:
+                self._refilter()
             return writes
 
     async def close(self) -> None:
@@ -318,6 +327,12 @@ class UdpNetwork:
     def _delete(self, subnet: IPv4Network) -> None:
         self._routes.pop(subnet, None)
         self._broadcast(CommandMessage(Command.DEL_ROUTE, subnet))
+
+    def _refilter(self) -> None:
+        """Let through to the sockets the datagrams of the peers the routes name, only."""
+        program = udp_filter.peer_filter(IPv4Address(p.host) for p in self._routes.values())
+        for sock in self._datapath.sockets:
+            udp_filter.attach(sock, program)
 
     def _broadcast(self, message: CommandMessage) -> None:
         data = encode_command(message)
