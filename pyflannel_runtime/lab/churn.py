@@ -9,10 +9,11 @@ subnets, so 5 000 peers fit, and whose own lease is the reservation 10.244.0.8/2
 live on one etcd lease, as flanneld's keys live on etcd leases. The churn runs in the underlay
 namespace, where etcd listens, with the agent's own etcd client.
 
-A peer is only removed or changed once its last change is `settle` seconds old, so that each
-change reaches the kernel as such: the agent coalesces changes that follow each other closely
-(a peer added and removed within a few milliseconds never reaches the kernel at all, rightly),
-which would leave nothing to time.
+A peer is only removed or changed once its last change is `settle` seconds old, and a subnet
+freed by a removal is only given out again as long after, so that each change reaches the
+kernel as such: the agent coalesces changes that follow each other closely (a peer added and
+removed within a few milliseconds never reaches the kernel at all, rightly), which would leave
+nothing to time.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import re
 import subprocess
 import time
 from base64 import b64encode
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
@@ -83,6 +85,7 @@ class LeaseChurn:
         self._macs = itertools.count()
         self._settle = settle
         self.free = subnets[peers:]
+        self._cooling: deque[tuple[float, IPv4Network]] = deque()  # freed, and when
         self.peers: dict[IPv4Network, str] = {}  # subnet -> VtepMAC
         self._attrs: dict[IPv4Network, LeaseAttrs] = {}
         self._touched: dict[IPv4Network, float] = {}
@@ -128,6 +131,8 @@ class LeaseChurn:
     def next_op(self, now: float) -> Op:
         """The next change (applied to this view at once): a third each adds, removes and
         changes, so the number of peers wanders around where it started."""
+        while self._cooling and now - self._cooling[0][0] >= self._settle:
+            self.free.append(self._cooling.popleft()[1])
         kind: OpKind = self._rng.choice(("add", "remove", "change"))
         if kind == "add" and not self.free:
             kind = "remove"
@@ -139,7 +144,7 @@ class LeaseChurn:
             return Op(time.time(), "add", subnet, self._assign(subnet, now))
         if kind == "remove":
             del self.peers[subnet], self._attrs[subnet], self._touched[subnet]
-            self.free.append(subnet)
+            self._cooling.append((now, subnet))
             return Op(time.time(), kind, subnet, "")
         return Op(time.time(), kind, subnet, self._assign(subnet, now))
 
