@@ -21,7 +21,6 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from ipaddress import ip_address
 from typing import Any
 
@@ -34,7 +33,6 @@ from pyflannel_runtime.agent.cli_flags import (
 )
 from pyflannel_runtime.agent.flags import Options
 from pyflannel_runtime.agent.lease_note import LeaseNote, note_file_for, read_note
-from pyflannel_runtime.backend import registry
 from pyflannel_runtime.ipam.node import (
     DEFAULT_CONFLIST,
     PodAddresses,
@@ -44,6 +42,8 @@ from pyflannel_runtime.ipam.node import (
 )
 from pyflannel_runtime.model.lease import Lease
 from pyflannel_runtime.ops.agent import AgentHealth, agent_endpoint, duration
+from pyflannel_runtime.ops.agent_settings import lease_store
+from pyflannel_runtime.ops.leases import iso_time, lease_fields, vtep_macs
 from pyflannel_runtime.ops.node_check import (
     DeviceOffload,
     ask_agent,
@@ -59,7 +59,6 @@ from pyflannel_runtime.ops.verify import (
     Datapath,
     Host,
     LeaseStatus,
-    LeaseStore,
     LeaseStoreError,
     OwnLeaseUnknown,
     VerifyError,
@@ -96,15 +95,6 @@ def public_ips_text(lease: Lease) -> str:
     if attrs.public_ipv6 is not None:
         shown.append(str(attrs.public_ipv6))
     return ", ".join(shown)
-
-
-def vtep_macs(lease: Lease) -> tuple[str, str]:
-    spec = registry.find(lease.attrs.backend_type)
-    if spec is None or spec.advertised_mac is None:
-        return "", ""
-    return spec.advertised_mac(lease.attrs.backend_data), spec.advertised_mac(
-        lease.attrs.backend_v6_data
-    )
 
 
 def remaining(expiration: float | None, now: float, store: str) -> str:
@@ -208,7 +198,9 @@ def render_table(
 def _note_section(note: LeaseNote | None) -> list[tuple[str, list[str]]]:
     if note is None:
         return []
-    return [(f"This host's lease (the agent's note, since {_iso(note.since)}):", [note.message])]
+    return [
+        (f"This host's lease (the agent's note, since {iso_time(note.since)}):", [note.message])
+    ]
 
 
 # The udp forwarder's counters (backend/udp_worker.py Counter), as an operator reads them.
@@ -244,12 +236,6 @@ def checked(report: VerifyReport) -> list[str]:
     return [*report.checked, *mtus]
 
 
-def _iso(expiration: float | None) -> str | None:
-    if expiration is None:
-        return None
-    return datetime.fromtimestamp(expiration, UTC).isoformat().replace("+00:00", "Z")
-
-
 def report_dict(
     report: VerifyReport,
     agent: AgentHealth | None = None,
@@ -261,24 +247,11 @@ def report_dict(
     addresses (None: not asked), the vxlan devices' tx checksum offload, the agent's note on
     this host's lease, and the counts."""
 
-    def text(value: object) -> str | None:
-        return None if value is None else str(value)
-
     leases = []
     for status in report.leases:
-        lease = status.row.lease
-        v4_mac, v6_mac = vtep_macs(lease)
         leases.append(
             {
-                "node": status.row.node or None,
-                "subnet": text(lease.subnet),
-                "ipv6_subnet": text(lease.ipv6_subnet),
-                "public_ip": str(lease.attrs.public_ip),
-                "public_ipv6": text(lease.attrs.public_ipv6),
-                "backend": lease.attrs.backend_type,
-                "vtep_mac": v4_mac or None,
-                "vtep_mac_v6": v6_mac or None,
-                "expires": _iso(lease.expiration),
+                **lease_fields(status.row),
                 "own": status.datapath is Datapath.OWN,
                 "datapath": status.datapath.value,
                 "missing": [describe(e, report.names) for e in status.missing]
@@ -293,7 +266,7 @@ def report_dict(
         if lease_note is None
         else {
             "message": lease_note.message,
-            "since": _iso(lease_note.since),
+            "since": iso_time(lease_note.since),
             "problem": lease_note.problem,
         },
         "udp_counters": None if forwarder is None else dict(forwarder.counters),
@@ -425,14 +398,6 @@ def target_host(args: argparse.Namespace, opts: Options, environ: Mapping[str, s
     named = args.subnet_file is not None or "FLANNELD_SUBNET_FILE" in environ
     subnet_file = opts.subnet_file if public_ip is None or named else None
     return Host(netns=args.netns, public_ip=public_ip, subnet_file=subnet_file)
-
-
-def lease_store(opts: Options, timeout: float) -> LeaseStore:
-    from pyflannel_runtime.agent.stores import etcd_settings, kube_settings
-
-    if opts.kube_subnet_mgr:
-        return kube_settings(opts, request_timeout=timeout)
-    return etcd_settings(opts, request_timeout=timeout)
 
 
 class StatusFailed(Exception):

@@ -48,24 +48,25 @@ class ActionModule(ClusterAction):
 
         rendered = render_node(checked.model, task_vars["inventory_hostname"])
         selected = {path for kind, path in _paths(checked.model).items() if kind in args["files"]}
-        files = {
-            f"/{relative}": {
+        files = [
+            {
+                "path": f"/{relative}",
                 "content": wanted.data.decode(),
                 "mode": f"{wanted.mode:04o}",
                 "sensitive": wanted.sensitive,
             }
             for relative, wanted in sorted(rendered.items())
             if f"/{relative}" in selected
-        }
+        ]
         target = checked.model.flannel_kubeconfig_file
         if "kubeconfig" in args["files"] and args["kubeconfig_src"] and target:
             content = self.read_source(args["kubeconfig_src"]).decode("utf-8", "replace")
-            files[target] = {"content": content, "mode": "0600", "sensitive": True}
+            files.append({"path": target, "content": content, "mode": "0600", "sensitive": True})
         return {
             "changed": False,
             "files": files,
             # The net-conf text also for the etcd datastore, where it goes into <prefix>/config.
             "net_conf": render_net_conf(checked.model),
             # Credentials (the etcd password, a kubeconfig) stay out of the output.
-            "_ansible_no_log": any(f["sensitive"] for f in files.values()),
+            "_ansible_no_log": any(f["sensitive"] for f in files),
         }

@@ -1,14 +1,14 @@
-"""Filter: the connectivity suite's summary, from what the verify role registered on each host."""
+"""Filter: the connectivity suite's summary, from each node's verify results."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 DOCUMENTATION = r"""
 name: connectivity_summary
 short_description: The connectivity suite's matrix, its time per group and each failure's likely cause
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - Builds readable lines from the verify role's connectivity suite (each host's setup and run results),
     with the routes module's report and the cluster settings for the causes of failures.
@@ -16,17 +16,17 @@ description:
     their most likely cause, the time each group of scenarios took, and a last line that says whether
     every pod reaches every other.
   - Empty when the suite did not run (check mode, O(flannel_verify_pods=false)).
-positional: hostvars
 options:
   _input:
-    description: The hosts to summarize, e.g. C(ansible_play_hosts).
-    type: list
-    elements: str
-    required: true
-  hostvars:
-    description: C(hostvars).
+    description:
+      - Per node of the run, its results, each as its task registered it; C(routes)
+        (C(pyflannel.network.routes)), C(suite) (the suite's setup), C(connectivity) (its run)
+        and C(auto_offload) (C(auto)'s first pass over the checksum scenario).
     type: dict
     required: true
+  cluster:
+    description: The cluster settings (C(_flannel_cluster)), for the likely causes of failures.
+    type: dict
   other_setups:
     description: The suite's setup on the nodes outside a limited run (the verify role's loop's registered
       result); their columns join the matrix.
@@ -40,7 +40,9 @@ options:
 EXAMPLES = r"""
 - name: Summary
   ansible.builtin.debug:
-    msg: "{{ ansible_play_hosts | pyflannel.network.connectivity_summary(hostvars) }}"
+    msg: >-
+      {{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, '_flannel_verify_report')))
+         | pyflannel.network.connectivity_summary(cluster=_flannel_cluster) }}
 """
 
 RETURN = r"""
@@ -50,18 +52,13 @@ _value:
   elements: str
 """
 
-SETUP = "__flannel_verify_suite"
-RUN = "__flannel_verify_connectivity"
-AUTO = "__flannel_verify_auto_offload"  # auto's first pass over the checksum scenario
-ROUTES = "__flannel_verify_routes"
 
-
-def _registered(hostvars: Mapping[str, Any], host: str, name: str) -> Mapping[str, Any] | None:
-    value = hostvars[host].get(name)
+def _registered(report: Mapping[str, Any] | None, name: str) -> Mapping[str, Any] | None:
+    value = (report or {}).get(name)
     if not isinstance(value, Mapping) or value.get("skipped"):
         return None
-    if name in (RUN, AUTO) and "rows" not in value:  # the run failed before it had results
-        return None
+    if name in ("connectivity", "auto_offload") and "rows" not in value:
+        return None  # the run failed before it had results
     return value
 
 
@@ -76,8 +73,8 @@ def _loop_items(result: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]
 
 
 def connectivity_summary(
-    hosts: Sequence[str],
-    hostvars: Mapping[str, Any],
+    reports: Mapping[str, Any],
+    cluster: Mapping[str, Any] | None = None,
     other_setups: Mapping[str, Any] | None = None,
     other_runs: Mapping[str, Any] | None = None,
 ) -> list[str]:
@@ -88,33 +85,33 @@ def connectivity_summary(
     # node -> (routes report, setup, run, cluster): the play's hosts, then the nodes outside a
     # limited run, whose datapath this run did not check (no routes report).
     registered: dict[str, tuple[Any, Any, Mapping[str, Any], Any]] = {}
-    for host in hosts:
-        run = _registered(hostvars, host, RUN)
+    for host, report in reports.items():
+        run = _registered(report, "connectivity")
         if run is not None:
             registered[host] = (
-                _registered(hostvars, host, ROUTES),
-                _registered(hostvars, host, SETUP),
+                _registered(report, "routes"),
+                _registered(report, "suite"),
                 run,
-                hostvars[host].get("_flannel_cluster"),
+                cluster,
             )
     setups = _loop_items(other_setups)
     for name, run in _loop_items(other_runs).items():
         if "rows" in run:
-            cluster = hostvars[hosts[0]].get("_flannel_cluster") if hosts else None
             registered[name] = (None, setups.get(name), run, cluster)
     if not registered:
         return []
     ran = list(registered)
-    rows = [Row.of(row) for _, _, run, _ in registered.values() for row in run["rows"]]
-    times = {host: dict(run.get("times") or {}) for host, (_, _, run, _) in registered.items()}
+    runs = {host: run for host, (_routes, _setup, run, _cluster) in registered.items()}
+    rows = [Row.of(row) for run in runs.values() for row in run["rows"]]
+    times = {host: dict(run.get("times") or {}) for host, run in runs.items()}
     views = {
         host: view_of(host, routes, setup, run, cluster)
         for host, (routes, setup, run, cluster) in registered.items()
     }
     notes = [
         f"{host}: {change}"
-        for host in hosts
-        for run in (_registered(hostvars, host, AUTO), _registered(hostvars, host, RUN))
+        for host, report in reports.items()
+        for run in (_registered(report, "auto_offload"), _registered(report, "connectivity"))
         if run is not None and (change := run.get("offload_change"))
     ]
     return summary_lines(ran, rows, times, views, notes)

@@ -10,7 +10,7 @@ from ansible.errors import AnsibleFilterError
 DOCUMENTATION = r"""
 name: restart_batches
 short_description: The batches in which the agent role restarts agents
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - Orders agent restarts (pyflannel_runtime.ops.rolling). Every host whose agent is C(down) comes
     first, all in one batch, since restarting those stops nothing that runs. Then the C(outdated)

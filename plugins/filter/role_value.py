@@ -13,7 +13,7 @@ from ansible_collections.pyflannel.network.plugins.plugin_utils.role_values impo
 DOCUMENTATION = r"""
 name: role_value
 short_description: A role variable's value as the type of its argument spec
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - C(-e key=value) values and INI C([group:vars]) values are strings, and ansible-core hands
     them to a role's tasks unconverted (it only checks that they could be converted).

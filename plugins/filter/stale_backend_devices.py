@@ -63,7 +63,7 @@ def stale_backend_devices(
 ) -> list[str]:
     try:
         from pyflannel_runtime.backend.registry import flannel_devices, stale_devices
-        from pyflannel_runtime.model.cluster import backend_options
+        from pyflannel_runtime.model.cluster_settings import backend_options
         from pyflannel_runtime.model.netconf import ConfigError
     except ImportError as why:
         raise AnsibleFilterError(

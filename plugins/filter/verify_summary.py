@@ -11,43 +11,45 @@ name: verify_summary
 short_description: The verify role's summary of every node
 version_added: 0.1.0
 description:
-  - Builds readable lines from what the verify role registered on each host (the routes report with
-    subnet.env, the pod address usage, the connectivity suite's probe pods and the VXLAN device's tx
-    checksum offload).
+  - Builds readable lines from each node's verify results (the routes report with subnet.env,
+    the pod address usage, the connectivity suite's probe pods and the VXLAN device's tx checksum
+    offload).
   - After a limited run, the nodes outside it follow, each with its lease as the lease store holds it
     and the suite's probe pods wired there; a node that could not be reached is named so.
-positional: hostvars
+  - Then, once for the cluster, the leases, the orphans among them and the free subnets (what
+    C(pyflannel.network.leases_info) reported).
 options:
   _input:
-    description: The hosts to summarize, e.g. C(ansible_play_hosts).
-    type: list
-    elements: str
-    required: true
-  hostvars:
-    description: C(hostvars).
+    description:
+      - Per node of the run, in order, its results, each as its task registered it (a skipped or
+        missing one is left out); C(routes) (C(pyflannel.network.routes)), C(ipam)
+        (C(pyflannel.network.ipam)), C(suite) (the connectivity suite's setup) and
+        C(connectivity) (its run).
     type: dict
     required: true
+  leases:
+    description: What C(pyflannel.network.leases_info) reported, for the cluster's lines.
+    type: dict
+    version_added: 0.2.0
   nodes:
     description:
       - Every node of the cluster and what its lease is known by (the preflight role's
         C(_flannel_nodes)); the nodes that are not in O(_input) get a short entry with their lease.
     type: dict
+    version_added: 0.2.0
   other_suites:
     description: The connectivity suite's setup on the nodes outside a limited run (the verify role's
       loop's registered result); an unreachable node is named, with its lease still held.
     type: dict
+    version_added: 0.2.0
 """
 
 EXAMPLES = r"""
 - name: Summary
   ansible.builtin.debug:
-    msg: "{{ ansible_play_hosts | pyflannel.network.verify_summary(hostvars) }}"
-
-- name: Summary of a limited run, with the other nodes
-  ansible.builtin.debug:
     msg: >-
-      {{ ansible_play_hosts | pyflannel.network.verify_summary(hostvars, nodes=_flannel_nodes,
-         other_suites=__flannel_verify_other_suites) }}
+      {{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, '_flannel_verify_report')))
+         | pyflannel.network.verify_summary(leases=__flannel_verify_leases) }}
 """
 
 RETURN = r"""
@@ -58,8 +60,8 @@ _value:
 """
 
 
-def _get(hostvars: Mapping[str, Any], host: str, name: str) -> Any:
-    value = hostvars[host].get(name)
+def _get(report: Mapping[str, Any] | None, name: str) -> Any:
+    value = (report or {}).get(name)
     return value if isinstance(value, Mapping) and not value.get("skipped") else None
 
 
@@ -68,8 +70,8 @@ def loop_items(result: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]
     return {str(item.get("item")): item for item in (result or {}).get("results") or ()}
 
 
-def _node_lines(host: str, hostvars: Mapping[str, Any]) -> list[str]:
-    routes = _get(hostvars, host, "__flannel_verify_routes") or {}
+def _node_lines(host: str, report: Mapping[str, Any]) -> list[str]:
+    routes = _get(report, "routes") or {}
     env = routes.get("subnet_env") or {}
     lines = [
         f"{host}:",
@@ -84,7 +86,7 @@ def _node_lines(host: str, hostvars: Mapping[str, Any]) -> list[str]:
     lines += [f"    rejected    {lease}" for lease in routes.get("rejected", [])]
     if routes.get("writes"):
         lines.append(f"    repaired    {routes['writes']} kernel writes")
-    ipam = _get(hostvars, host, "__flannel_verify_ipam") or {}
+    ipam = _get(report, "ipam") or {}
     for usage in ipam.get("usage", []):
         leaked = f", {usage['leaked']} look leaked" if usage.get("leaked") else ""
         lines.append(
@@ -92,8 +94,8 @@ def _node_lines(host: str, hostvars: Mapping[str, Any]) -> list[str]:
             f"{usage['free']} free{leaked}"
         )
     lines += _suite_lines(
-        _get(hostvars, host, "__flannel_verify_suite") or {},
-        _get(hostvars, host, "__flannel_verify_connectivity") or {},
+        _get(report, "suite") or {},
+        _get(report, "connectivity") or {},
     )
     return lines
 
@@ -113,10 +115,10 @@ def _suite_lines(suite: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _held_leases(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _held_leases(reports: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The lease store's leases, as the first node of the run that listed them saw them."""
-    for host in hosts:
-        leases = (_get(hostvars, host, "__flannel_verify_routes") or {}).get("lease_list")
+    for report in reports.values():
+        leases = (_get(report, "routes") or {}).get("lease_list")
         if leases:
             return list(leases)
     return []
@@ -168,17 +170,35 @@ def _other_lines(
 
 
 def verify_summary(
-    hosts: Sequence[str],
-    hostvars: Mapping[str, Any],
+    reports: Mapping[str, Any],
+    leases: Mapping[str, Any] | None = None,
     nodes: Mapping[str, Mapping[str, Any]] | None = None,
     other_suites: Mapping[str, Any] | None = None,
 ) -> list[str]:
-    lines = [line for host in hosts for line in _node_lines(host, hostvars)]
+    lines = [line for host, report in reports.items() for line in _node_lines(host, report or {})]
     others = loop_items(other_suites)
-    leases = _held_leases(hosts, hostvars)
+    held = _held_leases(reports)
     for name, node in (nodes or {}).items():
-        if name not in hosts:
-            lines += _other_lines(name, node, others.get(name, {}), leases)
+        if name not in reports:
+            lines += _other_lines(name, node, others.get(name, {}), held)
+    return lines + _leases(_get({"leases": leases}, "leases"))
+
+
+def _leases(found: Mapping[str, Any] | None) -> list[str]:
+    """The cluster's leases, orphans and subnets, as leases_info reported them."""
+    if found is None:
+        return []
+    orphans = found.get("orphans", [])
+    lines = [f"leases        {len(found.get('leases', []))}, {len(orphans)} orphans"]
+    for lease in orphans:
+        subnets = ", ".join(s for s in (lease.get("subnet"), lease.get("ipv6_subnet")) if s)
+        lines.append(f"  orphan      {subnets} (public IP {lease.get('public_ip')})")
+    for usage in found.get("utilisation", []):
+        outside = f", {usage['outside']} leases outside them" if usage.get("outside") else ""
+        lines.append(
+            f"subnets       {usage['network']}: {usage['used']} of {usage['total']} used, "
+            f"{usage['free']} free{outside}"
+        )
     return lines
 
 

@@ -1,14 +1,17 @@
-"""The pyflannel runtime for modules that run on a node: present only in the agent's virtualenv,
-so these modules run with ``ansible_python_interpreter`` set to that virtualenv's Python."""
+"""The pyflannel runtime for modules that run on a node: it is in the agent's virtualenv, whose
+Python the collection's action plugin (plugins/plugin_utils/agent_venv.py) runs these modules
+with; and the agent's own settings, which the modules start from."""
 
 from __future__ import annotations
 
+import os
+import sys
 import traceback
 
 from ansible.module_utils.basic import missing_required_lib
 
 try:
-    import pyflannel_runtime  # noqa: F401
+    import pyflannel_runtime  # noqa: F401 # pylint: disable=unused-import
 except ImportError:
     RUNTIME_IMPORT_ERROR: str | None = traceback.format_exc()
 else:
@@ -22,47 +25,62 @@ def require_runtime(module) -> None:
             msg=missing_required_lib(
                 "pyflannel_runtime",
                 reason=(
-                    "run this module with the agent's virtualenv interpreter "
-                    "(ansible_python_interpreter: /opt/pyflannel/venv/bin/python, "
-                    "installed by the pyflannel.network.agent role)"
+                    f"by this module, and the agent's virtualenv {sys.prefix} lacks it (the "
+                    "pyflannel.network.agent role installs it in flannel_agent_venv, default "
+                    "/opt/pyflannel/venv)"
                 ),
             ),
             exception=RUNTIME_IMPORT_ERROR,
         )
 
 
+# What every module run with the agent's virtualenv takes (action group pyflannel.network.flannel).
+VENV_ARGUMENT_SPEC = {"venv": {"type": "path"}}
+
+# The etcd connection (action group pyflannel.network.etcd). None is an option not given: the
+# agent's own setting applies (`agent_settings`).
 ETCD_ARGUMENT_SPEC = {
-    "etcd_endpoints": {"type": "list", "elements": "str", "required": True},
-    "etcd_prefix": {"type": "str", "default": "/coreos.com/network"},
+    "etcd_endpoints": {"type": "list", "elements": "str"},
+    "etcd_prefix": {"type": "str"},
     "etcd_cafile": {"type": "path"},
     "etcd_certfile": {"type": "path"},
     "etcd_keyfile": {"type": "path"},
     "etcd_username": {"type": "str"},
     "etcd_password": {"type": "str", "no_log": True},
+    "agent_env": {"type": "path"},
 }
 
-
-# A lease store of either datastore, as the agent reads it: etcd (its endpoints then required)
-# or the Kubernetes API through a kubeconfig.
-STORE_ARGUMENT_SPEC = {
-    **ETCD_ARGUMENT_SPEC,
-    "etcd_endpoints": {"type": "list", "elements": "str"},
-    "datastore": {"type": "str", "choices": ["etcd", "kubernetes"], "default": "etcd"},
+# The Kubernetes datastore (action group pyflannel.network.kubernetes, with agent_env).
+KUBERNETES_ARGUMENT_SPEC = {
+    "datastore": {"type": "str", "choices": ["etcd", "kubernetes"]},
     "kubeconfig_file": {"type": "path"},
+    "net_config_path": {"type": "path"},
+    "agent_env": {"type": "path"},
 }
-STORE_REQUIRED_IF = [("datastore", "etcd", ["etcd_endpoints"])]
+
+
+def agent_settings(module, names):
+    """pyflanneld's settings (pyflannel_runtime.agent.flags.Options) for the module: the options
+    `names` as given, else the agent's own settings (its environment file, ``agent_env``), else
+    pyflanneld's defaults. Fails the module on a value the agent would refuse."""
+    from pyflannel_runtime.agent.cli_flags import AgentFlagsError
+    from pyflannel_runtime.ops.agent_settings import agent_settings as resolve
+
+    params = module.params
+    given = {name: params[name] for name in names if name not in ("datastore", "agent_env")}
+    if "datastore" in names and params["datastore"] is not None:
+        given["kube_subnet_mgr"] = params["datastore"] == "kubernetes"
+    try:
+        return resolve(given, params["agent_env"], os.environ)
+    except AgentFlagsError as err:
+        module.fail_json(msg=f"the agent's settings: {err}")
 
 
 def etcd_settings(params):
-    """flanneld's etcd flags from the module's options (pyflannel_runtime's EtcdSettings)."""
-    from pyflannel_runtime.subnet.etcd import EtcdSettings
+    """The etcd connection (pyflannel_runtime's EtcdSettings) from the etcd options in `params`,
+    over the agent's own settings. Raises AgentFlagsError for a value the agent would refuse."""
+    from pyflannel_runtime.agent.stores import etcd_settings as settings
+    from pyflannel_runtime.ops.agent_settings import agent_settings as resolve
 
-    return EtcdSettings(
-        endpoints=tuple(params["etcd_endpoints"]),
-        prefix=params["etcd_prefix"],
-        cafile=params["etcd_cafile"] or "",
-        certfile=params["etcd_certfile"] or "",
-        keyfile=params["etcd_keyfile"] or "",
-        username=params["etcd_username"] or "",
-        password=params["etcd_password"] or "",
-    )
+    given = {name: params[name] for name in ETCD_ARGUMENT_SPEC if name != "agent_env"}
+    return settings(resolve(given, params["agent_env"], os.environ))

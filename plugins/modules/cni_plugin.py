@@ -16,7 +16,7 @@ description:
     O(record).
   - With O(state=absent), removes the launcher and the links O(record) notes that are still as
     they were made, and the record; nothing else in O(bin_dir).
-  - Runs with the agent's virtualenv interpreter (the launcher starts that interpreter).
+  - Runs with the agent's virtualenv's Python (see O(venv)), which the launcher starts too.
 extends_documentation_fragment:
   - pyflannel.network.attributes
   - pyflannel.network.attributes.venv
@@ -38,26 +38,24 @@ options:
     description: The node's record of the links this module made (JSON), which O(state=absent) reads.
     type: path
     default: /var/lib/pyflannel/cni-plugins.json
+    version_added: 0.2.0
   state:
     description: C(present) installs; C(absent) removes what this module installed.
     type: str
     choices: [present, absent]
     default: present
+    version_added: 0.2.0
 """
 
 EXAMPLES = r"""
 - name: Install the flannel CNI plugin
   pyflannel.network.cni_plugin:
     bin_dir: /opt/cni/bin
-  vars:
-    ansible_python_interpreter: /opt/pyflannel/venv/bin/python
 
 - name: Remove it again, with the reference plugin links it made
   pyflannel.network.cni_plugin:
     bin_dir: /opt/cni/bin
     state: absent
-  vars:
-    ansible_python_interpreter: /opt/pyflannel/venv/bin/python
 """
 
 RETURN = r"""
@@ -81,12 +79,16 @@ foreign:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.pyflannel.network.plugins.module_utils.runtime import require_runtime
+from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
+    VENV_ARGUMENT_SPEC,
+    require_runtime,
+)
 
 
 def build_module():
     return AnsibleModule(
         argument_spec={
+            **VENV_ARGUMENT_SPEC,
             "bin_dir": {"type": "path", "default": "/opt/cni/bin"},
             "plugins_dir": {"type": "path", "default": "/usr/lib/cni"},
             "link": {
@@ -101,30 +103,19 @@ def build_module():
     )
 
 
-def _relink(path, target):
-    temp = f"{path}.{os.getpid()}.tmp"
-    os.symlink(target, temp)
-    os.replace(temp, path)
-
-
 def _link_diff(path, before, after):
     return {"before_header": path, "after_header": path, "before": before, "after": after}
 
 
 def install(module, plugin, recorded):
-    from pyflannel_runtime.cni.install import launcher_script, plan_links
+    from pyflannel_runtime.cni.install import LinkError, launcher_script, make_links, plan_install
     from pyflannel_runtime.ops.files import FilesError, WantedFile, sync_files
 
     params = module.params
-    same_dir = os.path.realpath(params["bin_dir"]) == os.path.realpath(params["plugins_dir"])
-    links = [] if same_dir else params["link"]
-    for name in links:
-        target = os.path.join(params["plugins_dir"], name)
-        if not os.path.exists(target):
-            module.fail_json(
-                msg=f"link: {target} does not exist (is containernetworking-plugins installed?)"
-            )
-    plan = plan_links(params["bin_dir"], params["plugins_dir"], links, recorded)
+    try:
+        plan = plan_install(params["bin_dir"], params["plugins_dir"], params["link"], recorded)
+    except LinkError as err:
+        module.fail_json(msg=str(err))
     wanted = {plugin: WantedFile(launcher_script(), 0o755)}
     if plan.record != recorded:
         wanted[params["record"]] = WantedFile(plan.record.text(), 0o644)
@@ -135,21 +126,17 @@ def install(module, plugin, recorded):
     try:
         files = sync_files(wanted, check=module.check_mode)
         if not module.check_mode:
-            for path, target in plan.make:
-                _relink(path, target)
+            make_links(plan)
     except (FilesError, OSError) as err:
         module.fail_json(msg=f"cannot install into {params['bin_dir']}: {err}")
-    changed_links = [path for path, _ in plan.make]
+    changed_links = [path for path, _target in plan.make]
     return bool(files.changed or changed_links), changed_links, files.diff() + diffs, plan.foreign
 
 
 def remove(module, plugin, recorded):
-    from pyflannel_runtime.cni.install import is_launcher
+    from pyflannel_runtime.cni.install import removal
 
-    links = recorded.present()
-    paths = [*links, *([plugin] if is_launcher(plugin) else [])]
-    if os.path.exists(module.params["record"]):
-        paths.append(module.params["record"])
+    links, paths = removal(plugin, module.params["record"], recorded)
     diffs = [_link_diff(path, os.readlink(path) + "\n", "") for path in links]
     diffs += [_link_diff(path, f"{path}\n", "") for path in paths if path not in links]
     if not module.check_mode:

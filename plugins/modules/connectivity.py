@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: connectivity
 short_description: The connectivity suite on a node, through probe pods wired by the real CNI plugin
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - With O(state=present), wires two probe pods through the first plugin of the node's conflist (the
     flannel plugin), as a container runtime would, starts the suite's responder in them and on the host
@@ -23,7 +23,7 @@ description:
   - With O(state=absent), stops the responder, runs CNI DEL for the probe pods, removes their namespaces,
     and fails when anything of them is left (a namespace, the process, a host-local allocation, a flannel
     state file).
-  - Runs with the agent's virtualenv interpreter.
+  - Runs with the agent's virtualenv's Python (see O(venv)).
 extends_documentation_fragment:
   - pyflannel.network.attributes
   - pyflannel.network.attributes.venv
@@ -172,7 +172,10 @@ left_behind:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.pyflannel.network.plugins.module_utils.runtime import require_runtime
+from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
+    VENV_ARGUMENT_SPEC,
+    require_runtime,
+)
 
 # pyflannel_runtime.connectivity.scenarios.GROUPS, in their order (checked by the unit tests).
 GROUPS = ["pods", "hosts", "outside", "mtu", "checksums"]
@@ -181,6 +184,7 @@ GROUPS = ["pods", "hosts", "outside", "mtu", "checksums"]
 def main():
     module = AnsibleModule(
         argument_spec={
+            **VENV_ARGUMENT_SPEC,
             "name": {"type": "str", "default": "pyflannel-probe"},
             "state": {
                 "type": "str",

@@ -1,30 +1,47 @@
 #!/usr/bin/python
-"""Thin adapter over pyflannel_runtime.ops.etcd_auth."""
+"""Documentation only: the action plugin of this name (plugins/action/etcd_auth.py) runs on the
+controller."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: etcd_auth
 short_description: Turn on etcd authentication with a user for flannel's agents
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - Makes etcd hold a role that may read and write flannel's prefix (O(etcd_prefix)) and nothing
     else, the agents' user O(agent_user) with that role, a user of that role for each of
     O(certificate_users) (etcd takes a client certificate's common name as its user), the
     operator's C(root) with O(root_password), and turns authentication on. Only what differs is
     written; a password is checked by authenticating with it.
-  - Run it where the operator's root password is, the controller; the agents get only their own
-    user. Through etcd's JSON gateway, as every pyflannel client: with authentication on, etcd
-    refuses gateway clients whose certificate has a common name, so O(etcd_certfile) must have
-    none.
+  - An action plugin; it runs on the controller, where the operator's root password is and stays,
+    and contacts no host but etcd. The agents get only their own user.
+  - Through etcd's JSON gateway, as every pyflannel client. With authentication on, etcd refuses
+    gateway clients whose certificate has a common name, so O(etcd_certfile) must have none.
 extends_documentation_fragment:
   - pyflannel.network.attributes
-  - pyflannel.network.attributes.venv
-  - pyflannel.network.attributes.etcd
 attributes:
   diff_mode:
     support: none
 options:
+  etcd_endpoints:
+    description: etcd client URLs, tried in order.
+    type: list
+    elements: str
+    required: true
+  etcd_prefix:
+    description: The key prefix flannel's data lives under (flanneld's C(--etcd-prefix)).
+    type: str
+    default: /coreos.com/network
+  etcd_cafile:
+    description: CA bundle that signed the etcd server certificates, on the controller.
+    type: path
+  etcd_certfile:
+    description: Client certificate for etcd (with no common name), on the controller, with O(etcd_keyfile).
+    type: path
+  etcd_keyfile:
+    description: Private key of the client certificate, on the controller.
+    type: path
   agent_user:
     description: The agents' etcd user (flanneld's C(--etcd-username)).
     type: str
@@ -44,10 +61,12 @@ options:
     type: list
     elements: str
     default: []
+requirements:
+  - pyflannel_runtime on the controller (C(pip install 'pyflannel[controller]') in Ansible's environment)
 """
 
 EXAMPLES = r"""
-- name: etcd authentication for the agents
+- name: Etcd authentication for the agents
   pyflannel.network.etcd_auth:
     etcd_endpoints: [https://198.51.100.11:2379]
     etcd_cafile: inventories/mycluster-credentials/etcd-pki/ca.crt
@@ -56,7 +75,7 @@ EXAMPLES = r"""
     agent_user: pyflannel
     agent_password: "{{ lookup('ansible.builtin.password', 'credentials/etcd-agent') }}"
     root_password: "{{ lookup('ansible.builtin.password', 'credentials/etcd-root') }}"
-  delegate_to: localhost
+  run_once: true
 """
 
 RETURN = r"""
@@ -67,50 +86,3 @@ changes:
   elements: str
   sample: [add role pyflannel, add user pyflannel, grant role pyflannel to pyflannel, enable authentication]
 """
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
-    ETCD_ARGUMENT_SPEC,
-    etcd_settings,
-    require_runtime,
-)
-
-
-def build_module():
-    return AnsibleModule(
-        argument_spec={
-            **ETCD_ARGUMENT_SPEC,
-            "agent_user": {"type": "str", "required": True},
-            "agent_password": {"type": "str", "required": True, "no_log": True},
-            "root_password": {"type": "str", "required": True, "no_log": True},
-            "certificate_users": {"type": "list", "elements": "str", "default": []},
-        },
-        supports_check_mode=True,
-    )
-
-
-def main():
-    module = build_module()
-    require_runtime(module)
-    from pyflannel_runtime.ops.etcd_auth import AuthSetup, ensure_auth
-    from pyflannel_runtime.ops.publish import PublishError
-    from pyflannel_runtime.subnet.etcd import EtcdError
-    from pyflannel_runtime.subnet.etcd_client import EtcdClientError
-
-    params = module.params
-    setup = AuthSetup(
-        prefix=params["etcd_prefix"],
-        agent_user=params["agent_user"],
-        agent_password=params["agent_password"],
-        root_password=params["root_password"],
-        certificate_users=tuple(params["certificate_users"]),
-    )
-    try:
-        changes = ensure_auth(etcd_settings(params), setup, check=module.check_mode)
-    except (PublishError, EtcdError, EtcdClientError, OSError) as err:
-        module.fail_json(msg=str(err) or type(err).__name__)
-    module.exit_json(changed=bool(changes), changes=changes)
-
-
-if __name__ == "__main__":
-    main()

@@ -13,19 +13,42 @@ description:
     partial file), with the exact mode whatever the umask (pyflannel_runtime.ops.files).
   - Pairs with the C(pyflannel.network.render_node) action, which renders the contents on the
     controller from the cluster model.
-  - Runs with the agent's virtualenv interpreter.
+  - Runs with the agent's virtualenv's Python (see O(venv)).
 extends_documentation_fragment:
   - pyflannel.network.attributes
   - pyflannel.network.attributes.venv
 options:
   files:
     description:
-      - Absolute path to C({content, mode, owner, group, sensitive}); C(mode) is an octal string
-        such as C("0644"); C(owner) and C(group) are names, left as they are when not given;
-        C(sensitive=true) keeps the content out of C(--diff) output and out of the module's
-        arguments in the result.
-    type: dict
+      - The files to write.
+    type: list
+    elements: dict
     required: true
+    options:
+      path:
+        description: Absolute path of the file.
+        type: path
+        required: true
+      content:
+        description: The file's whole content.
+        type: str
+        required: true
+      mode:
+        description: Octal mode, written exactly whatever the umask.
+        type: str
+        default: "0644"
+      owner:
+        description: Owner's name; left as it is when not given.
+        type: str
+      group:
+        description: Group's name; left as it is when not given.
+        type: str
+      sensitive:
+        description:
+          - Keeps the content out of C(--diff) output and out of the module's arguments in the
+            result.
+        type: bool
+        default: false
 """
 
 EXAMPLES = r"""
@@ -37,8 +60,6 @@ EXAMPLES = r"""
 - name: Write them
   pyflannel.network.files:
     files: "{{ __flannel_rendered.files }}"
-  vars:
-    ansible_python_interpreter: /opt/pyflannel/venv/bin/python
 """
 
 RETURN = r"""
@@ -51,12 +72,30 @@ changed_files:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.pyflannel.network.plugins.module_utils.runtime import require_runtime
+from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
+    VENV_ARGUMENT_SPEC,
+    require_runtime,
+)
 
 
 def build_module():
     return AnsibleModule(
-        argument_spec={"files": {"type": "dict", "required": True}},
+        argument_spec={
+            **VENV_ARGUMENT_SPEC,
+            "files": {
+                "type": "list",
+                "elements": "dict",
+                "required": True,
+                "options": {
+                    "path": {"type": "path", "required": True},
+                    "content": {"type": "str", "required": True},
+                    "mode": {"type": "str", "default": "0644"},
+                    "owner": {"type": "str"},
+                    "group": {"type": "str"},
+                    "sensitive": {"type": "bool", "default": False},
+                },
+            },
+        },
         supports_check_mode=True,
     )
 
@@ -65,25 +104,25 @@ def _wanted(module):
     from pyflannel_runtime.ops.files import WantedFile
 
     wanted = {}
-    for path, spec in module.params["files"].items():
-        if not isinstance(spec, dict) or "content" not in spec:
-            module.fail_json(msg=f"files.{path}: needs content (and mode)")
+    for spec in module.params["files"]:
+        path = spec["path"]
         if not path.startswith("/"):
-            module.fail_json(msg=f"files.{path}: must be an absolute path")
+            module.fail_json(msg=f"files: {path}: must be an absolute path")
+        if path in wanted:
+            module.fail_json(msg=f"files: {path}: given more than once")
         try:
-            mode = int(str(spec.get("mode", "0644")), 8)
+            mode = int(spec["mode"], 8)
         except ValueError:
-            module.fail_json(msg=f"files.{path}.mode: {spec.get('mode')!r} is not an octal mode")
-        sensitive = bool(spec.get("sensitive", False))
-        if sensitive and spec["content"]:
+            module.fail_json(msg=f"files: {path}: mode {spec['mode']!r} is not an octal mode")
+        if spec["sensitive"] and spec["content"]:
             # Out of every output, the module's own arguments (shown with -v) included.
-            module.no_log_values.add(str(spec["content"]))
+            module.no_log_values.add(spec["content"])
         wanted[path] = WantedFile(
-            str(spec["content"]),
+            spec["content"],
             mode,
-            owner=spec.get("owner"),
-            group=spec.get("group"),
-            sensitive=sensitive,
+            owner=spec["owner"],
+            group=spec["group"],
+            sensitive=spec["sensitive"],
         )
     return wanted
 

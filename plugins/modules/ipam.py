@@ -19,9 +19,10 @@ description:
     never touched. C(changed) is true only when something was released.
   - Warns when a family of the pod subnet has fewer than O(free_warning_percent) percent of its
     addresses free.
-  - Runs with the agent's virtualenv interpreter.
+  - Runs with the agent's virtualenv's Python (see O(venv)).
 extends_documentation_fragment:
   - pyflannel.network.attributes
+  - pyflannel.network.attributes.venv
 attributes:
   check_mode:
     support: full
@@ -48,31 +49,21 @@ options:
     description: Warn when fewer than this percentage of a pod subnet's addresses are free; 0 never warns.
     type: int
     default: 10
-requirements:
-  - pyflannel_runtime (the agent's virtualenv)
-author:
-  - pyflannel maintainers
 """
 
 EXAMPLES = r"""
 - name: Report the node's pod addresses and the leaked ones
   pyflannel.network.ipam:
   check_mode: true
-  vars:
-    ansible_python_interpreter: /opt/pyflannel/venv/bin/python
   register: __flannel_ipam
 
 - name: Release the addresses of containers the runtime no longer knows
   pyflannel.network.ipam:
     cni_path: /opt/cni/bin
-  vars:
-    ansible_python_interpreter: /opt/pyflannel/venv/bin/python
 
 - name: Release leaks with the live pod sandboxes named by the caller
   pyflannel.network.ipam:
     valid_containers: "{{ __flannel_live_sandboxes.stdout_lines }}"
-  vars:
-    ansible_python_interpreter: /opt/pyflannel/venv/bin/python
 """
 
 RETURN = r"""
@@ -184,12 +175,16 @@ problems:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.pyflannel.network.plugins.module_utils.runtime import require_runtime
+from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
+    VENV_ARGUMENT_SPEC,
+    require_runtime,
+)
 
 
 def build_module():
     return AnsibleModule(
         argument_spec={
+            **VENV_ARGUMENT_SPEC,
             "conflist": {"type": "path", "default": "/etc/cni/net.d/10-flannel.conflist"},
             "cni_path": {"type": "str", "default": "/opt/cni/bin"},
             "valid_containers": {"type": "list", "elements": "str"},

@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: lease
 short_description: Pin a node's subnet as a reservation, or release the node's lease
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - With O(state=present) (etcd datastore), makes the node's subnet a reservation (a subnet key
     without an etcd lease) naming its public IPs, as flannel's reservations are made by hand; a
@@ -24,37 +24,33 @@ description:
     Node. The Node belongs to the cluster: only the annotations flannel writes are removed (the
     C(*-overwrite) ones and the podCIDR stay; deleting the Node frees those). There is nothing to
     pin: the cluster assigns podCIDRs."
-  - Runs where the lease store can be reached, for instance on the controller (whose Python has
-    pyflannel_runtime, as the collection's action plugins need) or on a node with the agent's
-    virtualenv interpreter.
+  - Runs where the lease store can be reached. On a node it runs with the agent's virtualenv's
+    Python and takes every lease store setting it is not given from the agent's environment file,
+    as C(pyflannel status) takes them. On the controller (C(delegate_to=localhost)) O(venv) names
+    the controller's Python environment (C(ansible_playbook_python)'s), which has pyflannel_runtime
+    as the collection's controller plugins need.
 extends_documentation_fragment:
   - pyflannel.network.attributes
   - pyflannel.network.attributes.venv
   - pyflannel.network.attributes.etcd
+  - pyflannel.network.attributes.datastore
 options:
   state:
     description: C(present) pins the node's subnet as a reservation; C(absent) releases the node's lease.
     type: str
     choices: [present, absent]
     default: present
-  datastore:
-    description: Where the leases are (C(kubernetes) is flanneld's C(--kube-subnet-mgr)).
-    type: str
-    choices: [etcd, kubernetes]
-    default: etcd
-  etcd_endpoints:
-    description: etcd client URLs, with O(datastore=etcd).
-    type: list
-    elements: str
-    required: false
   kubeconfig_file:
-    description: With O(datastore=kubernetes), a kubeconfig allowed to patch other nodes' status (flannel's
-      ClusterRole; a kubelet's own credentials may patch only its own Node).
+    description:
+      - With O(datastore=kubernetes), a kubeconfig allowed to patch other nodes' status (flannel's
+        ClusterRole; a kubelet's own credentials may patch only its own Node).
+      - Default the agent's setting, else the in-cluster settings.
     type: path
   kube_annotation_prefix:
-    description: With O(datastore=kubernetes), flanneld's C(--kube-annotation-prefix).
+    description:
+      - With O(datastore=kubernetes), flanneld's C(--kube-annotation-prefix) (default the agent's
+        setting, else C(flannel.alpha.coreos.com)).
     type: str
-    default: flannel.alpha.coreos.com
   node_name:
     description: With O(datastore=kubernetes), the Node whose flannel annotations are removed.
     type: str
@@ -77,14 +73,11 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Pin node3 to 10.244.7.0/24
+- name: Pin node3 to 10.244.7.0/24, from a node with the agent's etcd settings
   pyflannel.network.lease:
-    etcd_endpoints: [https://198.51.100.11:2379]
-    etcd_cafile: /etc/pyflannel/pki/etcd-ca.crt
-    etcd_certfile: /etc/pyflannel/pki/etcd-client.crt
-    etcd_keyfile: /etc/pyflannel/pki/etcd-client.key
     subnet: 10.244.7.0/24
     public_ip: 198.51.100.13
+  run_once: true
 
 - name: Release the lease of a node that is gone, from the controller
   pyflannel.network.lease:
@@ -94,9 +87,10 @@ EXAMPLES = r"""
     etcd_certfile: inventories/mycluster-credentials/etcd-pki/node3/client.crt
     etcd_keyfile: inventories/mycluster-credentials/etcd-pki/node3/client.key
     public_ip: 198.51.100.13
+    # The controller's environment, and no agent's environment file there.
+    venv: "{{ ansible_playbook_python | dirname | dirname }}"
+    agent_env: ""
   delegate_to: localhost
-  vars:
-    ansible_python_interpreter: "{{ ansible_playbook_python }}"
 
 - name: Remove flannel's annotations from a Node
   pyflannel.network.lease:
@@ -137,19 +131,25 @@ kept:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
-    STORE_ARGUMENT_SPEC,
-    STORE_REQUIRED_IF,
-    etcd_settings,
+    ETCD_ARGUMENT_SPEC,
+    VENV_ARGUMENT_SPEC,
+    agent_settings,
     require_runtime,
 )
+
+# The lease store's settings, each also an option of its own name (the agent's setting else).
+STORE_OPTIONS = (*ETCD_ARGUMENT_SPEC, "datastore", "kubeconfig_file", "kube_annotation_prefix")
 
 
 def build_module():
     return AnsibleModule(
         argument_spec={
-            **STORE_ARGUMENT_SPEC,
+            **VENV_ARGUMENT_SPEC,
+            **ETCD_ARGUMENT_SPEC,
+            "datastore": {"type": "str", "choices": ["etcd", "kubernetes"]},
+            "kubeconfig_file": {"type": "path"},
+            "kube_annotation_prefix": {"type": "str"},
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
-            "kube_annotation_prefix": {"type": "str", "default": "flannel.alpha.coreos.com"},
             "node_name": {"type": "str"},
             "public_ip": {"type": "str"},
             "public_ipv6": {"type": "str"},
@@ -157,7 +157,6 @@ def build_module():
             "ipv6_subnet": {"type": "str"},
             "release_reservation": {"type": "bool", "default": False},
         },
-        required_if=[*STORE_REQUIRED_IF, ("datastore", "kubernetes", ["node_name"])],
         supports_check_mode=True,
     )
 
@@ -180,29 +179,26 @@ def _node(params):
 
 
 def _run(module):
+    from pyflannel_runtime.agent.stores import etcd_settings, kube_settings
     from pyflannel_runtime.ops import lease
-    from pyflannel_runtime.subnet.kube import KubeSettings
 
     params = module.params
-    if params["datastore"] == "kubernetes":
+    opts = agent_settings(module, STORE_OPTIONS)
+    if opts.kube_subnet_mgr:
         if params["state"] == "present":
             module.fail_json(
                 msg="state=present: with the kubernetes datastore a node's subnet is its podCIDR, "
                 "which the cluster assigns; there is no reservation to pin"
             )
-        settings = KubeSettings(
-            kubeconfig_file=params["kubeconfig_file"] or "",
-            annotation_prefix=params["kube_annotation_prefix"],
-        )
-        return lease.release_kube(settings, params["node_name"], check=module.check_mode)
+        return lease.release_kube(kube_settings(opts), params["node_name"], check=module.check_mode)
     try:
         node = _node(params)
     except ValueError as err:
         module.fail_json(msg=f"public_ip, public_ipv6, subnet, ipv6_subnet: {err}")
     if params["state"] == "present":
-        return lease.pin_etcd(etcd_settings(params), node, check=module.check_mode)
+        return lease.pin_etcd(etcd_settings(opts), node, check=module.check_mode)
     return lease.release_etcd(
-        etcd_settings(params),
+        etcd_settings(opts),
         node,
         release_reservation=params["release_reservation"],
         check=module.check_mode,

@@ -14,7 +14,10 @@ description:
   - Optionally pins subnets (flannel's reservations, keys without an etcd lease) for nodes whose
     subnet is fixed in the inventory. A subnet an agent already holds under a lease becomes a
     reservation with the agent's own value; one leased by another node is an error.
-  - Runs with the agent's virtualenv interpreter (it uses the agent's own etcd client).
+  - On a node the roles provisioned it needs no etcd options; every etcd setting of the agent's
+    it is not given comes from the agent's environment file, as C(pyflannel config publish)
+    takes them.
+  - Runs with the agent's virtualenv's Python (it uses the agent's own etcd client; see O(venv)).
 extends_documentation_fragment:
   - pyflannel.network.attributes
   - pyflannel.network.attributes.venv
@@ -53,12 +56,9 @@ EXAMPLES = r"""
     etcd_certfile: /etc/pyflannel/pki/client.crt
     etcd_keyfile: /etc/pyflannel/pki/client.key
     config: '{"Network": "10.244.0.0/16", "Backend": {"Type": "vxlan"}}'
-  vars:
-    ansible_python_interpreter: /opt/pyflannel/venv/bin/python
 
-- name: Pin node n1 to 10.244.7.0/24
+- name: Pin node n1 to 10.244.7.0/24, on a node with the agent's etcd settings
   pyflannel.network.network_config:
-    etcd_endpoints: [http://127.0.0.1:2379]
     reservations:
       - {subnet: 10.244.7.0/24, public_ip: 192.0.2.21}
 """
@@ -88,6 +88,7 @@ keys:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
     ETCD_ARGUMENT_SPEC,
+    VENV_ARGUMENT_SPEC,
     etcd_settings,
     require_runtime,
 )
@@ -96,6 +97,7 @@ from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
 def build_module():
     return AnsibleModule(
         argument_spec={
+            **VENV_ARGUMENT_SPEC,
             **ETCD_ARGUMENT_SPEC,
             "config": {"type": "str"},
             "reservations": {
@@ -133,6 +135,7 @@ def _reservation(entry):
 def main():
     module = build_module()
     require_runtime(module)
+    from pyflannel_runtime.agent.cli_flags import AgentFlagsError
     from pyflannel_runtime.ops.publish import PublishError, publish
     from pyflannel_runtime.subnet.etcd import EtcdError
     from pyflannel_runtime.subnet.etcd_client import EtcdClientError
@@ -148,7 +151,7 @@ def main():
             reservations,
             check=module.check_mode,
         )
-    except (PublishError, EtcdError, EtcdClientError, OSError) as err:
+    except (AgentFlagsError, PublishError, EtcdError, EtcdClientError, OSError) as err:
         module.fail_json(msg=str(err) or type(err).__name__)
     keys = [
         {"key": c.key, "before": c.before, "after": c.after, "changed": c.changed} for c in changes

@@ -72,6 +72,7 @@ ansible_facts:
         routes: {"192.0.2.1": {oif: 2, src: 198.51.100.11}}
         backends: {vxlan: {supported: true, reason: ""}, host-gw: {supported: true, reason: ""}}
         python: "3.11"
+        interpreter: {implementation: cpython, python: "3.11", abiflags: "", machine: x86_64, libc: glibc 2.36}
         kernel: 6.1.0-18-amd64
         runtime: {python: /opt/pyflannel/venv/bin/python, wheelhouse: 9f2c...}
         packages: {etcd-server: 3.4.23-4+b7, containernetworking-plugins: null}
@@ -142,7 +143,7 @@ def _routes(module, links, addresses):
     by_name = {link["name"]: link["index"] for link in links}
     answers = {}
     for address in addresses:
-        rc, out, _ = module.run_command(
+        rc, out, _err = module.run_command(
             [module.get_bin_path("ip", True), "-json", "route", "get", address]
         )
         hops = json.loads(out or "[]") if rc == 0 else []
@@ -162,7 +163,7 @@ def _backends(module):
         if unshare is None:
             results[backend] = {"supported": False, "reason": "unshare (util-linux) is missing"}
             continue
-        rc, _, err = module.run_command([unshare, "--net", ip, *args])
+        rc, _out, err = module.run_command([unshare, "--net", ip, *args])
         results[backend] = {"supported": rc == 0, "reason": err.strip()}
     return results
 
@@ -175,7 +176,7 @@ def _packages(module, names):
     versions = dict.fromkeys(names)
     if dpkg_query is None:
         return versions
-    _, out, _ = module.run_command(
+    _rc, out, _err = module.run_command(
         [dpkg_query, "-W", "-f", "${Package} ${Status} ${Version}\n", *names]
     )
     for line in out.splitlines():
@@ -193,6 +194,21 @@ def _runtime(venv):
     except OSError:
         wheelhouse = None
     return {"python": python if os.path.exists(python) else None, "wheelhouse": wheelhouse}
+
+
+def _interpreter():
+    """What picks the wheels this Python installs (the agent's wheelhouse is built for it)."""
+    try:
+        libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError):
+        libc = ""
+    return {
+        "implementation": sys.implementation.name,
+        "python": "{}.{}".format(*sys.version_info[:2]),
+        "abiflags": sys.abiflags,
+        "machine": platform.machine(),
+        "libc": libc,
+    }
 
 
 def main():
@@ -215,6 +231,7 @@ def main():
         "routes": _routes(module, links, module.params["route_to"]),
         "backends": _backends(module),
         "python": "{}.{}".format(*sys.version_info[:2]),
+        "interpreter": _interpreter(),
         "kernel": platform.release(),
         "runtime": _runtime(module.params["venv"]),
         "packages": _packages(module, module.params["packages"]),

@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: node_reset
 short_description: Remove what the flannel agent and CNI plugin leave on a node besides files
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - Removes flannel's iptables chains C(FLANNEL-POSTRTG) (nat) and C(FLANNEL-FWD) (filter) with
     every jump into them, for IPv4 and IPv6, in one C(iptables-restore) transaction per family,
@@ -19,8 +19,9 @@ description:
   - With O(release_lease), releases in etcd the lease C(subnet.env) names, so that peers drop
     the node's routes at once and its subnet is free; a reservation stays. Stop the agent first.
   - Nothing else is touched; no table is flushed. Call it before the conflist and C(subnet.env)
-    go.
-  - Runs with the agent's virtualenv interpreter.
+    go, and before the agent's environment file; with O(release_lease), every etcd setting of the
+    agent's it is not given comes from that file, as C(pyflannel status) takes them.
+  - Runs with the agent's virtualenv's Python (see O(venv)).
 extends_documentation_fragment:
   - pyflannel.network.attributes
   - pyflannel.network.attributes.venv
@@ -36,26 +37,25 @@ options:
     elements: str
     default: []
   release_lease:
-    description: Also release the node's lease in etcd (needs O(etcd_endpoints)).
+    description: Also release the node's lease in etcd (the etcd options, else the agent's settings).
     type: bool
     default: false
   subnet_file:
-    description: The agent's subnet.env, which names its lease.
+    description:
+      - The agent's subnet.env, which names its lease (default the agent's setting, else
+        C(/run/flannel/subnet.env)).
     type: path
-    default: /run/flannel/subnet.env
-  etcd_endpoints:
-    description: etcd client URLs (flanneld's C(--etcd-endpoints)), for O(release_lease).
-    type: list
-    elements: str
-    required: false
 """
 
 EXAMPLES = r"""
 - name: Remove flannel's firewall rules and CNI state
   pyflannel.network.node_reset:
     conflist: /etc/cni/net.d/10-flannel.conflist
-  vars:
-    ansible_python_interpreter: /opt/pyflannel/venv/bin/python
+
+- name: The same, and release the node's lease with the agent's etcd settings (agent stopped)
+  pyflannel.network.node_reset:
+    networks: [10.244.0.0/16]
+    release_lease: true
 """
 
 RETURN = r"""
@@ -87,7 +87,8 @@ directories:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
     ETCD_ARGUMENT_SPEC,
-    etcd_settings,
+    VENV_ARGUMENT_SPEC,
+    agent_settings,
     require_runtime,
 )
 
@@ -95,19 +96,19 @@ from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
 def main():
     module = AnsibleModule(
         argument_spec={
+            **VENV_ARGUMENT_SPEC,
+            **ETCD_ARGUMENT_SPEC,
             "conflist": {"type": "path", "default": "/etc/cni/net.d/10-flannel.conflist"},
             "networks": {"type": "list", "elements": "str", "default": []},
             "release_lease": {"type": "bool", "default": False},
-            "subnet_file": {"type": "path", "default": "/run/flannel/subnet.env"},
-            **ETCD_ARGUMENT_SPEC,
-            "etcd_endpoints": {"type": "list", "elements": "str"},
+            "subnet_file": {"type": "path"},
         },
-        required_if=[("release_lease", True, ["etcd_endpoints"])],
         supports_check_mode=True,
     )
     require_runtime(module)
     from ipaddress import ip_network
 
+    from pyflannel_runtime.agent.stores import etcd_settings
     from pyflannel_runtime.ops.reset import ResetError, release_lease, remove_leftovers
 
     params = module.params
@@ -115,13 +116,12 @@ def main():
         networks = [ip_network(network) for network in params["networks"]]
     except ValueError as err:
         module.fail_json(msg=f"networks: {err}")
+    lease = None
     try:
         # The lease first: its subnet.env goes with the rest of the agent's files.
-        lease = (
-            release_lease(etcd_settings(params), params["subnet_file"], check=module.check_mode)
-            if params["release_lease"]
-            else None
-        )
+        if params["release_lease"]:
+            opts = agent_settings(module, [*ETCD_ARGUMENT_SPEC, "subnet_file"])
+            lease = release_lease(etcd_settings(opts), opts.subnet_file, check=module.check_mode)
         leftovers = remove_leftovers(params["conflist"], networks, check=module.check_mode)
     except ResetError as err:
         module.fail_json(msg=str(err))

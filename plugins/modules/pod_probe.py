@@ -13,7 +13,7 @@ description:
     address. A probe pod that is already there is reused.
   - With O(ping), pings each address from inside the pod and reports which answered.
   - With O(state=absent), runs CNI DEL and removes the namespace.
-  - Runs with the agent's virtualenv interpreter.
+  - Runs with the agent's virtualenv's Python (see O(venv)).
 extends_documentation_fragment:
   - pyflannel.network.attributes
   - pyflannel.network.attributes.venv
@@ -76,12 +76,16 @@ reachable:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.pyflannel.network.plugins.module_utils.runtime import require_runtime
+from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
+    VENV_ARGUMENT_SPEC,
+    require_runtime,
+)
 
 
 def main():
     module = AnsibleModule(
         argument_spec={
+            **VENV_ARGUMENT_SPEC,
             "name": {"type": "str", "default": "pyflannel-probe"},
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
             "conflist": {"type": "path", "default": "/etc/cni/net.d/10-flannel.conflist"},

@@ -26,46 +26,37 @@ description:
   - Leases the agent never programs (outside the network, holding no subnet, or unreadable) are the
     lease store's problem, not this node's, and would show on every node alike; they are returned in
     RV(rejected), counted in RV(leases) and RV(summary), and warned about, without failing.
-  - Runs with the agent's virtualenv interpreter.
+  - On a node the roles provisioned it needs no options; every setting of the agent's it is not
+    given comes from the agent's environment file, as C(pyflannel status) takes them.
+  - Runs with the agent's virtualenv's Python (see O(venv)).
 extends_documentation_fragment:
   - pyflannel.network.attributes
   - pyflannel.network.attributes.venv
   - pyflannel.network.attributes.etcd
+  - pyflannel.network.attributes.datastore
+  - pyflannel.network.attributes.kubernetes
 options:
-  datastore:
-    description: Where the leases are (C(kubernetes) is flanneld's C(--kube-subnet-mgr)).
-    type: str
-    choices: [etcd, kubernetes]
-    default: etcd
-  etcd_endpoints:
-    description: etcd client URLs, with O(datastore=etcd).
-    type: list
-    elements: str
-    required: false
-  kubeconfig_file:
-    description: With O(datastore=kubernetes), the kubeconfig (default in-cluster settings).
-    type: path
-  net_config_path:
-    description: With O(datastore=kubernetes), the net-conf.json the agent reads.
-    type: path
-    default: /etc/kube-flannel/net-conf.json
   public_ip:
-    description: The node's public IP, which names its own lease (default the lease subnet.env names).
+    description:
+      - The node's public IP, which names its own lease (default the agent's setting, else the
+        lease subnet.env names).
     type: str
   subnet_file:
-    description: The agent's subnet.env, checked against the lease and returned in RV(subnet_env).
+    description:
+      - The agent's subnet.env, checked against the lease and returned in RV(subnet_env) (default
+        the agent's setting, else C(/run/flannel/subnet.env)).
     type: path
-    default: /run/flannel/subnet.env
   healthz_ip:
-    description: The agent's C(--healthz-ip); an unspecified address is asked on loopback.
+    description:
+      - The agent's C(--healthz-ip); an unspecified address is asked on loopback (default the
+        agent's setting, else C(0.0.0.0)).
     type: str
-    default: 0.0.0.0
   healthz_port:
-    description: The agent's C(--healthz-port); with C(0) (no health server) the agent's process is
-      looked for instead (its pid file beside O(subnet_file), else a C(flanneld) or C(pyflanneld)
-      process).
+    description:
+      - The agent's C(--healthz-port) (default the agent's setting, else flanneld's C(0)); with C(0)
+        (no health server) the agent's process is looked for instead (its pid file beside
+        O(subnet_file), else a C(flanneld) or C(pyflanneld) process).
     type: int
-    default: 8081
   fail_on_problems:
     description: Fail when the report has problems the module cannot repair.
     type: bool
@@ -73,15 +64,17 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Check and repair this node's routes
+- name: Report drift on a node the roles provisioned (the agent's own settings)
+  pyflannel.network.routes:
+  check_mode: true
+
+- name: Check and repair a node's routes, the etcd connection given
   pyflannel.network.routes:
     etcd_endpoints: [https://198.51.100.11:2379]
     etcd_cafile: /etc/pyflannel/pki/etcd-ca.crt
     etcd_certfile: /etc/pyflannel/pki/etcd-client.crt
     etcd_keyfile: /etc/pyflannel/pki/etcd-client.key
     public_ip: 198.51.100.12
-  vars:
-    ansible_python_interpreter: /opt/pyflannel/venv/bin/python
 """
 
 RETURN = r"""
@@ -104,15 +97,18 @@ leases:
   type: dict
   sample: {total: 3, programmed: 2, missing: 0, skipped: 0, rejected: 0, unchecked: 0}
 lease_list:
-  description: Every lease in the store (this node's too), with the public IPs its node is known by, the node's
-    name (Kubernetes datastore), the seconds until it expires (null for an etcd reservation), and whether this
-    node programs it (C(programmed)), lacks some of its entries (C(missing)), or C(own), C(skipped),
-    C(rejected) or C(unchecked).
+  description: Every lease in the store (this node's too), with the fields C(pyflannel.network.leases_info)
+    returns for it (the public IPs its node is known by, the node's name on the Kubernetes datastore, backend,
+    VTEP MACs, expiry), the seconds until it expires (null for an etcd reservation), and whether this node
+    programs it (C(programmed)), lacks some of its entries (C(missing)), or C(own), C(skipped), C(rejected) or
+    C(unchecked).
   returned: always
   type: list
   elements: dict
   sample: [{subnet: 10.244.3.0/24, ipv6_subnet: null, public_ip: 198.51.100.13, public_ipv6: null, node: null,
+            backend: vxlan, vtep_mac: "0a:58:0a:f4:03:00", vtep_mac_v6: null, expires: "2026-11-27T14:32:17Z",
             expires_in: 86170, state: programmed}]
+  version_added: 0.2.0
 missing:
   description: Entries the agent programs that the kernel lacks (C(ip)/C(bridge) syntax).
   returned: always
@@ -154,41 +150,44 @@ rejected:
   type: list
   elements: str
   sample: ["0.0.0.0-0: 0.0.0.0-0 holds no subnet (no IPv4 part, no IPv6 part)"]
+  version_added: 0.2.0
 """
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
-    STORE_ARGUMENT_SPEC,
-    STORE_REQUIRED_IF,
-    etcd_settings,
+    ETCD_ARGUMENT_SPEC,
+    KUBERNETES_ARGUMENT_SPEC,
+    VENV_ARGUMENT_SPEC,
+    agent_settings,
     require_runtime,
+)
+
+# The agent's settings the module takes, each also an option of its own name.
+AGENT_OPTIONS = (
+    *ETCD_ARGUMENT_SPEC,
+    "datastore",
+    "kubeconfig_file",
+    "net_config_path",
+    "public_ip",
+    "subnet_file",
+    "healthz_ip",
+    "healthz_port",
 )
 
 
 def build_module():
     return AnsibleModule(
         argument_spec={
-            **STORE_ARGUMENT_SPEC,
-            "net_config_path": {"type": "path", "default": "/etc/kube-flannel/net-conf.json"},
+            **VENV_ARGUMENT_SPEC,
+            **ETCD_ARGUMENT_SPEC,
+            **KUBERNETES_ARGUMENT_SPEC,
             "public_ip": {"type": "str"},
-            "subnet_file": {"type": "path", "default": "/run/flannel/subnet.env"},
-            "healthz_ip": {"type": "str", "default": "0.0.0.0"},
-            "healthz_port": {"type": "int", "default": 8081},
+            "subnet_file": {"type": "path"},
+            "healthz_ip": {"type": "str"},
+            "healthz_port": {"type": "int"},
             "fail_on_problems": {"type": "bool", "default": True},
         },
-        required_if=STORE_REQUIRED_IF,
         supports_check_mode=True,
-    )
-
-
-def _store(params):
-    if params["datastore"] == "etcd":
-        return etcd_settings(params)
-    from pyflannel_runtime.subnet.kube import KubeSettings
-
-    return KubeSettings(
-        kubeconfig_file=params["kubeconfig_file"] or "",
-        net_config_path=params["net_config_path"],
     )
 
 
@@ -200,22 +199,19 @@ def main():
 
     from pyflannel_runtime.ops import node_check
     from pyflannel_runtime.ops.agent import agent_endpoint
+    from pyflannel_runtime.ops.agent_settings import lease_store
     from pyflannel_runtime.ops.repair import RepairError, apply_repair, plan_repair
     from pyflannel_runtime.ops.verify import Host, VerifyError
 
-    params = module.params
+    opts = agent_settings(module, AGENT_OPTIONS)
+    # Checked by the agent's own flag validation.
+    public_ip = ip_address(opts.public_ip) if opts.public_ip else None
+    endpoint = agent_endpoint(opts.healthz_ip, opts.healthz_port)
+    host = Host(public_ip=public_ip, subnet_file=opts.subnet_file)
     try:
-        public_ip = ip_address(params["public_ip"]) if params["public_ip"] else None
-    except ValueError as err:
-        module.fail_json(msg=f"public_ip: {err}")
-    try:
-        endpoint = agent_endpoint(params["healthz_ip"], params["healthz_port"])
-    except ValueError as err:
-        module.fail_json(msg=f"healthz_ip, healthz_port: {err}")
-    host = Host(public_ip=public_ip, subnet_file=params["subnet_file"])
-    try:
-        agent = node_check.ask_agent(endpoint, None, subnet_file=params["subnet_file"])
-        report = node_check.check_node(_store(params), host, agent)
+        agent = node_check.ask_agent(endpoint, None, subnet_file=opts.subnet_file)
+        store = lease_store(opts, node_check.DEFAULT_TIMEOUT)
+        report = node_check.check_node(store, host, agent)
     except (VerifyError, OSError) as err:
         module.fail_json(msg=f"cannot verify: {err}")
     missing = [report.describe(e) for e in report.missing]
@@ -239,7 +235,7 @@ def main():
         "mtus": [
             {"device": m.device, "actual": m.actual, "expected": m.expected} for m in report.mtus
         ],
-        "subnet_env": node_check.read_subnet_env(params["subnet_file"]),
+        "subnet_env": node_check.read_subnet_env(opts.subnet_file),
         "problems": node_check.problems(report),
         "rejected": node_check.rejected(report),
     }
@@ -253,7 +249,7 @@ def main():
     diff = node_check.drift_diff(report)
     if module._diff and diff is not None:
         result["diff"] = diff
-    if result["problems"] and params["fail_on_problems"]:
+    if result["problems"] and module.params["fail_on_problems"]:
         module.fail_json(msg="; ".join(result["problems"]), **result)
     module.exit_json(**result)
 

@@ -214,7 +214,7 @@ class ClusterAction(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        _, args = self.validate_argument_spec(
+        _validated, args = self.validate_argument_spec(
             argument_spec={"group": {"type": "str"}, **self.OPTIONS}
         )
         group = args["group"] or task_vars.get("flannel_nodes_group", "flannel_nodes")

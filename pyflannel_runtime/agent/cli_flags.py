@@ -1,9 +1,11 @@
-"""pyflanneld's flags on ``pyflannel`` commands: the same names, values, checks and defaults.
+"""pyflanneld's flags on ``pyflannel`` commands and the collection's node modules: the same
+names, values, checks and defaults.
 
 A command that talks to what the agent talks to (``status``, ``config publish``) takes the
 agent's flags for it and resolves them as the agent would, from (first wins) the command line,
 the FLANNELD_* environment, and the agent's environment file when there is one, so that on a
-node the bare command uses the agent's own settings.
+node the bare command uses the agent's own settings. A module resolves its options the same way
+(`resolve_options`, `environment_with_file`), its options given explicitly first.
 """
 
 from __future__ import annotations
@@ -66,8 +68,14 @@ def agent_environment(
 ) -> dict[str, str]:
     """The environment the agent's flags are read from: this process's, over the agent's
     environment file (``--agent-env``)."""
-    env = dict(_env_file(args.agent_env))
-    env.update(os.environ if environ is None else environ)
+    return environment_with_file(args.agent_env, os.environ if environ is None else environ)
+
+
+def environment_with_file(path: str | None, environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` over the agent's environment file at `path` (None: the agent's own file when
+    it exists; '': none)."""
+    env = dict(_env_file(path))
+    env.update(environ)
     return env
 
 
@@ -76,13 +84,19 @@ def agent_options(
 ) -> Options:
     """pyflanneld's settings: the given flags, else FLANNELD_* from `environ` (see
     `agent_environment`), else pyflanneld's defaults; checked as the agent checks them."""
-    given = [
-        f"--{name}={value}"
+    given = {
+        name: value
         for name in names
         if (value := getattr(args, name.replace("-", "_"))) is not None
-    ]
+    }
+    return resolve_options(given, environ)
+
+
+def resolve_options(given: Mapping[str, str], environ: Mapping[str, str]) -> Options:
+    """pyflanneld's settings from flags given by name (``{"etcd-prefix": "/x"}``), else
+    FLANNELD_* from `environ`, else pyflanneld's defaults; checked as the agent checks them."""
     try:
-        opts = parse_flags(given, environ)
+        opts = parse_flags([f"--{name}={value}" for name, value in given.items()], environ)
         validate(opts)
     except FlagError as err:
         raise AgentFlagsError(str(err)) from None

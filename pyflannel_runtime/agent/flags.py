@@ -197,19 +197,25 @@ FLAGS: tuple[Flag, ...] = (
     Flag("etcd-password", "password for BasicAuth to etcd"),
     Flag(
         "iface",
-        "interface to use (IP or name) for inter-host communication. Can be specified multiple times to check each option in order. Returns the first match found.",
+        "interface to use (IP or name) for inter-host communication. Can be specified multiple"
+        " times to check each option in order. Returns the first match found.",
         repeated=True,
         check=_interface,
     ),
     Flag(
         "iface-regex",
-        "regex expression to match the first interface to use (IP or name) for inter-host communication. Can be specified multiple times to check each regex in order. Returns the first match found. Regexes are checked after specific interfaces specified by the iface option have already been checked.",
+        "regex expression to match the first interface to use (IP or name) for inter-host"
+        " communication. Can be specified multiple times to check each regex in order. Returns"
+        " the first match found. Regexes are checked after specific interfaces specified by the"
+        " iface option have already been checked.",
         repeated=True,
         check=_regex,
     ),
     Flag(
         "iface-can-reach",
-        "detect interface to use (IP or name) for inter-host communication based on which will be used for provided IP. This is exactly the interface to use of command 'ip route get <ip-address>'",
+        "detect interface to use (IP or name) for inter-host communication based on which will"
+        " be used for provided IP. This is exactly the interface to use of command 'ip route get"
+        " <ip-address>'",
         check=_optional(_ip(None)),
     ),
     Flag(

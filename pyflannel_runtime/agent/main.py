@@ -71,9 +71,9 @@ def write_subnet_file(
     path: str, config: NetworkConfig, lease: Lease, mtu: int, ipmasq: bool
 ) -> None:
     env = SubnetEnv(
-        network=config.network if config.enable_ipv4 else None,
+        network=config.enabled_network,
         subnet=lease.subnet if config.enable_ipv4 else None,
-        ipv6_network=config.ipv6_network if config.enable_ipv6 else None,
+        ipv6_network=config.enabled_ipv6_network,
         ipv6_subnet=lease.ipv6_subnet if config.enable_ipv6 else None,
         mtu=mtu,
         ipmasq=ipmasq,

@@ -48,15 +48,6 @@ class HostDatapath:
     forwarder: Mapping[IPNetwork, IPAddress] | None = None
 
 
-def configured_networks(config: NetworkConfig) -> tuple[IPNetwork, ...]:
-    """The cluster networks of the enabled families."""
-    wanted = (
-        config.network if config.enable_ipv4 else None,
-        config.ipv6_network if config.enable_ipv6 else None,
-    )
-    return tuple(n for n in wanted if n is not None)
-
-
 def direct_oif(ipr: Any, ip: IPAddress) -> int | None:
     """DirectRouting applies when `ip route get <ip>` gives exactly one route, gateway-less."""
     from pyroute2.netlink.exceptions import NetlinkError
@@ -104,7 +95,7 @@ def inspect_vxlan(
         ipv4=config.enable_ipv4,
         ipv6=config.enable_ipv6,
         ownership_devices=frozenset(i for i in indexes.values() if i is not None and i > 0),
-        networks=configured_networks(config),
+        networks=config.enabled_networks,
         names=names,
         problems=tuple(problems),
     )
@@ -139,7 +130,7 @@ def inspect_hostgw(
         ext_index=ext_index,
         ipv4=config.enable_ipv4,
         ipv6=config.enable_ipv6,
-        networks=configured_networks(config),
+        networks=config.enabled_networks,
         names=names,
         problems=tuple(problems),
     )
@@ -173,7 +164,7 @@ def inspect_udp(
         names[-1] = "flannel0"
         return HostDatapath(
             backend_type="udp",
-            networks=configured_networks(config),
+            networks=config.enabled_networks,
             names=names,
             problems=(f"no device holds {address}/32: flannel0 does not exist",),
         )
@@ -211,7 +202,7 @@ def inspect_udp(
         (problems if short else checked).append(text)
     return HostDatapath(
         backend_type="udp",
-        networks=configured_networks(config),
+        networks=config.enabled_networks,
         names=names,
         problems=tuple(problems),
         mtu_devices=frozenset({index}),

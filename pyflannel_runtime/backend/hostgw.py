@@ -71,12 +71,7 @@ class HostGwNetwork(PeerProgrammer):
         """host-gw needs no kernel lookups per peer."""
 
     def ownership(self) -> Ownership:
-        cfg = self._config
-        networks = (
-            cfg.network if cfg.enable_ipv4 else None,
-            cfg.ipv6_network if cfg.enable_ipv6 else None,
-        )
-        return Ownership(networks=tuple(n for n in networks if n is not None))
+        return Ownership(networks=self._config.enabled_networks)
 
     async def close(self) -> None:
         await self.close_kernel()

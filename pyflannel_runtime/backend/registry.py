@@ -62,10 +62,6 @@ class BackendSpec:
     # The MAC a lease's backend data advertises ("" if none); None: the backend has no MAC.
     advertised_mac: Callable[[str | None], str] | None = None
 
-    @property
-    def mtu_overhead(self) -> int:
-        return self.options.MTU_OVERHEAD
-
     def expected_entries(self, lease: Lease, host: HostDatapath) -> tuple[Entry, ...]:
         """The entries the agent programs for a peer; PeerSkipped when it programs none."""
         if self.peer_entries is None:

@@ -61,10 +61,6 @@ def header_length(packet: bytes | bytearray | memoryview) -> int:
     return (packet[0] & 0x0F) * 4
 
 
-def is_ipv4(packet: bytes | bytearray | memoryview) -> bool:
-    return len(packet) >= 20 and packet[0] >> 4 == 4 and len(packet) >= header_length(packet)
-
-
 def ip_header_checksum(header: bytes | bytearray | memoryview) -> int:
     """The header checksum the header should carry (its own checksum field is skipped)."""
     return ~fold(ones_sum(header[:10]) + ones_sum(header[12:])) & 0xFFFF

@@ -31,7 +31,6 @@ from pyflannel_runtime.backend.udp_offload import (
     VNET_HDR_LEN,
     Offload,
     complete_checksum,
-    python_offload,
 )
 from pyflannel_runtime.backend.udp_packet import (
     COMMAND_SIZE,
@@ -109,11 +108,10 @@ def _serve_commands(ctl: socket.socket, table: RouteTable) -> NoReturn:
 
 
 def best_offload() -> Offload:
-    """numpy's when it is installed: summing payloads in Python costs ~8 us per segment."""
-    try:
-        from pyflannel_runtime.backend import udp_offload_numpy
-    except ImportError:
-        return python_offload()
+    """numpy's: summing payloads in Python costs ~8 us per segment."""
+    # Imported here so that only the forwarder processes load numpy, not the agent.
+    from pyflannel_runtime.backend import udp_offload_numpy
+
     return Offload(udp_offload_numpy.segment_tcp4, udp_offload_numpy.coalesce_tcp4, True)
 
 

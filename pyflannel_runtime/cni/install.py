@@ -118,6 +118,44 @@ class LinkPlan:
     record: LinkRecord  # every link of ours once ``make`` is done
 
 
+class LinkError(ValueError):
+    """A reference plugin to link is not there."""
+
+
+def plan_install(
+    bin_dir: str, plugins_dir: str, names: Iterable[str], recorded: LinkRecord
+) -> LinkPlan:
+    """The links to make for ``names``: none when the plugins already live in ``bin_dir``.
+    Raises LinkError for a plugin ``plugins_dir`` lacks."""
+    if os.path.realpath(bin_dir) == os.path.realpath(plugins_dir):
+        names = []
+    for name in names:
+        target = os.path.join(plugins_dir, name)
+        if not os.path.exists(target):
+            raise LinkError(
+                f"link: {target} does not exist (is containernetworking-plugins installed?)"
+            )
+    return plan_links(bin_dir, plugins_dir, names, recorded)
+
+
+def make_links(plan: LinkPlan) -> None:
+    """Each planned link, replacing what is there in one rename."""
+    for path, target in plan.make:
+        temp = f"{path}.{os.getpid()}.tmp"
+        os.symlink(target, temp)
+        os.replace(temp, path)
+
+
+def removal(plugin: str, record_path: str, recorded: LinkRecord) -> tuple[list[str], list[str]]:
+    """What a reset removes: our links still as made, and every path to unlink (those links,
+    the launcher when it is ours, the record when there is one)."""
+    links = recorded.present()
+    paths = [*links, *([plugin] if is_launcher(plugin) else [])]
+    if os.path.exists(record_path):
+        paths.append(record_path)
+    return links, paths
+
+
 def plan_links(
     bin_dir: str, plugins_dir: str, names: Iterable[str], recorded: LinkRecord
 ) -> LinkPlan:

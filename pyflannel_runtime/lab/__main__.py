@@ -1,16 +1,19 @@
 """``python -m pyflannel_runtime.lab``: the lab's command line.
 
-hosts up [--hosts N] [--etcd-members M]
-                        boot N hosts (default 3), the first M (default 1) etcd members; write
-                        the inventory (reuses a lab that is up, growing it to N hosts)
-hosts add [--count N]   boot N more hosts (default 1) into the running lab and its inventory
+hosts up [--hosts N] [--etcd-members M] [--release R[,R...]]
+                        boot N hosts (default 3, or one per release listed), the first M
+                        (default 1) etcd members, all of Debian release R (default bookworm) or
+                        host by host of the releases listed; write the inventory (reuses a lab
+                        that is up, growing it to N hosts)
+hosts add [--count N] [--release R]
+                        boot N more hosts (default 1) into the running lab and its inventory
 hosts remove NAME       throw one host away and take it out of the inventory
 hosts stop NAME         power one host off (its address and inventory entry stay)
 hosts start NAME        power it on again
 hosts down              remove the lab; the image cache stays
 hosts status            the hosts, their addresses and containers
 hosts restart NAME      reboot one host (same address, same NIC)
-image                   build the host image if the cache lacks it; print its tag
+image [--release R]     build the release's host image if the cache lacks it; print its tag
 podman-env              shell exports that point podman (or molecule) at the lab's storage
 netns up [--backend B] [--hosts N]
                         the agent-only lab in network namespaces: etcd, pyflanneld, CNI pods
@@ -34,15 +37,21 @@ from pyflannel_runtime.lab.podman import Podman
 
 def _print_lab(state: hosts.LabState) -> None:
     states = hosts.container_states(state)
-    print(f"underlay {state.network} on bridge {state.bridge}; image {state.image}")
+    images = ", ".join(dict.fromkeys(host.image for host in state.hosts))
+    print(f"underlay {state.network} on bridge {state.bridge}; images {images}")
     for host in state.hosts:
-        print(f"  {host.name:<8} {host.address!s:<16} {states[host.name]}")
+        print(f"  {host.name:<8} {host.address!s:<16} {host.release:<9} {states[host.name]}")
     print(f"inventory: {state.inventory}")
 
 
 def _up(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    state = hosts.up(args.hosts, etcd_members=args.etcd_members)
+    releases = args.release.split(",") if args.release else []
+    if args.hosts is not None:
+        count = args.hosts
+    else:
+        count = len(releases) if len(releases) > 1 else hosts.DEFAULT_HOSTS
+    state = hosts.up(count, etcd_members=args.etcd_members, releases=releases)
     _print_lab(state)
     print(
         f"up in {time.monotonic() - started:.1f} s; try: ansible -i {state.inventory} all -m ping"
@@ -69,7 +78,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _add(args: argparse.Namespace) -> int:
-    for host in hosts.add(args.count):
+    for host in hosts.add(args.count, release=args.release):
         print(f"{host.name} is up at {host.address}")
     return 0
 
@@ -90,7 +99,7 @@ _HOST_ACTIONS = {
 
 
 def _image(args: argparse.Namespace) -> int:
-    print(rootfs.ensure_image())
+    print(rootfs.ensure_image(release=args.release))
     return 0
 
 
@@ -111,16 +120,28 @@ def parser() -> argparse.ArgumentParser:
         required=True, metavar="ACTION"
     )
     up = host_commands.add_parser("up", help="boot the hosts and write the inventory")
-    up.add_argument("--hosts", type=int, default=hosts.DEFAULT_HOSTS, help="how many (default 3)")
+    up.add_argument("--hosts", type=int, help="how many (default 3, or one per release given)")
     up.add_argument(
         "--etcd-members",
         type=int,
         default=1,
         help="how many of them (the first) form the etcd cluster (default 1)",
     )
+    up.add_argument(
+        "--release",
+        metavar="R[,R...]",
+        help=f"the Debian release of every host ({', '.join(rootfs.RELEASES)}; default "
+        f"{rootfs.DEFAULT_RELEASE}), or a comma-separated list, host by host",
+    )
     up.set_defaults(handler=_up)
     add = host_commands.add_parser("add", help="boot more hosts into the running lab")
     add.add_argument("--count", type=int, default=1, help="how many (default 1)")
+    add.add_argument(
+        "--release",
+        choices=rootfs.RELEASES,
+        default=rootfs.DEFAULT_RELEASE,
+        help=f"their Debian release (default {rootfs.DEFAULT_RELEASE})",
+    )
     add.set_defaults(handler=_add)
     host_commands.add_parser("down", help="remove the lab").set_defaults(handler=_down)
     host_commands.add_parser("status", help="show the lab").set_defaults(handler=_status)
@@ -133,9 +154,14 @@ def parser() -> argparse.ArgumentParser:
         command = host_commands.add_parser(action, help=what)
         command.add_argument("name")
         command.set_defaults(handler=_host_action, action=action)
-    commands.add_parser("image", help="build the host image; print its tag").set_defaults(
-        handler=_image
+    image = commands.add_parser("image", help="build a release's host image; print its tag")
+    image.add_argument(
+        "--release",
+        choices=rootfs.RELEASES,
+        default=rootfs.DEFAULT_RELEASE,
+        help=f"the Debian release (default {rootfs.DEFAULT_RELEASE})",
     )
+    image.set_defaults(handler=_image)
     commands.add_parser("podman-env", help="exports for the lab's podman").set_defaults(
         handler=_podman_env
     )

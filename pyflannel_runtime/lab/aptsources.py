@@ -2,7 +2,10 @@
 
 apt reads ``/etc/apt/sources.list`` and then ``sources.list.d/*.list`` (one-line format) and
 ``*.sources`` (deb822 format) in name order; other file names there are ignored, as apt does.
-The first ``deb`` entry for the wanted suite with the ``main`` component is the mirror.
+The first ``deb`` entry for the wanted suite with the ``main`` component is the mirror. A
+release the machine has no entry for (Debian 13 hosts built on a Debian 12 machine) comes from
+the mirror of the machine's own release (``VERSION_CODENAME`` in os-release): a Debian mirror
+serves every release.
 """
 
 from __future__ import annotations
@@ -93,12 +96,32 @@ def read_sources(apt_dir: Path = Path("/etc/apt")) -> Iterator[Source]:
             yield from parse_deb822(path.read_text())
 
 
-def debian_mirror(suite: str, apt_dir: Path = Path("/etc/apt")) -> str:
-    """``$PYFLANNEL_LAB_MIRROR`` if set, else the machine's own mirror for ``suite``."""
+def own_release(os_release: Path) -> str | None:
+    """The machine's release codename (``bookworm``), from os-release's key=value lines."""
+    try:
+        text = os_release.read_text()
+    except FileNotFoundError:
+        return None
+    for line in text.splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() == "VERSION_CODENAME":
+            return value.strip().strip("\"'") or None
+    return None
+
+
+def debian_mirror(
+    suite: str, apt_dir: Path = Path("/etc/apt"), os_release: Path = Path("/etc/os-release")
+) -> str:
+    """``$PYFLANNEL_LAB_MIRROR`` if set, else the machine's own mirror for ``suite``, else the
+    one for the machine's own release."""
     override = os.environ.get(MIRROR_ENV)
     if override:
         return override
-    mirror = pick_mirror(read_sources(apt_dir), suite)
+    sources = list(read_sources(apt_dir))
+    mirror = pick_mirror(sources, suite)
+    own = own_release(os_release)
+    if mirror is None and own is not None:
+        mirror = pick_mirror(sources, own)
     if mirror is None:
         raise LabError(
             f"no Debian mirror for {suite!r} (component main) in {apt_dir}/sources.list or "

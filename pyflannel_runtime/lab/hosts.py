@@ -11,7 +11,8 @@ another process and after a failed ``up``; the image cache is left in place.
 
 A running lab can grow (``add``, or ``up`` with more hosts) and shrink (``remove``), and a host
 can be powered off and on again (``stop``, ``start``), as machines of a real cluster are; the
-inventory follows.
+inventory follows. Each host runs one Debian release (``rootfs.RELEASES``), so a lab can be a
+fleet of mixed releases, as clusters being upgraded are.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pyflannel_runtime.lab.errors import LabError
 from pyflannel_runtime.lab.locking import locked, locked_dir
 from pyflannel_runtime.lab.paths import LabPaths, cache_dir
 from pyflannel_runtime.lab.podman import Podman
-from pyflannel_runtime.lab.rootfs import ADMIN_USER, ensure_image
+from pyflannel_runtime.lab.rootfs import ADMIN_USER, DEFAULT_RELEASE, check_release, ensure_image
 from pyflannel_runtime.lab.ssh import SSH_FAILED, SshTarget, check_control_dir, generate_key
 
 log = logging.getLogger(__name__)
@@ -55,11 +56,12 @@ class Host(BaseModel):
     address: IPv4Address
     veth: str  # its root-namespace end, on the bridge
     container: str = ""  # podman's ID, once created
+    release: str = DEFAULT_RELEASE  # its Debian release
+    image: str = ""  # the image it boots from, once known
 
 
 class LabState(BaseModel):
     token: str
-    image: str
     cache_dir: Path
     network: IPv4Network
     bridge: str
@@ -92,25 +94,41 @@ class LabState(BaseModel):
 # --- the commands -------------------------------------------------------------------------------
 
 
+def host_releases(releases: Sequence[str], hosts: int) -> list[str]:
+    """Each host's release, in host order: none (bookworm) or one for every host, or one per
+    host."""
+    checked = [check_release(release) for release in releases] or [DEFAULT_RELEASE]
+    if len(checked) == 1:
+        return checked * hosts
+    if hosts != len(checked):
+        raise LabError(f"{len(checked)} releases for {hosts} hosts: give one, or one per host")
+    return checked
+
+
 def up(
-    hosts: int = DEFAULT_HOSTS, paths: LabPaths | None = None, etcd_members: int = 1
+    hosts: int = DEFAULT_HOSTS,
+    paths: LabPaths | None = None,
+    etcd_members: int = 1,
+    releases: Sequence[str] = (),
 ) -> LabState:
     """Boot ``hosts`` hosts and write the inventory, the first ``etcd_members`` of them in the
-    etcd group; a lab already up is reused, and grown when it has fewer hosts."""
+    etcd group; host N runs ``releases[N-1]`` (default: bookworm, or one release for all). A lab
+    already up is reused, and grown when it has fewer hosts."""
     if not 1 <= hosts <= underlay.MAX_HOSTS:
         raise LabError(f"--hosts must be 1 to {underlay.MAX_HOSTS}, not {hosts}")
     if not 1 <= etcd_members <= hosts:
         raise LabError(f"--etcd-members must be 1 to {hosts} (the hosts), not {etcd_members}")
+    wanted = host_releases(releases, hosts)
     paths = paths or LabPaths.default()
     check_control_dir(paths.control_dir)
     with locked_dir(paths.state_dir):
         current = load(paths)
         if current is not None:
-            return _reuse(current, hosts, paths, etcd_members)
+            return _reuse(current, wanted, paths, etcd_members)
         _require_tools()
-        image = ensure_image()
+        images = _images(wanted)
         try:
-            state = _create(paths, image, hosts, etcd_members)
+            state = _create(paths, images, wanted, etcd_members)
             _boot(state, paths)
         except BaseException:
             _clean_up_failed_start(paths)
@@ -132,9 +150,11 @@ def down(paths: LabPaths | None = None) -> bool:
     return True
 
 
-def add(count: int = 1, paths: LabPaths | None = None) -> list[Host]:
-    """Boot ``count`` more hosts into the running lab (the next free numbers); the inventory
-    gets them."""
+def add(
+    count: int = 1, paths: LabPaths | None = None, release: str = DEFAULT_RELEASE
+) -> list[Host]:
+    """Boot ``count`` more hosts of ``release`` into the running lab (the next free numbers);
+    the inventory gets them."""
     paths = paths or LabPaths.default()
     with locked_dir(paths.state_dir):
         state = load(paths)
@@ -146,7 +166,7 @@ def add(count: int = 1, paths: LabPaths | None = None) -> list[Host]:
                 f"{underlay.MAX_HOSTS - len(state.hosts)} more fit, not {count}"
             )
         _require_all_running(state)
-        return _grow(state, paths, count)
+        return _grow(state, paths, [release] * count)
 
 
 def remove_host(name: str, paths: LabPaths | None = None) -> Host:
@@ -237,7 +257,14 @@ def _require_tools() -> None:
         raise LabError(f"missing tools: {', '.join(missing)} (./scripts/bootstrap installs them)")
 
 
-def _create(paths: LabPaths, image: str, count: int, etcd_members: int) -> LabState:
+def _images(releases: Sequence[str]) -> dict[str, str]:
+    """The image of each release, built first where the cache lacks it."""
+    return {release: ensure_image(release=release) for release in dict.fromkeys(releases)}
+
+
+def _create(
+    paths: LabPaths, images: dict[str, str], releases: Sequence[str], etcd_members: int
+) -> LabState:
     """The key pair, the record, the bridge: the state file is saved before the bridge exists."""
     paths.control_dir.mkdir(mode=0o700)
     public_key = generate_key(paths.ssh_key)
@@ -248,7 +275,6 @@ def _create(paths: LabPaths, image: str, count: int, etcd_members: int) -> LabSt
         slot = underlay.pick_slot()
         state = LabState(
             token=token,
-            image=image,
             cache_dir=cache_dir(),
             network=slot,
             bridge=f"plab{token}",
@@ -257,7 +283,10 @@ def _create(paths: LabPaths, image: str, count: int, etcd_members: int) -> LabSt
             control_dir=paths.control_dir,
             inventory=paths.inventory,
             root_before=root_before,
-            hosts=[_new_host(slot, token, n) for n in range(1, count + 1)],
+            hosts=[
+                _new_host(slot, token, n, release, images[release])
+                for n, release in enumerate(releases, start=1)
+            ],
             etcd_members=etcd_members,
         )
         _save(state, paths)
@@ -266,14 +295,25 @@ def _create(paths: LabPaths, image: str, count: int, etcd_members: int) -> LabSt
     return state
 
 
-def _new_host(slot: IPv4Network, token: str, n: int) -> Host:
-    return Host(name=f"node{n}", address=underlay.host_address(slot, n), veth=f"plab{token}n{n}")
+def _new_host(slot: IPv4Network, token: str, n: int, release: str, image: str) -> Host:
+    return Host(
+        name=f"node{n}",
+        address=underlay.host_address(slot, n),
+        veth=f"plab{token}n{n}",
+        release=release,
+        image=image,
+    )
 
 
-def _grow(state: LabState, paths: LabPaths, count: int) -> list[Host]:
-    """``count`` hosts after the highest number in use, booted and put in the inventory."""
+def _grow(state: LabState, paths: LabPaths, releases: Sequence[str]) -> list[Host]:
+    """A host of each release after the highest number in use, booted and put in the
+    inventory."""
+    images = _images(releases)
     last = max((underlay.host_number(state.network, h.address) for h in state.hosts), default=0)
-    new = [_new_host(state.network, state.token, last + n) for n in range(1, count + 1)]
+    new = [
+        _new_host(state.network, state.token, last + n, release, images[release])
+        for n, release in enumerate(releases, start=1)
+    ]
     state.hosts.extend(new)
     _save(state, paths)
     _boot(state, paths, new)
@@ -301,7 +341,7 @@ def _boot(state: LabState, paths: LabPaths, booting: Sequence[Host] = ()) -> Non
                 *add_hosts,
                 f"--mount=type=bind,source={paths.authorized_keys},"
                 f"destination=/home/{state.user}/.ssh/authorized_keys,readonly",
-                state.image,
+                host.image,
             )
             .stdout.strip()
         )
@@ -407,12 +447,18 @@ def _inventory_text(state: LabState) -> str:
     )
 
 
-def _reuse(state: LabState, hosts: int, paths: LabPaths, etcd_members: int) -> LabState:
+def _reuse(
+    state: LabState, releases: Sequence[str], paths: LabPaths, etcd_members: int
+) -> LabState:
+    hosts = len(releases)
     if len(state.hosts) > hosts:
         raise LabError(
             f"a lab with {len(state.hosts)} hosts is already up; "
             "run `hosts remove NAME` or `hosts down` first"
         )
+    running = [host.release for host in state.hosts]
+    if running != list(releases[: len(running)]):
+        raise LabError(f"a lab of {', '.join(running)} hosts is already up; run `hosts down` first")
     if state.etcd_members != etcd_members:
         raise LabError(
             f"a lab with {state.etcd_members} etcd members is already up; run `hosts down` first"
@@ -433,7 +479,7 @@ def _reuse(state: LabState, hosts: int, paths: LabPaths, etcd_members: int) -> L
     inventory.write(state.inventory, _inventory_text(state))
     log.info("the lab is already up; reusing it")
     if len(state.hosts) < hosts:
-        _grow(state, paths, hosts - len(state.hosts))
+        _grow(state, paths, releases[len(state.hosts) :])
     return state
 
 

@@ -6,9 +6,12 @@ no route to the archive, so those are baked in and the roles' package tasks find
 passwordless sudo is the account Ansible logs in as; its key is the lab's, mounted at boot.
 Each host makes its own SSH host keys and machine id on first boot, as an installed node would.
 
-The image is tagged with a hash of the recipe (suite, packages, added files and the code of
-``build_rootfs``), built at most once per recipe and shared by every caller: a lock serializes
-concurrent callers, and whoever comes second finds the image already there.
+One image per Debian release (``RELEASES``; a lab may mix them, host by host), each tagged with
+its release and a hash of its recipe (release, packages, added files and the code of
+``build_rootfs``), built at most once per recipe and shared by every caller: a lock per release
+serializes concurrent builders, and whoever comes second finds the image already there. The
+cache's own lock is held only to import and prune, so a build of one release does not hold up
+labs that use another.
 """
 
 from __future__ import annotations
@@ -31,12 +34,15 @@ from pyflannel_runtime.lab.podman import Podman
 
 log = logging.getLogger(__name__)
 
-SUITE = "bookworm"
+# Debian 12 and 13: the releases the collection supports on its hosts.
+RELEASES = ("bookworm", "trixie")
+DEFAULT_RELEASE = "bookworm"
 ADMIN_USER = "pyflannel"
 IMAGE_NAME = "localhost/pyflannel-lab-host"
 RECIPE_LABEL = "io.pyflannel.lab.recipe"
+RELEASE_LABEL = "io.pyflannel.lab.release"
 IMPORTED_LABEL = "io.pyflannel.lab.imported"  # ns since the epoch: the listing has whole seconds
-KEEP_IMAGES = 3
+KEEP_IMAGES = 3  # per release
 
 PACKAGES = (
     # a minimal node
@@ -58,6 +64,7 @@ PACKAGES = (
     "etcd-server",
     "etcd-client",
     "containernetworking-plugins",
+    "python3-packaging",  # Ansible's pip module, for the agent's virtualenv
 )
 
 # Installed but not running until a role configures them (Debian enables them on install).
@@ -88,9 +95,9 @@ FILES: dict[str, tuple[int, str]] = {
 }
 
 
-def recipe_key() -> str:
+def recipe_key(release: str = DEFAULT_RELEASE) -> str:
     recipe = {
-        "suite": SUITE,
+        "suite": release,
         "packages": sorted(PACKAGES),
         "disabled": sorted(DISABLED_UNITS),
         "files": FILES,
@@ -99,40 +106,52 @@ def recipe_key() -> str:
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 
-def image_tag() -> str:
-    return f"{IMAGE_NAME}:{recipe_key()[:16]}"
+def image_tag(release: str = DEFAULT_RELEASE) -> str:
+    return f"{IMAGE_NAME}:{release}-{recipe_key(release)[:16]}"
 
 
-def ensure_image(cache_dir: Path | None = None) -> str:
-    """The image for the current recipe, built and imported first if the cache lacks it."""
+def check_release(release: str) -> str:
+    if release not in RELEASES:
+        raise LabError(f"no lab image for Debian {release!r}; the lab has {', '.join(RELEASES)}")
+    return release
+
+
+def ensure_image(cache_dir: Path | None = None, release: str = DEFAULT_RELEASE) -> str:
+    """The image for the release's current recipe, built and imported first if the cache lacks
+    it."""
+    check_release(release)
     cache = cache_dir or paths.cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     podman = Podman(cache)
-    tag = image_tag()
-    with locked(cache):
-        podman.configure()
-        if podman.image_exists(tag):
-            return tag
-        rootfs = cache / f"rootfs-{recipe_key()[:16]}"
+    tag = image_tag(release)
+    with locked(cache / f".build-{release}.lock"):
+        with locked(cache):
+            podman.configure()
+            if podman.image_exists(tag):
+                return tag
+        key = recipe_key(release)
+        rootfs = cache / f"rootfs-{key[:16]}"
         try:
             _remove_tree(rootfs)
             started = time.monotonic()
-            build_rootfs(rootfs, debian_mirror(SUITE), cache)
-            log.info("built the rootfs in %.1f s", time.monotonic() - started)
+            build_rootfs(rootfs, release, debian_mirror(release), cache)
+            log.info("built the %s rootfs in %.1f s", release, time.monotonic() - started)
             started = time.monotonic()
-            _import(podman, rootfs, tag)
-            log.info("imported %s in %.1f s", tag, time.monotonic() - started)
+            with locked(cache):
+                _import(podman, rootfs, tag, release, key)
+                log.info("imported %s in %.1f s", tag, time.monotonic() - started)
+                _prune_images(podman, release)
         finally:
             _remove_tree(rootfs)
-        _prune_images(podman)
     return tag
 
 
-def build_rootfs(target: Path, mirror: str, cache: Path) -> None:
-    """debootstrap into ``target``; the downloaded packages stay in ``cache`` for the next recipe."""
-    log_file, debs = cache / "build.log", cache / "debs"
+def build_rootfs(target: Path, release: str, mirror: str, cache: Path) -> None:
+    """debootstrap ``release`` into ``target``; the downloaded packages stay in ``cache`` for the
+    next recipe (their file names carry their versions, so releases share the directory)."""
+    log_file, debs = cache / f"build-{release}.log", cache / "debs"
     debs.mkdir(exist_ok=True)
-    log.info("building the %s rootfs from %s (log: %s)", SUITE, mirror, log_file)
+    log.info("building the %s rootfs from %s (log: %s)", release, mirror, log_file)
     with log_file.open("w") as out:
         _logged(
             out,
@@ -141,7 +160,7 @@ def build_rootfs(target: Path, mirror: str, cache: Path) -> None:
             "--components=main",
             f"--cache-dir={debs}",
             f"--include={','.join(PACKAGES)}",
-            SUITE,
+            release,
             str(target),
             mirror,
         )
@@ -170,7 +189,7 @@ def build_rootfs(target: Path, mirror: str, cache: Path) -> None:
     dbus_id.symlink_to("/etc/machine-id")
 
 
-def _import(podman: Podman, rootfs: Path, tag: str) -> None:
+def _import(podman: Podman, rootfs: Path, tag: str, release: str, key: str) -> None:
     tar = subprocess.Popen(
         ["tar", "--numeric-owner", "--xattrs", "--xattrs-include=*", "-C", str(rootfs), "-c", "."],
         stdout=subprocess.PIPE,
@@ -182,7 +201,9 @@ def _import(podman: Podman, rootfs: Path, tag: str) -> None:
             "--change",
             'CMD ["/sbin/init"]',
             "--change",
-            f"LABEL {RECIPE_LABEL}={recipe_key()}",
+            f"LABEL {RECIPE_LABEL}={key}",
+            "--change",
+            f"LABEL {RELEASE_LABEL}={release}",
             "--change",
             f"LABEL {IMPORTED_LABEL}={time.time_ns()}",
             "-",
@@ -195,11 +216,16 @@ def _import(podman: Podman, rootfs: Path, tag: str) -> None:
             raise LabError(f"tar of {rootfs} failed")
 
 
-def _prune_images(podman: Podman) -> None:
-    """Keeps the newest few: checkouts at other versions may share this cache."""
+def _prune_images(podman: Podman, release: str) -> None:
+    """Keeps the release's newest few: checkouts at other versions may share this cache. An image
+    from before images had a release label is a bookworm one."""
     listing = podman.run("images", "--format", "json", "--filter", f"label={RECIPE_LABEL}")
     images = sorted(
-        json.loads(listing.stdout or "[]"),
+        (
+            image
+            for image in json.loads(listing.stdout or "[]")
+            if (image.get("Labels") or {}).get(RELEASE_LABEL, DEFAULT_RELEASE) == release
+        ),
         key=lambda image: int((image.get("Labels") or {}).get(IMPORTED_LABEL, 0)),
         reverse=True,
     )

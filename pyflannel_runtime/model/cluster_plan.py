@@ -12,7 +12,8 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import Any
 
 from pyflannel_runtime.backend import registry
-from pyflannel_runtime.model.cluster import ClusterModel, ClusterModelError, NodeOverrides
+from pyflannel_runtime.model.cluster import ClusterModel, ClusterModelError
+from pyflannel_runtime.model.cluster_settings import NodeOverrides
 from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config
 
 ASSUMED_INTERFACE_MTU = 1500

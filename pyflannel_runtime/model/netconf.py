@@ -60,6 +60,22 @@ class NetworkConfig:
     backend_type: str = "udp"
     backend: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def enabled_network(self) -> IPv4Network | None:
+        """The IPv4 Network, or None when IPv4 is disabled."""
+        return self.network if self.enable_ipv4 else None
+
+    @property
+    def enabled_ipv6_network(self) -> IPv6Network | None:
+        """The IPv6 Network, or None when IPv6 is disabled."""
+        return self.ipv6_network if self.enable_ipv6 else None
+
+    @property
+    def enabled_networks(self) -> tuple[IPv4Network | IPv6Network, ...]:
+        """The cluster networks of the enabled families."""
+        wanted = (self.enabled_network, self.enabled_ipv6_network)
+        return tuple(n for n in wanted if n is not None)
+
 
 # --- decoding --------------------------------------------------------------------------------
 

@@ -52,17 +52,17 @@ def diff_ops(desired: DatapathState, actual: DatapathState) -> list[Op]:
     new_routes = desired.routes - actual.routes
     owned_route_keys = {r.key for r in actual.routes} if new_routes else set()
     upserts: list[Op] = [
-        *(Op(Action.REPLACE, e) for e in _ordered(desired.neighs - actual.neighs)),
-        *(Op(Action.REPLACE, e) for e in _ordered(desired.fdbs - actual.fdbs)),
+        *(Op(Action.REPLACE, e) for e in desired.neighs - actual.neighs),
+        *(Op(Action.REPLACE, e) for e in desired.fdbs - actual.fdbs),
         *(
             Op(Action.REPLACE if r.key in owned_route_keys else Action.CREATE, r)
-            for r in _ordered(new_routes)
+            for r in new_routes
         ),
     ]
     deletes: list[Entry] = [
-        *_ordered(n for n in actual.neighs if n.key not in neigh_keys),
-        *_ordered(actual.fdbs - desired.fdbs),
-        *_ordered(r for r in actual.routes if r.key not in route_keys),
+        *(n for n in actual.neighs if n.key not in neigh_keys),
+        *(actual.fdbs - desired.fdbs),
+        *(r for r in actual.routes if r.key not in route_keys),
     ]
     return upserts + [Op(Action.DELETE, e) for e in deletes]
 
@@ -71,12 +71,5 @@ def removal_ops(entries: Iterable[Entry]) -> list[Op]:
     """Deletes for a peer's entries in flannel's removal order."""
     entries = list(entries)
     return [
-        Op(Action.DELETE, e)
-        for kind in (Neigh, Fdb, Route)
-        for e in _ordered(x for x in entries if isinstance(x, kind))
+        Op(Action.DELETE, e) for kind in (Neigh, Fdb, Route) for e in entries if isinstance(e, kind)
     ]
-
-
-def _ordered(entries: Iterable[Entry]) -> list[Entry]:
-    # Order within one kind does not matter to the kernel; across kinds it does (see above).
-    return list(entries)

@@ -12,12 +12,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
+from typing import Any
 
 from pyflannel_runtime.backend import tx_offload
 from pyflannel_runtime.backend.options import VxlanOptions
 from pyflannel_runtime.model.lease import Lease
 from pyflannel_runtime.model.subnet_env import parse_dotenv
 from pyflannel_runtime.ops.agent import AgentEndpoint, AgentHealth, AgentState, probe_agent
+from pyflannel_runtime.ops.leases import lease_fields
 from pyflannel_runtime.ops.verify import (
     Datapath,
     Host,
@@ -97,32 +99,21 @@ def lease_label(status: LeaseStatus) -> str:
     return status.row.node or subnets_text(status.row.lease)
 
 
-def lease_rows(report: VerifyReport, now: float) -> list[dict[str, str | int | None]]:
-    """Every lease in the store: its subnets, the public IPs its node is known by, the node's
-    name (Kubernetes), the seconds until it expires (None: a reservation, or unknown), and where
-    this node stands with it (own, programmed, missing, skipped, rejected, unchecked): how the
-    verify role names a node outside the run, and how the agent role's roll sees that peers
-    hold a restarted node."""
-
-    def text(value: object) -> str | None:
-        return None if value is None else str(value)
-
-    rows: list[dict[str, str | int | None]] = []
+def lease_rows(report: VerifyReport, now: float) -> list[dict[str, Any]]:
+    """Every lease in the store, as scripts read one (`ops.leases.lease_fields`: its subnets,
+    the public IPs its node is known by, the node's name on Kubernetes, backend, VTEP MACs,
+    expiry), with the seconds until it expires (None: a reservation, or unknown) and where this
+    node stands with it (own, programmed, missing, skipped, rejected, unchecked): how the verify
+    role names a node outside the run, and how the agent role's roll sees that peers hold a
+    restarted node."""
+    rows = []
     for status in report.leases:
-        lease = status.row.lease
+        expiration = status.row.lease.expiration
         expires_in = None
-        if lease.expiration is not None and math.isfinite(lease.expiration):
-            expires_in = max(0, round(lease.expiration - now))
+        if expiration is not None and math.isfinite(expiration):
+            expires_in = max(0, round(expiration - now))
         rows.append(
-            {
-                "subnet": text(lease.subnet),
-                "ipv6_subnet": text(lease.ipv6_subnet),
-                "public_ip": text(lease.attrs.public_ip),
-                "public_ipv6": text(lease.attrs.public_ipv6),
-                "node": status.row.node or None,
-                "expires_in": expires_in,
-                "state": status.datapath.value,
-            }
+            {**lease_fields(status.row), "expires_in": expires_in, "state": status.datapath.value}
         )
     return rows
 

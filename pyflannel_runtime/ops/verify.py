@@ -370,7 +370,7 @@ async def _etcd_leases(settings: EtcdSettings) -> tuple[NetworkConfig, LeaseList
         ) from None
     finally:
         await sm.close()
-    ordered = sorted(listing.leases, key=_lease_order)
+    ordered = sorted(listing.leases, key=lease_order)
     return config, LeaseListing(tuple(ordered), listing.unreadable)
 
 
@@ -393,9 +393,9 @@ async def _kube_leases(settings: KubeSettings) -> tuple[NetworkConfig, LeaseList
         await sm.close()
 
 
-def _lease_order(row: ListedLease) -> tuple[int, int]:
-    """IPv4 leases by subnet, then IPv6-only ones, then those with no subnet at all (which
-    the scope rejects)."""
+def lease_order(row: ListedLease) -> tuple[int, int]:
+    """IPv4 leases by subnet, then IPv6-only ones (by their IPv6 subnet), then those with no
+    subnet at all (which the scope rejects)."""
     subnet = row.lease.subnet or row.lease.ipv6_subnet
     if subnet is None:
         return 7, 0

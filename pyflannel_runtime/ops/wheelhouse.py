@@ -1,21 +1,27 @@
 """The agent's wheelhouse: the project wheel and its dependencies, built once on the controller.
 
 Nodes install the agent offline from this one archive (``pip install --no-index``), so they
-need no index access. A build is cached under the digest of everything that goes into it (the
-source tree's package files and pyproject.toml, and the interpreter it is built for), so
-repeated playbook runs, tests and molecule scenarios share one build; a finished build is moved
-into place atomically, and concurrent builders of the same digest agree on one result.
+need no index access. A wheelhouse is built for one target interpreter, named by the wheel tags
+it accepts (``Target``: Python version, implementation, ABI, platforms), not for the
+controller's own: pip downloads the dependencies' binary wheels for those tags, so a Debian 12
+controller serves Debian 13 nodes (Python 3.13, a newer glibc) and a fleet of both gets one
+wheelhouse per interpreter. A build is cached under the digest of everything that goes into it
+(the source tree's package files and pyproject.toml, and the target), so repeated playbook
+runs, tests and molecule scenarios share one build; a finished build is moved into place
+atomically, and concurrent builders of the same digest agree on one result.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +30,9 @@ PROJECT = "pyflannel"
 _SOURCE_FILES = ("pyproject.toml", "README.md")
 _SOURCE_PACKAGE = "pyflannel_runtime"
 _SKIPPED_DIRS = {"__pycache__"}
+# The oldest glibc a manylinux tag names (manylinux1), and the legacy names of PEP 600's tags.
+_OLDEST_GLIBC_MINOR = 5
+_LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
 
 
 class WheelhouseError(Exception):
@@ -38,6 +47,83 @@ class Wheelhouse:
     digest: str
     project_wheel: str  # the project's own wheel's file name inside the archive
     python: str  # "3.11": the interpreter the wheels were built for
+    target: str  # the target's key ("cp311-cp311-manylinux_2_36_x86_64"), or "" if unknown
+
+
+@dataclass(frozen=True)
+class Target:
+    """An interpreter, as pip picks wheels for it (PEP 425 tags)."""
+
+    python: str  # "3.13"
+    implementation: str  # "cp"
+    abi: str  # "cp313"
+    platforms: tuple[str, ...]  # most specific first
+
+    @property
+    def key(self) -> str:
+        """``cp313-cp313-manylinux_2_41_x86_64``: equal keys accept the same wheels."""
+        return f"{self.implementation}{self.python.replace('.', '')}-{self.abi}-{self.platforms[0]}"
+
+    def pip_options(self) -> list[str]:
+        platforms = [arg for name in self.platforms for arg in ("--platform", name)]
+        return [
+            "--python-version",
+            self.python,
+            "--implementation",
+            self.implementation,
+            "--abi",
+            self.abi,
+            *platforms,
+        ]
+
+
+def manylinux_platforms(libc: str, machine: str) -> tuple[str, ...]:
+    """The manylinux tags a glibc runs (PEP 600, and the legacy names), newest first.
+
+    ``libc`` as glibc reports itself (``os.confstr("CS_GNU_LIBC_VERSION")``: "glibc 2.41").
+    """
+    name, _, version = libc.partition(" ")
+    major, _, minor = version.partition(".")
+    if name != "glibc" or major != "2" or not minor.isdigit():
+        raise WheelhouseError(f"no manylinux wheels for a C library {libc!r} (glibc 2.x only)")
+    tags: list[str] = []
+    for glibc_minor in range(int(minor), _OLDEST_GLIBC_MINOR - 1, -1):
+        tags.append(f"manylinux_2_{glibc_minor}_{machine}")
+        if glibc_minor in _LEGACY_MANYLINUX:
+            tags.append(f"{_LEGACY_MANYLINUX[glibc_minor]}_{machine}")
+    return tuple(tags)
+
+
+def target_of(interpreter: Mapping[str, str]) -> Target:
+    """The target of an interpreter as node_facts reports it (``implementation``, ``python``,
+    ``abiflags``, ``machine``, ``libc``)."""
+    implementation = interpreter.get("implementation", "")
+    if implementation != "cpython":
+        raise WheelhouseError(f"no wheelhouse for Python implementation {implementation!r}")
+    python = interpreter.get("python", "")
+    if not python.replace(".", "").isdigit() or python.count(".") != 1:
+        raise WheelhouseError(f"not a Python version: {python!r}")
+    return Target(
+        python=python,
+        implementation="cp",
+        abi=f"cp{python.replace('.', '')}{interpreter.get('abiflags', '')}",
+        platforms=manylinux_platforms(interpreter.get("libc", ""), interpreter.get("machine", "")),
+    )
+
+
+def local_target() -> Target:
+    """The controller's own interpreter."""
+    python = "{}.{}".format(*sys.version_info[:2])
+    libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    return target_of(
+        {
+            "implementation": sys.implementation.name,
+            "python": python,
+            "abiflags": sys.abiflags,
+            "machine": platform.machine(),
+            "libc": libc,
+        }
+    )
 
 
 def _source_files(source: Path) -> list[Path]:
@@ -49,9 +135,9 @@ def _source_files(source: Path) -> list[Path]:
     return files
 
 
-def source_digest(source: Path, python: str) -> str:
-    """sha256 over the files that make the wheel, by relative path, and the target Python."""
-    digest = hashlib.sha256(f"python {python}\n".encode())
+def source_digest(source: Path, target: str) -> str:
+    """sha256 over the files that make the wheel, by relative path, and the target's key."""
+    digest = hashlib.sha256(f"python {target}\n".encode())
     for path in _source_files(source):
         digest.update(f"{path.relative_to(source)}\0".encode())
         digest.update(path.read_bytes())
@@ -83,7 +169,9 @@ def _project_wheel(wheels: Path) -> str:
     return names[0]
 
 
-def _loaded(directory: Path, python: str, digest: str | None = None) -> Wheelhouse | None:
+def _loaded(
+    directory: Path, python: str, target: str, digest: str | None = None
+) -> Wheelhouse | None:
     archive = directory / ARCHIVE_NAME
     if not archive.is_file():
         return None
@@ -92,18 +180,19 @@ def _loaded(directory: Path, python: str, digest: str | None = None) -> Wheelhou
     project = [n for n in names if n.startswith(f"{PROJECT}-") and n.endswith(".whl")]
     if len(project) != 1:
         return None
-    return Wheelhouse(archive, digest or _file_digest(archive), project[0], python)
+    return Wheelhouse(archive, digest or _file_digest(archive), project[0], python, target)
 
 
-def build_wheelhouse(source: Path, cache_dir: Path) -> Wheelhouse:
-    """The wheelhouse for ``source`` and this interpreter, from the cache or built now."""
-    python = "{}.{}".format(*sys.version_info[:2])
+def build_wheelhouse(source: Path, cache_dir: Path, target: Target | None = None) -> Wheelhouse:
+    """The wheelhouse for ``source`` and ``target`` (default this interpreter), from the cache
+    or built now."""
+    target = target or local_target()
     source = source.resolve()
     if not (source / "pyproject.toml").is_file() or not (source / _SOURCE_PACKAGE).is_dir():
         raise WheelhouseError(f"{source} is not the pyflannel source tree (no pyproject.toml)")
-    digest = source_digest(source, python)
-    target = cache_dir / digest
-    cached = _loaded(target, python, digest)
+    digest = source_digest(source, target.key)
+    done = cache_dir / digest
+    cached = _loaded(done, target.python, target.key, digest)
     if cached is not None:
         return cached
 
@@ -117,32 +206,62 @@ def build_wheelhouse(source: Path, cache_dir: Path) -> Wheelhouse:
             (copy / path.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, copy / path.relative_to(source))
         wheels = work / "wheels"
-        # The project's own wheel and every dependency it declares for nodes.
-        _pip("wheel", "--quiet", "--wheel-dir", str(wheels), str(copy))
-        _project_wheel(wheels)
+        # The project's own wheel (pure Python, for any target), then the binary wheels of
+        # every dependency it declares for nodes, as the target takes them. pip evaluates the
+        # dependencies' environment markers for its own interpreter, not the target's.
+        _pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels), str(copy))
+        project = wheels / _project_wheel(wheels)
+        _pip(
+            "download",
+            "--quiet",
+            "--only-binary=:all:",
+            *target.pip_options(),
+            "--dest",
+            str(wheels),
+            str(project),
+        )
         staged = work / "result"
         staged.mkdir()
         with tarfile.open(staged / ARCHIVE_NAME, "w") as tar:
             for wheel in sorted(wheels.glob("*.whl")):
                 tar.add(wheel, arcname=wheel.name)
         try:
-            staged.rename(target)
+            staged.rename(done)
         except OSError:
-            if _loaded(target, python, digest) is None:  # not another builder's finished result
+            # not another builder's finished result
+            if _loaded(done, target.python, target.key, digest) is None:
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    built = _loaded(target, python, digest)
+    built = _loaded(done, target.python, target.key, digest)
     if built is None:
-        raise WheelhouseError(f"{target} holds no usable wheelhouse")
+        raise WheelhouseError(f"{done} holds no usable wheelhouse")
     return built
 
 
+def build_for_hosts(
+    source: Path, cache_dir: Path, interpreters: Mapping[str, Mapping[str, str]]
+) -> dict[str, Wheelhouse]:
+    """Each host's wheelhouse, by host name, from its interpreter (as node_facts reports it):
+    one build per distinct target, shared by the hosts that have it."""
+    targets = {}
+    for host, interpreter in sorted(interpreters.items()):
+        try:
+            targets[host] = target_of(interpreter)
+        except WheelhouseError as err:
+            raise WheelhouseError(f"{host}: {err}") from None
+    built = {
+        target.key: build_wheelhouse(source, cache_dir, target)
+        for target in {target.key: target for target in targets.values()}.values()
+    }
+    return {host: built[target.key] for host, target in targets.items()}
+
+
 def load_wheelhouse(archive: Path) -> Wheelhouse:
-    """A prebuilt archive (``flannel_wheelhouse``): checked, not rebuilt. Its Python is not
-    recorded in it, so it is taken to be this interpreter's."""
+    """A prebuilt archive (``flannel_wheelhouse``): checked, not rebuilt. Its target is not
+    recorded in it, so its Python is taken to be this interpreter's."""
     python = "{}.{}".format(*sys.version_info[:2])
-    loaded = _loaded(archive.parent, python) if archive.name == ARCHIVE_NAME else None
+    loaded = _loaded(archive.parent, python, "") if archive.name == ARCHIVE_NAME else None
     if loaded is None:
         raise WheelhouseError(f"{archive} is not a wheelhouse built by pyflannel (wheelhouse.tar)")
     return loaded

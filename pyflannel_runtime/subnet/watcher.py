@@ -80,8 +80,8 @@ class LeaseScope:
     def of(cls, config: NetworkConfig, *, check_lengths: bool) -> LeaseScope:
         """`check_lengths`: the store allocates SubnetLen-sized leases (etcd mode)."""
         return cls(
-            network=config.network if config.enable_ipv4 else None,
-            ipv6_network=config.ipv6_network if config.enable_ipv6 else None,
+            network=config.enabled_network,
+            ipv6_network=config.enabled_ipv6_network,
             subnet_len=config.subnet_len if check_lengths else 0,
             ipv6_subnet_len=config.ipv6_subnet_len if check_lengths else 0,
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pyflannel_runtime.lab import hosts
@@ -21,11 +21,12 @@ SNAPSHOT = (
 
 
 @contextlib.contextmanager
-def lab_hosts(count: int = 3, etcd_members: int = 1) -> Iterator[Any]:
-    """Systemd lab hosts (pyflannel_runtime.lab) from the cached image, the first
-    ``etcd_members`` of them in the etcd group, removed afterwards with the etcd CA the etcd
-    role made for them beside the inventory (as `./scripts/lab down`)."""
-    state = hosts.up(count, etcd_members=etcd_members)
+def lab_hosts(count: int = 3, etcd_members: int = 1, releases: Sequence[str] = ()) -> Iterator[Any]:
+    """Systemd lab hosts (pyflannel_runtime.lab) from the cached images of ``releases`` (one for
+    all, or one per host; default Debian 12), the first ``etcd_members`` of them in the etcd
+    group, removed afterwards with the etcd CA the etcd role made for them beside the inventory
+    (as `./scripts/lab down`)."""
+    state = hosts.up(count, etcd_members=etcd_members, releases=releases)
     try:
         yield state
     finally:

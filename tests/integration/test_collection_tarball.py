@@ -1,19 +1,25 @@
 """The built collection works on its own: `ansible-galaxy collection build`, installed into an
 empty directory, runs a module and a role by their FQCN from a playbook outside the repository
-(the controller-side code imports pyflannel_runtime from the controller's environment)."""
+(the controller-side code imports pyflannel_runtime from the controller's environment; the
+module runs with the agent's virtualenv's Python, here this project's, although the host's
+interpreter is one without the runtime). The tarball carries the runtime's source, which the
+runtime role builds the nodes' wheelhouse from, and its playbooks; not the lab harness, the
+tests or the project's tooling. (tests/integration/test_site.py provisions lab hosts with the
+installed tarball's pyflannel.network.site.)"""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
+from tests.integration.collection_tarball import build, install, members, run_outside
+
+VENV = Path(sys.executable).parent.parent
+# The project's tooling and tests, and the in-tree wrappers of playbooks/.
+NOT_SHIPPED = {"tests", "bench", "scripts", "molecule", "inventories", "collections", ".venv"}
+NOT_SHIPPED |= {"site.yml", "reset.yml", "remove-node.yml"}
 
 PLAYBOOK = """
 - name: A role and a module of the installed collection
@@ -24,67 +30,35 @@ PLAYBOOK = """
   tasks:
     - name: Write a file with the files module
       pyflannel.network.files:
-        files: "{{ {out + '/written.conf': {'content': _flannel_cluster.flannel_backend_type + '\\n', 'mode': '0640'}} }}"
+        files:
+          - path: "{{ out }}/written.conf"
+            content: "{{ _flannel_cluster.flannel_backend_type }}\\n"
+            mode: "0640"
 """
 
 
 @pytest.mark.root
 def test_the_built_tarball_installed_elsewhere_runs_a_role_and_a_module(tmp_path: Path) -> None:
-    built = tmp_path / "built"
-    subprocess.run(
-        [BIN / "ansible-galaxy", "collection", "build", "--output-path", built, ROOT],
-        check=True,
-        capture_output=True,
-        cwd=tmp_path,
-    )
-    (tarball,) = built.glob("pyflannel-network-*.tar.gz")
-    with tarfile.open(tarball) as tar:
-        top = {name.split("/")[0] for name in tar.getnames()}
-    assert "roles" in top and "plugins" in top
-    assert not top & {"pyflannel_runtime", "tests", "bench", "inventories", "collections", ".venv"}
-
-    installed = tmp_path / "installed"
-    # --no-deps: Galaxy is unreachable; the dependencies come with the `ansible` package.
-    # --force: a copy installed elsewhere (molecule puts one in ~/.ansible) must not count.
-    subprocess.run(
-        [
-            BIN / "ansible-galaxy",
-            "collection",
-            "install",
-            "--no-deps",
-            "--force",
-            "-p",
-            installed,
-            tarball,
-        ],
-        check=True,
-        capture_output=True,
-        cwd=tmp_path,
-    )
+    tarball = build(tmp_path)
+    names = members(tarball)
+    top = {name.split("/")[0] for name in names}
+    assert {"pyflannel_runtime", "pyproject.toml", "README.md", "playbooks"} <= top
+    assert {"playbooks/site.yml", "playbooks/reset.yml", "playbooks/remove_node.yml"} <= set(names)
+    assert "pyflannel_runtime/agent/main.py" in names
+    assert not [name for name in names if name.startswith("pyflannel_runtime/lab")]
+    assert not top & NOT_SHIPPED
+    installed = install(tmp_path, tarball)
     work = tmp_path / "elsewhere"
     work.mkdir()
     (work / "play.yml").write_text(PLAYBOOK)
     (work / "hosts.ini").write_text(
         "[flannel_nodes]\n"
-        f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}"
+        "localhost ansible_connection=local ansible_python_interpreter=/usr/bin/python3"
+        f" flannel_agent_venv={VENV}"
         # etcd: the default datastore (kubernetes) wants a kubeconfig on the node
         " flannel_datastore=etcd\n"
     )
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")},
-        "ANSIBLE_COLLECTIONS_PATH": str(installed),
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
-        "ANSIBLE_HOME": str(tmp_path / "home"),
-        "PATH": f"{BIN}:{os.environ['PATH']}",
-    }
-    done = subprocess.run(
-        [BIN / "ansible-playbook", "-i", "hosts.ini", "play.yml", "-e", f"out={work}"],
-        capture_output=True,
-        text=True,
-        cwd=work,
-        env=env,
-        check=False,
-    )
+    done = run_outside(work, installed, "-i", "hosts.ini", "play.yml", "-e", f"out={work}")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     written = work / "written.conf"
     assert written.read_text() == "vxlan\n"

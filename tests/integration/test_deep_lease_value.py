@@ -20,6 +20,12 @@ pytestmark = [pytest.mark.root, pytest.mark.etcd]
 
 DEEP_KEY = f"{PREFIX}/subnets/10.244.15.0-24"
 DEEP_VALUE = '{"PublicIP":"192.0.2.16","X":' + "[" * 1200 + "]" * 1200 + "}"
+SENTINEL_SUBNET = "10.244.16.0/24"
+SENTINEL_KEY = f"{PREFIX}/subnets/10.244.16.0-24"
+SENTINEL_VALUE = (
+    '{"PublicIP":"192.0.2.17","BackendType":"vxlan",'
+    '"BackendData":{"VNI":1,"VtepMAC":"02:00:00:00:00:16"}}'
+)
 SKIPPED = f"Ignoring bad subnet event on {DEEP_KEY}: invalid character '[' exceeded max depth"
 
 
@@ -28,6 +34,15 @@ def lab() -> Iterator[AgentLab]:
     with AgentLab({"Type": "vxlan"}, hosts=2, prefix="phl") as running:
         running.start_all()
         yield running
+
+
+def wait_for_route(lab: AgentLab, host: LabHost, subnet: str, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if "dev flannel.1" in lab.net.ip(host.ns, "route", "show", subnet):
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def wait_for_log(lab: AgentLab, host: LabHost, text: str, timeout: float = 15.0) -> bool:
@@ -46,7 +61,11 @@ def test_deep_lease_value_is_skipped_and_changes_nothing(lab: AgentLab) -> None:
     # the running agents warn, keep running and keep their peers
     for host in lab.net.hosts:
         assert wait_for_log(lab, host, SKIPPED), lab.agents[host.n].log()
-    time.sleep(1.5)  # a reconcile pass (--reconcile-interval=1) after the event
+    # A good lease put after the bad one is programmed everywhere: the watch went on past it.
+    lab.etcdctl("put", SENTINEL_KEY, SENTINEL_VALUE)
+    for host in lab.net.hosts:
+        assert wait_for_route(lab, host, SENTINEL_SUBNET), lab.agents[host.n].log()
+    lab.etcdctl("del", SENTINEL_KEY)
     assert all(agent.process.poll() is None for agent in lab.agents.values())
     assert all(lab.reachability().values()), lab.reachability()
     route = lab.net.ip(first.ns, "route", "show", str(second.subnet))

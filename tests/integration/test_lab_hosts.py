@@ -169,6 +169,8 @@ def test_up_again_reuses_the_running_lab(lab: Lab) -> None:
     assert again.token == lab.state.token
     with pytest.raises(LabError, match="already up"):
         hosts.up(2, lab.paths)
+    with pytest.raises(LabError, match="a lab of bookworm, bookworm, bookworm hosts is already up"):
+        hosts.up(3, lab.paths, releases=["trixie"])
 
 
 def test_a_recorded_lab_whose_links_are_gone_is_refused_at_once(lab: Lab) -> None:
@@ -215,7 +217,7 @@ def test_down_leaves_nothing_but_the_image_cache(lab: Lab) -> None:
     assert podman.run("ps", "-a", "--filter", label, "--format", "{{.ID}}").stdout == ""
     masters = subprocess.run(["pgrep", "-f", str(lab.paths.control_dir)], capture_output=True)
     assert masters.stdout == b""
-    assert podman.image_exists(lab.state.image)
+    assert podman.image_exists(lab.state.hosts[0].image)
     assert hosts.down(lab.paths) is False
 
 

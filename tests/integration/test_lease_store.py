@@ -56,8 +56,12 @@ def keys(server: EtcdServer, prefix: str) -> list[str]:
     return server.etcdctl("get", "--prefix", "--keys-only", f"{prefix}/subnets/").split()
 
 
+# The module's options alone: no agent's environment file on this machine is read.
+NO_AGENT = {"agent_env": ""}
+
+
 def etcd_args(server: EtcdServer, prefix: str, **args: Any) -> dict[str, Any]:
-    return {"etcd_endpoints": [server.endpoint], "etcd_prefix": prefix, **args}
+    return {**NO_AGENT, "etcd_endpoints": [server.endpoint], "etcd_prefix": prefix, **args}
 
 
 def test_a_nodes_lease_is_released_by_its_public_ip_check_mode_first(
@@ -197,6 +201,7 @@ def test_kubernetes_only_flannels_annotations_go_and_peers_see_the_node_leave(
     (held,) = tracker.reset([api.node("node3") or {}])
     assert held.subnet == IPv4Network("10.244.3.0/24")
     args = {
+        **NO_AGENT,
         "state": "absent",
         "datastore": "kubernetes",
         "kubeconfig_file": kubeconfig(api, tmp_path),
@@ -230,7 +235,7 @@ def test_kubernetes_only_flannels_annotations_go_and_peers_see_the_node_leave(
 def test_kubernetes_has_nothing_to_pin_and_needs_the_node_name(
     api: FakeKubeApi, tmp_path: Path, run_module: RunModule
 ) -> None:
-    args = {"datastore": "kubernetes", "kubeconfig_file": kubeconfig(api, tmp_path)}
+    args = {**NO_AGENT, "datastore": "kubernetes", "kubeconfig_file": kubeconfig(api, tmp_path)}
     pin = run_module(lease_module.main, {**args, "node_name": "node3", "state": "present"})
     assert pin["failed"] and "podCIDR" in pin["msg"]
     unnamed = run_module(lease_module.main, {**args, "state": "absent"})
@@ -246,6 +251,6 @@ def test_an_unreachable_api_server_is_reported(tmp_path: Path, run_module: RunMo
         "users: [{name: admin, user: {token: t}}]\n"
         "contexts: [{name: lab, context: {cluster: lab, user: admin}}]\n"
     )
-    args = {"state": "absent", "datastore": "kubernetes", "kubeconfig_file": str(path)}
+    args = {**NO_AGENT, "state": "absent", "datastore": "kubernetes", "kubeconfig_file": str(path)}
     result = run_module(lease_module.main, {**args, "node_name": "node3"})
     assert result["failed"] and result["msg"].startswith("nodes/node3: "), result

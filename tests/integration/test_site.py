@@ -3,9 +3,11 @@ with TLS, the CNI plugin and pyflanneld (vxlan), then the checks an operator rel
 
 One lab serves the whole module, in this order: bad inventories and check mode first (on
 untouched hosts, so "nothing changed" is strict), then the first run and the idempotent re-run,
-the same cluster from a kubespray INI inventory, route drift, a host restart, the unit's sandbox
-score, a VNI switch given as `-e key=value`, a backend switch, and last reset.yml and a run
-that brings the nodes back.
+the same cluster from a kubespray INI inventory, the installed collection tarball's modules from
+a playbook outside the repository, route drift, a host restart, the unit's sandbox score, a VNI
+switch given as `-e key=value`, a backend switch, reset.yml and a run that brings the nodes back,
+and last the installed tarball's own playbooks from outside the repository: its reset, its site
+converging the nodes again, and a re-run that changes nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import ipaddress
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -24,8 +27,14 @@ from typing import Any
 import pytest
 import yaml
 
-from pyflannel_runtime.lab.playbook import LAB_INVENTORY, PlaybookRun, run_playbook
+from pyflannel_runtime.lab.playbook import (
+    LAB_INVENTORY,
+    WHEELHOUSE_CACHE,
+    PlaybookRun,
+    run_playbook,
+)
 from pyflannel_runtime.subnet.etcd import EtcdSettings, EtcdSubnetManager
+from tests.integration.collection_tarball import build, install, play_outside, run_outside
 from tests.integration.site_lab import SNAPSHOT, assert_converged, lab_hosts
 from tests.integration.site_lab import on_host as ssh
 
@@ -38,6 +47,12 @@ hosts_api = pytest.importorskip("pyflannel_runtime.lab.hosts")
 def lab() -> Iterator[Any]:
     with lab_hosts() as state:
         yield state
+
+
+@pytest.fixture(scope="module")
+def tarball(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The collection tarball, built once for the tests that install it."""
+    return build(tmp_path_factory.mktemp("tarball"))
 
 
 def report(capsys: pytest.CaptureFixture[str], line: str) -> None:
@@ -108,6 +123,9 @@ def test_check_mode_on_new_hosts_says_what_it_would_do_and_changes_nothing(
     report(capsys, f"site.yml --check on new hosts: {run.seconds:.0f} s")
 
 
+# Two runs, the first installing everything: on a loaded 2-core machine more than the default
+# bound (a safety net, not a measure).
+@pytest.mark.timeout(900)
 def test_site_converges_and_the_rerun_changes_nothing(lab: Any) -> None:
     first = run_playbook("site.yml")
     assert_converged(first, lab.names())
@@ -165,6 +183,79 @@ def test_a_kubespray_ini_inventory_with_string_values_drives_the_same_cluster(
     # The same settings as the YAML inventory's, once converted: nothing to change.
     assert run.changed() == dict.fromkeys(lab.names(), 0), run.explain()
     report(capsys, f"site.yml from the kubespray INI inventory: {run.seconds:.0f} s")
+
+
+# Outside the repository, with the installed tarball: each module that runs with the agent's
+# virtualenv and needs nothing else, with no options and no interpreter setting.
+OUTSIDE_PLAYBOOK = """
+- name: The installed collection's modules on provisioned nodes
+  hosts: flannel_nodes
+  gather_facts: false
+  become: true
+  check_mode: true
+  tasks:
+    - name: Routes
+      pyflannel.network.routes:
+      register: routes
+
+    - name: Pod addresses
+      pyflannel.network.ipam:
+      register: ipam
+
+    - name: Network config
+      pyflannel.network.network_config:
+      register: network_config
+
+    - name: CNI plugin
+      pyflannel.network.cni_plugin:
+      register: cni_plugin
+
+    - name: Leases
+      pyflannel.network.leases_info:
+      run_once: true
+      register: leases
+
+    - name: Keep the results on the controller
+      ansible.builtin.copy:
+        content: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars))) | to_json }}"
+        dest: results.json
+        mode: "0600"
+      delegate_to: localhost
+      become: false
+      run_once: true
+      check_mode: false
+"""
+
+
+def test_the_installed_collections_modules_need_no_options_on_a_provisioned_node(
+    lab: Any, tarball: Path, tmp_path: Path
+) -> None:
+    installed = install(tmp_path, tarball)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    (work / "play.yml").write_text(OUTSIDE_PLAYBOOK)
+    # The lab's hosts and how to reach them, without the interpreter it names for them.
+    hosts = (LAB_INVENTORY / "hosts.yml").read_text()
+    (work / "hosts.yml").write_text(re.sub(r"(?m)^\s*ansible_python_interpreter:.*\n", "", hosts))
+    done = run_outside(work, installed, "-i", "hosts.yml", "play.yml")
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    results = json.loads((work / "results.json").read_text())
+    names = lab.names()
+    for name in names:
+        found = results[name]
+        routes = found["routes"]
+        assert routes["summary"] == "3 leases, 2 peers programmed, 0 missing, 0 stale; agent ready"
+        assert not routes["changed"] and routes["subnet_env"]["FLANNEL_SUBNET"].startswith(
+            "10.244."
+        )
+        assert found["ipam"]["subnets"] and not found["ipam"]["changed"]
+        assert found["network_config"]["keys"] == [] and not found["network_config"]["changed"]
+        assert not found["cni_plugin"]["changed"]
+    leases = results[names[0]]["leases"]
+    assert sorted(lease["host"] for lease in leases["leases"]) == sorted(names)
+    assert leases["orphans"] == []
+    (usage,) = leases["utilisation"]
+    assert (usage["used"], usage["free"]) == (3, usage["total"] - 3)
 
 
 def routes_task(run: PlaybookRun) -> str:
@@ -285,6 +376,7 @@ def test_switching_the_vni_given_as_a_key_value_extra_var_converges(
     )
 
 
+@pytest.mark.timeout(900)  # a converge per backend and back, on a busy machine
 def test_switching_the_backend_converges(lab: Any) -> None:
     run = run_playbook("site.yml", extra_vars={"flannel_backend_type": "host-gw"})
     assert_converged(run, lab.names())
@@ -412,4 +504,55 @@ def test_reset_removes_ours_and_only_ours_and_site_converges_again(
         capsys,
         f"reset.yml {run.seconds:.0f} s, again {again.seconds:.0f} s;"
         f" site.yml after it {back.seconds:.0f} s",
+    )
+
+
+@pytest.mark.timeout(900)  # a reset, a first run and a re-run, on a busy machine
+def test_the_installed_tarballs_playbooks_provision_the_lab_from_outside(
+    lab: Any, tarball: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """From a directory holding only the installed tarball and the lab's inventory (with the etcd
+    CA beside it, where the etcd role keeps it for any inventory): no ansible.cfg, no checkout."""
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    installed = install(work, tarball, into="collections")
+    shutil.copytree(LAB_INVENTORY, work / "inventory")
+    shutil.copytree(
+        Path(f"{LAB_INVENTORY}-credentials") / "etcd-pki",
+        work / "inventory-credentials" / "etcd-pki",
+    )
+    assert sorted(path.name for path in work.iterdir()) == [
+        "collections",
+        "inventory",
+        "inventory-credentials",
+    ]
+    # The wheelhouse cache every lab test shares, not the user's home.
+    cache = f"flannel_wheelhouse_cache_dir={WHEELHOUSE_CACHE}"
+
+    reset = play_outside(work, installed, "-i", "inventory", "pyflannel.network.reset", "-e", cache)
+    assert reset.returncode == 0 and not reset.failed_hosts(), reset.explain()
+    assert sorted(reset.recap) == sorted(lab.names()), reset.explain()
+    for name in lab.names():
+        assert ssh(lab, name, "systemctl is-active pyflanneld || true").strip() == "inactive"
+        assert ssh(lab, name, "ls /opt/pyflannel 2>/dev/null || true").strip() == ""
+
+    first = play_outside(work, installed, "-i", "inventory", "pyflannel.network.site", "-e", cache)
+    assert_converged(first, lab.names())
+    for name in lab.names():
+        assert ssh(lab, name, "systemctl is-active pyflanneld").strip() == "active"
+        # Built from the tarball's copy of the runtime, which leaves the lab harness out (a
+        # wheel built from this checkout has it).
+        runtime = ssh(
+            lab, name, "ls /opt/pyflannel/venv/lib/python3*/site-packages/pyflannel_runtime"
+        )
+        assert "agent" in runtime.split() and "lab" not in runtime.split(), runtime
+
+    again = play_outside(work, installed, "-i", "inventory", "pyflannel.network.site", "-e", cache)
+    assert_converged(again, lab.names())
+    assert again.changed() == dict.fromkeys(lab.names(), 0), again.explain()
+    report(
+        capsys,
+        f"outside the repository: pyflannel.network.reset {reset.seconds:.0f} s,"
+        f" pyflannel.network.site {first.seconds:.0f} s (changed {first.changed()}),"
+        f" re-run {again.seconds:.0f} s (changed {again.changed()})",
     )

@@ -236,11 +236,13 @@ def test_a_new_node_joins_with_a_limited_run(
     for name in agents:
         assert f"{subnet4} via {subnet4.network_address} dev flannel.1" in on(name, "ip -4 route")
 
-    ready = reached_at(played, "Agent | Wait until the agent is ready")
+    ready = reached_at(
+        played, "Agent | Wait until the batch is ready and its peers hold its entries"
+    )
     reached = reached_at(played, "Verify | Run every scenario from the nodes outside this run")
     report(
         capsys,
-        f"add node: site.yml --limit node4 took {played.seconds:.1f} s; node4's agent ready "
+        f"add node: site.yml --limit node4 took {played.seconds:.1f} s; node4's agent ready and held by its peers "
         f"{ready:.1f} s after the start, node4 reached from every pod (verify) {reached:.1f} s",
     )
 

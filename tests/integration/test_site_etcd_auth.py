@@ -163,23 +163,26 @@ def operator_play(lab: Any, root_password: str) -> list[dict[str, Any]]:
             "hosts": "localhost",
             "connection": "local",
             "gather_facts": False,
-            # The controller's Python, which has the runtime (the collection's plugins need it).
-            "vars": {"ansible_python_interpreter": sys.executable},
+            # The modules run with the controller's own virtualenv (the collection's plugins need
+            # the runtime there), and read no agent's environment file.
+            "module_defaults": {
+                "group/pyflannel.network.flannel": {"venv": sys.prefix},
+                "group/pyflannel.network.etcd": {**etcd, "agent_env": ""},
+            },
             "tasks": [
                 {
                     "name": "The net-conf, as it is",
-                    "pyflannel.network.network_config": {**etcd, "config": config},
+                    "pyflannel.network.network_config": {"config": config},
                     "register": "__config",
                 },
                 {
                     "name": "Pin a node's subnet",
-                    "pyflannel.network.lease": {**etcd, **OPERATOR_NODE, "state": "present"},
+                    "pyflannel.network.lease": {**OPERATOR_NODE, "state": "present"},
                     "register": "__pinned",
                 },
                 {
                     "name": "Release it",
                     "pyflannel.network.lease": {
-                        **etcd,
                         **OPERATOR_NODE,
                         "state": "absent",
                         "release_reservation": True,

@@ -3,13 +3,17 @@ pkg/subnet/kube/annotations.go: newAnnotations)."""
 
 from __future__ import annotations
 
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+
 import pytest
 
+from pyflannel_runtime.model.lease import LeaseAttrs
 from pyflannel_runtime.subnet.annotations import (
     AnnotationPrefixError,
     Annotations,
     normalize_prefix,
 )
+from pyflannel_runtime.subnet.kube_nodes import is_flannel_node, node_to_lease
 
 
 @pytest.mark.parametrize(
@@ -46,18 +50,32 @@ def test_more_than_one_slash_is_rejected() -> None:
     assert str(err.value) == "subnet/kube: prefix can contain at most single slash"
 
 
-def test_all_keys_of_the_default_prefix() -> None:
-    keys = Annotations.for_prefix()
-    p = "flannel.alpha.coreos.com/"
-    assert keys == Annotations(
-        subnet_kube_managed=p + "kube-subnet-manager",
-        backend_data=p + "backend-data",
-        backend_v6_data=p + "backend-v6-data",
-        backend_type=p + "backend-type",
-        public_ip=p + "public-ip",
-        public_ipv6=p + "public-ipv6",
-        public_ip_overwrite=p + "public-ip-overwrite",
-        public_ipv6_overwrite=p + "public-ipv6-overwrite",
-        node_public_ip=p + "node-public-ip",
-        node_public_ipv6=p + "node-public-ipv6",
+def test_a_node_annotated_under_a_custom_prefix_is_read_with_that_prefix() -> None:
+    # The annotations as flanneld --kube-annotation-prefix=example.com/pf writes them.
+    annotations = {
+        "example.com/pf-kube-subnet-manager": "true",
+        "example.com/pf-backend-type": "vxlan",
+        "example.com/pf-backend-data": '{"VNI":1,"VtepMAC":"12:c6:65:89:b4:e3"}',
+        "example.com/pf-backend-v6-data": '{"VNI":1,"VtepMAC":"12:c6:65:89:b4:e4"}',
+        "example.com/pf-public-ip": "192.0.2.1",
+        "example.com/pf-public-ipv6": "2001:db8::1",
+    }
+    node = {
+        "metadata": {"name": "n1", "annotations": annotations},
+        "spec": {"podCIDRs": ["10.244.1.0/24", "fd00:10:244:1::/64"]},
+    }
+    keys = Annotations.for_prefix("example.com/pf")
+    assert is_flannel_node(node, keys)
+    assert not is_flannel_node(node, Annotations.for_prefix())
+    lease = node_to_lease(node, keys, True, True)
+    assert lease.attrs == LeaseAttrs(
+        public_ip=IPv4Address("192.0.2.1"),
+        public_ipv6=IPv6Address("2001:db8::1"),
+        backend_type="vxlan",
+        backend_data=annotations["example.com/pf-backend-data"],
+        backend_v6_data=annotations["example.com/pf-backend-v6-data"],
+    )
+    assert (lease.subnet, lease.ipv6_subnet) == (
+        IPv4Network("10.244.1.0/24"),
+        IPv6Network("fd00:10:244:1::/64"),
     )

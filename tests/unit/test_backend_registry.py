@@ -21,7 +21,8 @@ from pyflannel_runtime.backend.vxlan_data import (
     vtep_mac,
     vxlan_backend_data,
 )
-from pyflannel_runtime.model.cluster import BACKEND_SETTINGS, ClusterModel
+from pyflannel_runtime.model.cluster import ClusterModel
+from pyflannel_runtime.model.cluster_settings import BACKEND_SETTINGS
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs, LeaseError
 from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, parse_config
 
@@ -170,14 +171,6 @@ def test_every_integer_vni_is_either_accepted_as_is_or_refused(vni: int) -> None
 )
 def test_backend_mtu(backend: dict[str, Any], iface_mtu: int, expected: int) -> None:
     assert registry.validate(config(backend)).device_mtu(iface_mtu) == expected
-
-
-def test_mtu_overheads() -> None:
-    assert {n: registry.get(n).mtu_overhead for n in registry.names()} == {
-        "vxlan": 50,
-        "host-gw": 0,
-        "udp": 28,
-    }
 
 
 # --- the cluster model's settings are the backend's options ---------------------------------

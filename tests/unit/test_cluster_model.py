@@ -17,20 +17,22 @@ from pydantic import StrictInt, TypeAdapter, ValidationError
 from pyflannel_runtime.backend import registry
 from pyflannel_runtime.backend.options import Option, UdpOptions, VxlanOptions
 from pyflannel_runtime.model.cluster import (
-    DELEGATE_EXTRA_MAX_BYTES,
-    DELEGATE_EXTRA_MAX_DEPTH,
     ClusterModel,
     ClusterModelError,
-    NodeOverrides,
-    _address,
-    _bounded_json,
     _describe,
     _field_names_at,
-    _network,
-    _option_range,
     load_model,
 )
+from pyflannel_runtime.model.cluster_fields import (
+    DELEGATE_EXTRA_MAX_BYTES,
+    DELEGATE_EXTRA_MAX_DEPTH,
+    _address,
+    _bounded_json,
+    _network,
+    _option_range,
+)
 from pyflannel_runtime.model.cluster_plan import PlanError, plan_cluster
+from pyflannel_runtime.model.cluster_settings import NodeOverrides
 from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config
 
 

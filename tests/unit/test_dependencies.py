@@ -24,6 +24,9 @@ PACKAGE = REPO / "pyflannel_runtime"
 # Runs on the controller only: the typed cluster model, the renderer, the lab.
 CONTROLLER_CODE = (
     "pyflannel_runtime.model.cluster",
+    "pyflannel_runtime.model.cluster_fields",
+    "pyflannel_runtime.model.cluster_rules",
+    "pyflannel_runtime.model.cluster_settings",
     "pyflannel_runtime.model.cluster_plan",
     "pyflannel_runtime.model.model_file",
     "pyflannel_runtime.render",
@@ -121,6 +124,23 @@ def test_every_import_is_declared_where_it_runs(path: Path) -> None:
         ):
             problems.append(f"line {line}: {imported} ({distribution(top)}) is not declared")
     assert problems == []
+
+
+def is_lab(module: str) -> bool:
+    return module == "pyflannel_runtime.lab" or module.startswith("pyflannel_runtime.lab.")
+
+
+def test_nothing_but_the_lab_imports_the_lab() -> None:
+    """The collection tarball carries the runtime without its lab harness (galaxy.yml), and the
+    runtime role builds the nodes' wheelhouse from that copy."""
+    importers = [
+        f"{module_name(path)} line {line}: {imported}"
+        for path in SOURCES
+        if not is_lab(module_name(path))
+        for imported, line in imports(path)
+        if is_lab(imported)
+    ]
+    assert importers == []
 
 
 # Raise ImportError for the controller's packages, as on a node that installed only the runtime.

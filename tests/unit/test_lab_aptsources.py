@@ -88,3 +88,27 @@ def test_no_mirror_names_the_override(tmp_path: Path, monkeypatch: pytest.Monkey
         debian_mirror("bookworm", tmp_path)
     monkeypatch.setenv(MIRROR_ENV, "http://override.example/debian")
     assert debian_mirror("bookworm", tmp_path) == "http://override.example/debian"
+
+
+def test_a_release_without_an_entry_comes_from_the_machines_own_mirror(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(MIRROR_ENV, raising=False)
+    (tmp_path / "sources.list").write_text(
+        "deb https://vendor.example/apt nodistro main\n"
+        "deb http://security.example/debian-security bookworm-security main\n"
+        "deb http://mirror.example/debian bookworm main\n"
+    )
+    os_release = tmp_path / "os-release"
+    os_release.write_text(
+        'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nVERSION_CODENAME=bookworm\n'
+    )
+    assert debian_mirror("trixie", tmp_path, os_release) == "http://mirror.example/debian"
+    with pytest.raises(LabError, match="'trixie'"):
+        debian_mirror("trixie", tmp_path, tmp_path / "no-os-release")
+    (tmp_path / "sources.list").write_text(
+        "deb http://mirror.example/debian bookworm main\ndeb http://new.example/debian trixie main\n"
+    )
+    assert debian_mirror("trixie", tmp_path, os_release) == "http://new.example/debian"
+    with pytest.raises(LabError, match="'trixie'"):
+        debian_mirror("trixie", tmp_path / "empty", os_release)

@@ -60,3 +60,19 @@ def test_changing_hosts_needs_a_lab(
     assert main(argv) == 1
     assert capsys.readouterr().err == "lab: no lab is up\n"
     assert not (scratch_lab / "hosts.yml").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--release", "sid"], "no lab image for Debian 'sid'; the lab has bookworm, trixie"),
+        (["--release", "bookworm,trixie", "--hosts", "3"], "2 releases for 3 hosts"),
+        (["--release", "bookworm,,trixie"], "no lab image for Debian ''"),
+    ],
+)
+def test_releases_the_lab_has_no_image_for_or_too_few_are_refused_before_anything_happens(
+    argv: list[str], error: str, scratch_lab: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["hosts", "up", *argv]) == 1
+    assert capsys.readouterr().err.startswith(f"lab: {error}")
+    assert list(scratch_lab.iterdir()) == []

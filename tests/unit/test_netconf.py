@@ -15,6 +15,7 @@ from pyflannel_runtime.backend import registry
 from pyflannel_runtime.backend.options import UdpOptions, VxlanOptions
 from pyflannel_runtime.model.netconf import (
     ConfigError,
+    NetworkConfig,
     check_network_config,
     encode_config,
     parse_config,
@@ -436,3 +437,19 @@ def test_the_default_subnet_max_is_the_last_block(prefix: int) -> None:
     cfg = checked(json.dumps({"Network": str(net)}))
     assert cfg.subnet_max is not None
     assert int(cfg.subnet_max) + (1 << (32 - cfg.subnet_len)) == 2**32
+
+
+@pytest.mark.parametrize(("ipv4", "ipv6"), [(True, False), (False, True), (True, True)])
+def test_enabled_networks_are_those_of_the_enabled_families(ipv4: bool, ipv6: bool) -> None:
+    cfg = NetworkConfig(
+        enable_ipv4=ipv4,
+        enable_ipv6=ipv6,
+        network=IPv4Network("10.244.0.0/16"),
+        ipv6_network=IPv6Network("fd00:10:244::/56"),
+    )
+    assert cfg.enabled_network == (IPv4Network("10.244.0.0/16") if ipv4 else None)
+    assert cfg.enabled_ipv6_network == (IPv6Network("fd00:10:244::/56") if ipv6 else None)
+    assert cfg.enabled_networks == tuple(
+        n for n in (cfg.enabled_network, cfg.enabled_ipv6_network) if n is not None
+    )
+    assert len(cfg.enabled_networks) == ipv4 + ipv6

@@ -52,13 +52,18 @@ def test_the_drift_diff_shows_flannels_entries_before_and_after_a_repair() -> No
     )
 
 
+# What the verify role's summary and the agent role's roll read of a lease.
+SUMMARY_KEYS = ("subnet", "ipv6_subnet", "public_ip", "public_ipv6", "node", "expires_in", "state")
+
+
 def test_the_lease_list_names_each_nodes_subnet_public_ip_and_expiry() -> None:
     """The verify role's summary finds a node outside the run by these (a held lease)."""
     own = vxlan_lease(1, expiration=1_000.0 + 3_600.4)
     reservation = vxlan_lease(2)  # no expiry: a reservation
     watched = vxlan_lease(3, expiration=float("inf"))  # its TTL was not looked up
     report = compare(rows(own, reservation, watched), own, None, None, "etcd")
-    assert lease_rows(report, now=1_000.0) == [
+    listed = lease_rows(report, now=1_000.0)
+    assert [{key: row[key] for key in SUMMARY_KEYS} for row in listed] == [
         {
             "subnet": f"10.244.{n}.0/24",
             "ipv6_subnet": None,
@@ -70,6 +75,9 @@ def test_the_lease_list_names_each_nodes_subnet_public_ip_and_expiry() -> None:
         }
         for n, expires in ((1, 3600), (2, None), (3, None))
     ]
+    # Each lease as status -o json and leases_info show it, besides.
+    assert [row["backend"] for row in listed] == ["vxlan"] * 3
+    assert listed[0]["vtep_mac"] and listed[1]["expires"] is None
     expired = replace(own, expiration=900.0)
     assert (
         lease_rows(compare(rows(expired), expired, None, None, "etcd"), 1_000.0)[0]["expires_in"]

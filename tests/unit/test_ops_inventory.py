@@ -141,7 +141,13 @@ def test_a_removed_variable_says_what_replaced_it() -> None:
 
 def test_role_variables_named_as_known_are_accepted() -> None:
     settings = inventory({"flannel_etcd_data_dir": "/var/lib/etcd"})
-    check_inventory(settings, known_variables=["flannel_etcd_data_dir"])
+    checked = check_inventory(settings, lab_facts(), known_variables=["flannel_etcd_data_dir"])
+    assert tuple(sorted(checked.networks)) == HOSTS
+    # the same inventory, with the name not declared by any role, is refused for it on every host
+    refused = problems(settings)
+    assert [p.split(" (")[0] for p in refused] == [
+        f"{h}: flannel_etcd_data_dir: unknown variable" for h in HOSTS
+    ]
 
 
 def test_a_value_equal_to_the_default_is_not_a_choice() -> None:

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyflannel_runtime.model.cluster import SANDBOX_HIDDEN, load_model
+from pyflannel_runtime.model.cluster import load_model
 from pyflannel_runtime.model.cluster_plan import plan_cluster
+from pyflannel_runtime.model.cluster_rules import SANDBOX_HIDDEN
 from pyflannel_runtime.model.netconf import check_network_config, parse_config
 from pyflannel_runtime.render.render import (
     render_agent_env,

@@ -30,9 +30,7 @@ SRC = IPv4Address("10.244.1.10")
 DST = IPv4Address("10.244.2.10")
 ACK, PSH, FIN, CWR = 0x10, 0x08, 0x01, 0x80
 
-ENGINES = [python_offload()]
-if best_offload().vectorized:
-    ENGINES.append(best_offload())
+ENGINES = [python_offload(), best_offload()]
 
 
 def super_packet(

@@ -1,7 +1,9 @@
 """Every plugin's documentation parses as ansible-doc reads it (doc fragments merged), every
 module claims its check and diff support, and each module's documented options are its
 argument spec: name, type, default, choices, required and elements, as ansible-test's
-validate-modules compares them (that tool needs the collection installed; this runs in place)."""
+validate-modules compares them (that tool needs the collection installed; this runs in place).
+A module that is only documentation for a controller-side action plugin of its name is held to
+the spec that action plugin validates its arguments with, which validate-modules skips."""
 
 from __future__ import annotations
 
@@ -15,11 +17,20 @@ from typing import Any
 from unittest import mock
 
 import pytest
+import yaml
 from ansible.module_utils import basic
+from ansible.plugins.action import ActionBase
+from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
+    ETCD_ARGUMENT_SPEC,
+    KUBERNETES_ARGUMENT_SPEC,
+    VENV_ARGUMENT_SPEC,
+)
+from ansible_collections.pyflannel.network.plugins.plugin_utils.agent_venv import AgentVenvAction
 
 ROOT = Path(__file__).resolve().parents[3]
 KINDS = {"module": "modules", "filter": "filter"}
 MODULES = "ansible_collections.pyflannel.network.plugins.modules"
+ACTIONS = "ansible_collections.pyflannel.network.plugins.action"
 
 
 def plugin_names(kind: str) -> list[str]:
@@ -57,9 +68,17 @@ class _Spec(Exception):
     pass
 
 
+def action_only(name: str) -> bool:
+    """Whether the module is only documentation for the action plugin of its name."""
+    return not hasattr(importlib.import_module(f"{MODULES}.{name}"), "main")
+
+
 def module_arguments(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The argument spec a module builds and AnsibleModule's other arguments
-    (supports_check_mode, ...), caught before it reads its arguments."""
+    (supports_check_mode, ...), caught before it reads its arguments; for a documentation-only
+    module, the spec its action plugin validates with, and whether that supports check mode."""
+    if action_only(name):
+        return action_arguments(name)
     captured: dict[str, Any] = {}
 
     def capture(self: Any, argument_spec: dict[str, Any], **kwargs: Any) -> None:
@@ -70,6 +89,22 @@ def module_arguments(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     with mock.patch.object(basic.AnsibleModule, "__init__", capture), pytest.raises(_Spec):
         module.main()
     return captured["spec"], captured["kwargs"]
+
+
+def action_arguments(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    captured: dict[str, Any] = {}
+
+    def capture(self: Any, argument_spec: dict[str, Any], **kwargs: Any) -> None:
+        captured.update(spec=argument_spec, kwargs=kwargs)
+        raise _Spec
+
+    plugin = importlib.import_module(f"{ACTIONS}.{name}").ActionModule
+    task = mock.MagicMock(args={}, async_val=0)
+    action = plugin(task, mock.MagicMock(), mock.MagicMock(), None, None, None)
+    with mock.patch.object(ActionBase, "validate_argument_spec", capture), pytest.raises(_Spec):
+        action.run(task_vars={})
+    assert set(captured["spec"]) == set(plugin._VALID_ARGS), name
+    return captured["spec"], {"supports_check_mode": plugin._supports_check_mode}
 
 
 def compared(option: dict[str, Any]) -> dict[str, Any]:
@@ -108,6 +143,52 @@ def test_a_modules_check_and_diff_claims_are_what_it_does(
     _, kwargs = module_arguments(name)
     claims_check = attributes["check_mode"]["support"] != "none"
     assert claims_check == kwargs.get("supports_check_mode", False)
-    source = (ROOT / "plugins" / "modules" / f"{name}.py").read_text()
+    folder = "action" if action_only(name) else "modules"
+    source = (ROOT / "plugins" / folder / f"{name}.py").read_text()
     claims_diff = attributes["diff_mode"]["support"] != "none"
-    assert claims_diff == ("module._diff" in source)
+    assert claims_diff == ("module._diff" in source or "self._task.diff" in source)
+
+
+def test_every_action_plugin_has_a_module_of_its_name() -> None:
+    """ansible-test's action-plugin-docs: an action plugin's documentation is the module's."""
+    actions = {p.stem for p in (ROOT / "plugins" / "action").glob("*.py")}
+    assert actions <= set(plugin_names("module")), actions - set(plugin_names("module"))
+
+
+# The options each action group of meta/runtime.yml sets for its members.
+GROUP_OPTIONS = {
+    "flannel": VENV_ARGUMENT_SPEC,
+    "etcd": ETCD_ARGUMENT_SPEC,
+    "kubernetes": KUBERNETES_ARGUMENT_SPEC,
+}
+
+
+def action_groups() -> dict[str, list[str]]:
+    runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text(encoding="utf-8"))
+    return dict(runtime["action_groups"])
+
+
+@pytest.mark.parametrize("group", sorted(GROUP_OPTIONS))
+def test_every_member_of_an_action_group_takes_every_option_of_the_group(group: str) -> None:
+    """module_defaults for a group never hands a member an option it refuses, or one it reads
+    as another type."""
+    assert set(action_groups()) == set(GROUP_OPTIONS)
+    for member in action_groups()[group]:
+        spec, _ = module_arguments(member)
+        for option, declared in GROUP_OPTIONS[group].items():
+            assert option in spec, (member, option)
+            assert spec[option]["type"] == declared["type"], (member, option)
+
+
+def test_every_module_run_with_the_agents_virtualenv_is_in_the_flannel_group() -> None:
+    venv_modules = {
+        path.stem
+        for path in (ROOT / "plugins" / "action").glob("*.py")
+        if issubclass(
+            importlib.import_module(f"{ACTIONS}.{path.stem}").ActionModule, AgentVenvAction
+        )
+    }
+    assert {"lease", "node_reset", "connectivity"} <= venv_modules
+    assert venv_modules <= set(action_groups()["flannel"]), venv_modules - set(
+        action_groups()["flannel"]
+    )

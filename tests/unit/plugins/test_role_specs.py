@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from pyflannel_runtime.backend import registry, tx_offload
-from pyflannel_runtime.model.cluster import AGENT_BACKEND_SETTINGS, BACKEND_SETTINGS, ClusterModel
+from pyflannel_runtime.model.cluster import ClusterModel
+from pyflannel_runtime.model.cluster_settings import AGENT_BACKEND_SETTINGS, BACKEND_SETTINGS
 from pyflannel_runtime.ops.inventory import CLUSTER_VARIABLES, NODE_VARIABLES
 
 ROLES = Path(__file__).resolve().parents[3] / "roles"

@@ -1,5 +1,4 @@
-"""pyflannel.network.connectivity_summary: the suite's summary from what the verify role
-registered on each host."""
+"""pyflannel.network.connectivity_summary: the suite's summary from each node's verify results."""
 
 from __future__ import annotations
 
@@ -8,6 +7,8 @@ from typing import Any
 from ansible_collections.pyflannel.network.plugins.filter.connectivity_summary import (
     connectivity_summary,
 )
+
+CLUSTER = {"flannel_iptables_forward_rules": True}
 
 
 def row(
@@ -19,31 +20,30 @@ def row(
 
 def host(name: str, peer: str, rows: list[dict[str, Any]], **run: Any) -> dict[str, Any]:
     return {
-        "__flannel_verify_routes": {
+        "routes": {
             "agent": {"state": "ready"},
             "subnet_env": {"FLANNEL_SUBNET": "10.244.1.1/24", "FLANNEL_MTU": "1450"},
         },
-        "__flannel_verify_suite": {
+        "suite": {
             "pods": [{"ip": "10.244.1.2"}],
             "pod_mtu": 1450,
             "host": {"address": "198.51.100.11"},
             "firewall": {"readable": True, "forward_drop": [], "forward_rules": True, "masquerade": True},
             "offload": {"device": "flannel.1", "enabled": True, "mode": "auto"},
         },
-        "__flannel_verify_connectivity": {"rows": rows, "times": {"pods": 0.2}, **run},
-        "_flannel_cluster": {"flannel_iptables_forward_rules": True},
+        "connectivity": {"rows": rows, "times": {"pods": 0.2}, **run},
     }  # fmt: skip
 
 
 def test_the_matrix_the_causes_and_what_auto_did() -> None:
-    hostvars = {
+    reports = {
         "h1": host("h1", "h2", [row("pod-icmp", "h1", "h2"),
                                 row("udp-checksum", "h1", "h2", "FAIL", pod_csum_errors=200)]),
         "h2": host("h2", "h1", [row("pod-icmp", "h2", "h1"), row("udp-checksum", "h2", "h1")],
                    offload_change="turned tx checksum offload off on flannel.1 (auto): why"),
-        "h3": {"__flannel_verify_connectivity": {"failed": True, "msg": "no rows"}},
+        "h3": {"connectivity": {"failed": True, "msg": "no rows"}},
     }  # fmt: skip
-    lines = connectivity_summary(["h1", "h2", "h3"], hostvars)
+    lines = connectivity_summary(reports, cluster=CLUSTER)
     assert lines[0].endswith("nodes 1 h1, 2 h2):")
     assert any(
         line.startswith("UDP checksums") and line.split()[-2:] == ["FAIL", "ok"] for line in lines
@@ -56,5 +56,5 @@ def test_the_matrix_the_causes_and_what_auto_did() -> None:
 
 
 def test_nothing_when_the_suite_did_not_run() -> None:
-    hostvars = {"h1": {"__flannel_verify_connectivity": {"skipped": True}}}
-    assert connectivity_summary(["h1"], hostvars) == []
+    reports = {"h1": {"connectivity": {"skipped": True}}}
+    assert connectivity_summary(reports, cluster=CLUSTER) == []

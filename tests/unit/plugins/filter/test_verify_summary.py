@@ -1,5 +1,4 @@
-"""pyflannel.network.verify_summary: the end-of-play table per node from what the verify role
-registered."""
+"""pyflannel.network.verify_summary: the end-of-play table per node from its verify results."""
 
 from __future__ import annotations
 
@@ -11,14 +10,14 @@ from ansible_collections.pyflannel.network.plugins.filter.verify_summary import 
 def registered(subnet: str, pods: list[str]) -> dict[str, Any]:
     env = {"FLANNEL_NETWORK": "10.244.0.0/16", "FLANNEL_SUBNET": subnet, "FLANNEL_MTU": "1450"}
     return {
-        "__flannel_verify_routes": {
+        "routes": {
             "subnet_env": env,
             "summary": "3 leases, 2 peers programmed, 0 missing, 0 stale; agent ready",
             "missing": [],
             "stale": [],
             "writes": 0,
         },
-        "__flannel_verify_suite": {
+        "suite": {
             "pods": [{"ip": pod} for pod in pods],
             "offload": {"device": "flannel.1", "enabled": False, "mode": "off"},
         },
@@ -26,11 +25,11 @@ def registered(subnet: str, pods: list[str]) -> dict[str, Any]:
 
 
 def test_every_node() -> None:
-    hostvars = {
+    reports = {
         "h1": registered("10.244.1.1/24", ["10.244.1.2", "10.244.1.3"]),
         "h2": registered("10.244.2.1/24", ["10.244.2.2", "10.244.2.3"]),
     }
-    lines = verify_summary(["h1", "h2"], hostvars)
+    lines = verify_summary(reports)
     assert "  subnet        10.244.1.1/24" in lines and "  MTU           1450" in lines
     assert "  datapath      3 leases, 2 peers programmed, 0 missing, 0 stale; agent ready" in lines
     assert lines[-2:] == [
@@ -40,19 +39,19 @@ def test_every_node() -> None:
 
 
 def test_the_offload_is_shown_as_the_suite_left_it() -> None:
-    hostvars = {"h1": registered("10.244.1.1/24", ["10.244.1.2"])}
-    hostvars["h1"]["__flannel_verify_connectivity"] = {
+    reports = {"h1": registered("10.244.1.1/24", ["10.244.1.2"])}
+    reports["h1"]["connectivity"] = {
         "rows": [],
         "offload": {"device": "flannel.1", "enabled": False, "mode": "auto"},
     }
-    assert verify_summary(["h1"], hostvars)[-1] == (
+    assert verify_summary(reports)[-1] == (
         "  tx offload    flannel.1 off (flannel_vxlan_tx_checksum_offload: auto)"
     )
 
 
 def test_a_check_mode_run_without_probes_says_so() -> None:
-    hostvars = {"h1": {"__flannel_verify_suite": {"skipped": True}}}
-    assert verify_summary(["h1"], hostvars) == [
+    reports = {"h1": {"suite": {"skipped": True}}}
+    assert verify_summary(reports) == [
         "h1:",
         "  subnet        unknown",
         "  MTU           unknown",
@@ -66,8 +65,8 @@ def test_pod_address_usage_per_family_with_leaks() -> None:
         {"family": "ipv6", "subnet": "fd00:1::/64", "capacity": 99, "used": 9, "free": 90},
     ]
     usage[1]["leaked"] = 2
-    hostvars = {"h1": {"__flannel_verify_ipam": {"usage": usage}}}
-    lines = verify_summary(["h1"], hostvars)
+    reports = {"h1": {"ipam": {"usage": usage}}}
+    lines = verify_summary(reports)
     assert "  pod addresses 12 of 253 in use, 241 free" in lines
     assert "  pod addresses 9 of 99 in use, 90 free, 2 look leaked" in lines
 
@@ -83,7 +82,7 @@ def test_what_was_not_checked_is_noted_under_the_datapath() -> None:
         "summary": "3 leases, peers not checked, 0 stale; agent health not checked",
         "notes": [UDP_UNCHECKED],
     }
-    lines = verify_summary(["h1"], {"h1": {"__flannel_verify_routes": routes}})
+    lines = verify_summary({"h1": {"routes": routes}})
     assert lines[3:5] == [
         "  datapath      3 leases, peers not checked, 0 stale; agent health not checked",
         f"    note        {UDP_UNCHECKED}",
@@ -97,7 +96,7 @@ def test_the_stores_rejected_leases_are_listed_under_the_datapath() -> None:
         "stale": ["neigh 10.244.9.0 lladdr 0a:58:0a:f4:09:00 dev flannel.1"],
         "rejected": [why],
     }
-    lines = verify_summary(["h1"], {"h1": {"__flannel_verify_routes": routes}})
+    lines = verify_summary({"h1": {"routes": routes}})
     assert lines[3:6] == [
         "  datapath      4 leases, 2 peers programmed, 0 missing, 0 stale, 1 rejected; agent ready",
         "    stale       neigh 10.244.9.0 lladdr 0a:58:0a:f4:09:00 dev flannel.1",
@@ -131,8 +130,8 @@ OTHER_SUITES = {
 
 def test_a_limited_run_lists_the_other_nodes_with_their_leases_and_probe_pods() -> None:
     node1 = registered("10.244.1.1/24", ["10.244.1.2", "10.244.1.3"])
-    node1["__flannel_verify_routes"]["lease_list"] = LEASES
-    lines = verify_summary(["node1"], {"node1": node1}, nodes=NODES, other_suites=OTHER_SUITES)
+    node1["routes"]["lease_list"] = LEASES
+    lines = verify_summary({"node1": node1}, nodes=NODES, other_suites=OTHER_SUITES)
     assert lines[lines.index("node2 (not in this run):") :] == [
         "node2 (not in this run):",
         "  lease         10.244.2.0/24 (192.0.2.12), expires in 23 h 53 min",
@@ -147,10 +146,31 @@ def test_a_limited_run_lists_the_other_nodes_with_their_leases_and_probe_pods() 
 def test_an_other_node_without_a_lease_and_a_reservation_say_so() -> None:
     node1 = registered("10.244.1.1/24", [])
     reservation = {**LEASES[1], "expires_in": None}
-    node1["__flannel_verify_routes"]["lease_list"] = [LEASES[0], reservation]
+    node1["routes"]["lease_list"] = [LEASES[0], reservation]
     nodes = {**NODES, "node4": {**NODES["node2"], "public_ip": "192.0.2.14"}}
-    lines = verify_summary(["node1"], {"node1": node1}, nodes=nodes)
+    lines = verify_summary({"node1": node1}, nodes=nodes)
     assert "  lease         10.244.2.0/24 (192.0.2.12), a reservation" in lines
     assert lines[lines.index("node4 (not in this run):") + 1] == (
         "  lease         none in the lease store"
     )
+
+
+def test_the_leases_orphans_and_free_subnets_once_for_the_cluster() -> None:
+    orphan = {"subnet": "10.244.9.0/24", "ipv6_subnet": None, "public_ip": "192.0.2.9"}
+    found = {
+        "leases": [{"subnet": "10.244.1.0/24"}, orphan],
+        "orphans": [orphan],
+        "utilisation": [
+            {"network": "10.244.0.0/16", "total": 255, "used": 2, "free": 253, "outside": 0},
+            {"network": "fd00::/56", "total": 255, "used": 1, "free": 254, "outside": 1},
+        ],
+    }
+    lines = verify_summary({"h1": {}, "h2": {}}, leases=found)
+    assert lines[-4:] == [
+        "leases        2, 1 orphans",
+        "  orphan      10.244.9.0/24 (public IP 192.0.2.9)",
+        "subnets       10.244.0.0/16: 2 of 255 used, 253 free",
+        "subnets       fd00::/56: 1 of 255 used, 254 free, 1 leases outside them",
+    ]
+    skipped = verify_summary({"h1": {}}, leases={"skipped": True})
+    assert not any(line.startswith("leases") for line in skipped)

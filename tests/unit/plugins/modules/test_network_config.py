@@ -8,7 +8,7 @@ from ansible_collections.pyflannel.network.plugins.modules import network_config
 from ..conftest import RunModule
 
 # Nothing listens here: a test that reached etcd would fail with "connection refused".
-NOWHERE = {"etcd_endpoints": ["http://127.0.0.1:9"]}
+NOWHERE = {"etcd_endpoints": ["http://127.0.0.1:9"], "agent_env": ""}
 
 
 def test_an_invalid_config_fails_with_flannels_message(run_module: RunModule) -> None:

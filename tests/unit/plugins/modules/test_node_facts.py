@@ -10,6 +10,7 @@ import pytest
 from ansible_collections.pyflannel.network.plugins.modules import node_facts
 
 from pyflannel_runtime.ops.inventory import NodeFacts
+from pyflannel_runtime.ops.wheelhouse import local_target, target_of
 
 from ..conftest import RunModule
 
@@ -67,3 +68,12 @@ def test_files_are_reported_as_regular_files_or_not(
     facts = run_module(node_facts.main, args, check=True)["ansible_facts"]["pyflannel_host"]
     assert facts["files"] == {kubeconfig: True, missing: False, str(tmp_path): False}
     assert NodeFacts.from_fact(facts).files == facts["files"]
+
+
+def test_the_interpreter_is_reported_as_the_wheelhouse_builder_reads_it(
+    run_module: RunModule,
+) -> None:
+    """What the controller builds the node's wheelhouse for: here, this machine's Python."""
+    result = run_module(node_facts.main, {})
+    interpreter = result["ansible_facts"]["pyflannel_host"]["interpreter"]
+    assert target_of(interpreter) == local_target()

@@ -1,0 +1,280 @@
+"""Every lease of the network, the inventory host each belongs to, the orphans, and how much of
+the network the leases take: the runtime API behind the ``leases_info`` module.
+
+flannel answers "out of subnets" and leases left behind by gone nodes with "wait for the TTL"
+(flannel-io/flannel issues 875 and 954); this report names them. A lease belongs to the host
+that holds its public IP (IPv4, else IPv6, the addresses flanneld announces); an orphan is a
+lease whose public IP no host of the inventory holds. The utilisation counts the subnets the
+agents' allocator hands out (`subnet.allocation.free_blocks`: blocks of SubnetLen from
+SubnetMin to SubnetMax) and how many of them a lease takes.
+
+`leases_report`, `owner` and `subnet_usage` are pure; `read_leases` reads the lease store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+from typing import Any
+
+from pyflannel_runtime.backend import registry
+from pyflannel_runtime.model.lease import Lease
+from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, check_network_config
+from pyflannel_runtime.ops.verify import LeaseStore, lease_order, list_leases, store_kind
+from pyflannel_runtime.subnet.manager import LeaseListing, ListedLease, UnreadableLease
+
+_NO_IPV4 = IPv4Address("0.0.0.0")
+
+
+@dataclass(frozen=True)
+class InventoryHost:
+    """A host of the inventory and the addresses it is known by."""
+
+    name: str
+    addresses: frozenset[IPv4Address | IPv6Address]
+
+
+def owner(lease: Lease, hosts: Sequence[InventoryHost]) -> str | None:
+    """The first host holding the lease's public IPv4 address (unless unset, as on an IPv6-only
+    node), else its public IPv6 address; None for an orphan."""
+    public = lease.attrs.public_ip if lease.attrs.public_ip != _NO_IPV4 else None
+    for address in (public, lease.attrs.public_ipv6):
+        if address is None:
+            continue
+        for host in hosts:
+            if address in host.addresses:
+                return host.name
+    return None
+
+
+# --- utilisation (pure) -----------------------------------------------------------------------
+
+
+def block_count(first: int, last: int, size: int) -> int:
+    """How many blocks of `size` start at `first`, `first + size`, ... up to `last`."""
+    return 0 if last < first else (last - first) // size + 1
+
+
+def used_blocks(first: int, last: int, size: int, taken: Iterable[tuple[int, int]]) -> int:
+    """How many of those blocks overlap a taken ``(start, end)`` range (inclusive ends): the
+    ones `subnet.allocation.free_blocks` never offers."""
+    count = block_count(first, last, size)
+    spans = []
+    for start, end in taken:
+        low, high = max(0, (start - first) // size), min(count - 1, (end - first) // size)
+        if low <= high:
+            spans.append((low, high))
+    used, reached = 0, -1
+    for low, high in sorted(spans):
+        if high > reached:
+            used += high - max(low, reached + 1) + 1
+            reached = high
+    return used
+
+
+@dataclass(frozen=True)
+class SubnetUsage:
+    """One address family of the network: its subnets between SubnetMin and SubnetMax, how
+    many a lease takes, and how many leases lie outside them (the agents reject those)."""
+
+    family: str  # "ipv4" or "ipv6"
+    network: IPv4Network | IPv6Network
+    subnet_len: int
+    subnet_min: IPv4Address | IPv6Address
+    subnet_max: IPv4Address | IPv6Address
+    total: int
+    used: int
+    outside: int
+
+    @property
+    def free(self) -> int:
+        return self.total - self.used
+
+
+def _usage(
+    family: str,
+    network: IPv4Network | IPv6Network,
+    subnet_len: int,
+    low: IPv4Address | IPv6Address,
+    high: IPv4Address | IPv6Address,
+    subnets: Sequence[IPv4Network | IPv6Network],
+) -> SubnetUsage:
+    first, last, size = int(low), int(high), 1 << (network.max_prefixlen - subnet_len)
+    ranges = [(int(s.network_address), int(s.broadcast_address)) for s in subnets]
+    outside = sum(1 for span in ranges if used_blocks(first, last, size, [span]) == 0)
+    return SubnetUsage(
+        family,
+        network,
+        subnet_len,
+        low,
+        high,
+        block_count(first, last, size),
+        used_blocks(first, last, size, ranges),
+        outside,
+    )
+
+
+def subnet_usage(config: NetworkConfig, leases: Sequence[Lease]) -> tuple[SubnetUsage, ...]:
+    """Each enabled family's subnets and how many the leases take, with flanneld's defaults
+    for SubnetLen, SubnetMin and SubnetMax (flannel's CheckNetworkConfig). ConfigError when
+    the network has no such range."""
+    checked = check_network_config(config)
+    found = []
+    if checked.enable_ipv4:
+        assert checked.network is not None
+        assert checked.subnet_min is not None and checked.subnet_max is not None
+        subnets = [s for s in (lease.subnet for lease in leases) if s is not None and s.prefixlen]
+        found.append(
+            _usage(
+                "ipv4",
+                checked.network,
+                checked.subnet_len,
+                checked.subnet_min,
+                checked.subnet_max,
+                subnets,
+            )
+        )
+    if checked.enable_ipv6:
+        assert checked.ipv6_network is not None
+        assert checked.ipv6_subnet_min is not None and checked.ipv6_subnet_max is not None
+        subnets6 = [lease.ipv6_subnet for lease in leases if lease.ipv6_subnet is not None]
+        found.append(
+            _usage(
+                "ipv6",
+                checked.ipv6_network,
+                checked.ipv6_subnet_len,
+                checked.ipv6_subnet_min,
+                checked.ipv6_subnet_max,
+                subnets6,
+            )
+        )
+    return tuple(found)
+
+
+# --- the report -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeasesReport:
+    store: str  # "etcd" or "kube"
+    leases: tuple[ListedLease, ...]
+    owners: tuple[str | None, ...]  # the inventory host of each lease, in order
+    usage: tuple[SubnetUsage, ...]
+    unreadable: tuple[UnreadableLease, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def orphans(self) -> tuple[ListedLease, ...]:
+        return tuple(row for row, host in zip(self.leases, self.owners, strict=True) if not host)
+
+
+def leases_report(
+    config: NetworkConfig, listing: LeaseListing, store: str, hosts: Sequence[InventoryHost]
+) -> LeasesReport:
+    leases = tuple(sorted(listing.leases, key=lease_order))
+    notes = []
+    try:
+        usage = subnet_usage(config, [row.lease for row in leases])
+    except ConfigError as err:
+        usage = ()
+        notes.append(f"subnet utilisation not counted: the network config has no range ({err})")
+    if store == "kube":
+        notes.append(
+            "with the Kubernetes datastore the controller manager assigns podCIDRs; the "
+            "utilisation counts them in blocks of flannel's SubnetLen"
+        )
+    return LeasesReport(
+        store,
+        leases,
+        tuple(owner(row.lease, hosts) for row in leases),
+        usage,
+        listing.unreadable,
+        tuple(notes),
+    )
+
+
+def read_leases(store: LeaseStore, hosts: Sequence[InventoryHost]) -> LeasesReport:
+    """Every lease in the store, matched to `hosts`. Raises VerifyError (LeaseStoreError) when
+    the store cannot be read."""
+    config, listing = asyncio.run(list_leases(store))
+    return leases_report(config, listing, store_kind(store), hosts)
+
+
+# --- renderings (pure) ------------------------------------------------------------------------
+
+
+def vtep_macs(lease: Lease) -> tuple[str, str]:
+    """The VTEP MACs (IPv4, IPv6) a lease advertises; empty for backends without one."""
+    spec = registry.find(lease.attrs.backend_type)
+    if spec is None or spec.advertised_mac is None:
+        return "", ""
+    return spec.advertised_mac(lease.attrs.backend_data), spec.advertised_mac(
+        lease.attrs.backend_v6_data
+    )
+
+
+def iso_time(expiration: float | None) -> str | None:
+    """A lease's expiry in UTC (None: none, or not looked up)."""
+    if expiration is None or not math.isfinite(expiration):
+        return None
+    return datetime.fromtimestamp(expiration, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def lease_fields(row: ListedLease) -> dict[str, Any]:
+    """A lease as scripts read it (``pyflannel status -o json`` and the modules)."""
+    lease = row.lease
+    v4_mac, v6_mac = vtep_macs(lease)
+    return {
+        "node": row.node or None,
+        "subnet": _text(lease.subnet),
+        "ipv6_subnet": _text(lease.ipv6_subnet),
+        "public_ip": str(lease.attrs.public_ip),
+        "public_ipv6": _text(lease.attrs.public_ipv6),
+        "backend": lease.attrs.backend_type,
+        "vtep_mac": v4_mac or None,
+        "vtep_mac_v6": v6_mac or None,
+        "expires": iso_time(lease.expiration),
+    }
+
+
+def usage_fields(usage: SubnetUsage) -> dict[str, Any]:
+    return {
+        "family": usage.family,
+        "network": str(usage.network),
+        "subnet_len": usage.subnet_len,
+        "subnet_min": str(usage.subnet_min),
+        "subnet_max": str(usage.subnet_max),
+        "total": usage.total,
+        "used": usage.used,
+        "free": usage.free,
+        "outside": usage.outside,
+    }
+
+
+def report_dict(report: LeasesReport) -> dict[str, Any]:
+    """The report as the leases_info module returns it."""
+    leases = [
+        {
+            **lease_fields(row),
+            # An etcd subnet key without an etcd lease: pinned, it never expires.
+            "reservation": report.store == "etcd" and row.lease.expiration is None,
+            "host": host,
+        }
+        for row, host in zip(report.leases, report.owners, strict=True)
+    ]
+    return {
+        "store": report.store,
+        "leases": leases,
+        "orphans": [lease for lease in leases if lease["host"] is None],
+        "utilisation": [usage_fields(u) for u in report.usage],
+        "unreadable": [{"name": u.name, "reason": u.reason} for u in report.unreadable],
+        "notes": list(report.notes),
+    }
