@@ -24,7 +24,7 @@ options:
     type: list
     elements: dict
     required: true
-    options:
+    suboptions:
       path:
         description: Absolute path of the file.
         type: path
