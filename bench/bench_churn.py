@@ -42,6 +42,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from bench_agent_scale import Change, KernelMonitor, percentile
+from sigterm import interrupt_on_sigterm
 
 from pyflannel_runtime.lab.churn import (
     RECONCILE_INTERVAL,
@@ -153,6 +154,7 @@ def describe(values: list[float]) -> str:
 
 
 def main() -> None:
+    interrupt_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peers", type=int, default=5000)
     parser.add_argument("--rate", type=float, default=60.0, help="lease changes a second")

@@ -34,6 +34,8 @@ import subprocess
 import time
 from ipaddress import IPv4Address
 
+from sigterm import interrupt_on_sigterm
+
 from pyflannel_runtime.connectivity.snmp import UDP_BUFFER_ERRORS, read_counters
 from pyflannel_runtime.lab.flood import Flood, Outsider, flooding, inner_packet, outsider
 from pyflannel_runtime.lab.netns_agents import AgentLab
@@ -74,6 +76,7 @@ def flooded_stream(
 
 
 def main() -> None:
+    interrupt_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--seconds", type=int, default=5)
