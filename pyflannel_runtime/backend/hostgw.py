@@ -49,9 +49,7 @@ class HostGwBackend:
             backend_type=self.backend_type,
         )
         lease = await acquire(attrs)
-        network = HostGwNetwork(self.netns, config, ext, lease)
-        network.start_watching()
-        return network
+        return HostGwNetwork(self.netns, config, ext, lease)
 
 
 class HostGwNetwork(PeerProgrammer):
