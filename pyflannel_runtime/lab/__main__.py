@@ -35,6 +35,14 @@ from pyflannel_runtime.lab.paths import cache_dir
 from pyflannel_runtime.lab.podman import Podman
 
 
+def _release_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--release",
+        choices=rootfs.RELEASES,
+        default=rootfs.DEFAULT_RELEASE,
+        help=f"{what} (default {rootfs.DEFAULT_RELEASE})",
+    )
+
 def _print_lab(state: hosts.LabState) -> None:
     states = hosts.container_states(state)
     images = ", ".join(dict.fromkeys(host.image for host in state.hosts))
@@ -136,12 +144,7 @@ def parser() -> argparse.ArgumentParser:
     up.set_defaults(handler=_up)
     add = host_commands.add_parser("add", help="boot more hosts into the running lab")
     add.add_argument("--count", type=int, default=1, help="how many (default 1)")
-    add.add_argument(
-        "--release",
-        choices=rootfs.RELEASES,
-        default=rootfs.DEFAULT_RELEASE,
-        help=f"their Debian release (default {rootfs.DEFAULT_RELEASE})",
-    )
+    _release_option(add, "their Debian release")
     add.set_defaults(handler=_add)
     host_commands.add_parser("down", help="remove the lab").set_defaults(handler=_down)
     host_commands.add_parser("status", help="show the lab").set_defaults(handler=_status)
@@ -155,12 +158,7 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("name")
         command.set_defaults(handler=_host_action, action=action)
     image = commands.add_parser("image", help="build a release's host image; print its tag")
-    image.add_argument(
-        "--release",
-        choices=rootfs.RELEASES,
-        default=rootfs.DEFAULT_RELEASE,
-        help=f"the Debian release (default {rootfs.DEFAULT_RELEASE})",
-    )
+    _release_option(image, "the Debian release")
     image.set_defaults(handler=_image)
     commands.add_parser("podman-env", help="exports for the lab's podman").set_defaults(
         handler=_podman_env
