@@ -43,6 +43,7 @@ def _release_option(parser: argparse.ArgumentParser, what: str) -> None:
         help=f"{what} (default {rootfs.DEFAULT_RELEASE})",
     )
 
+
 def _print_lab(state: hosts.LabState) -> None:
     states = hosts.container_states(state)
     images = ", ".join(dict.fromkeys(host.image for host in state.hosts))
