@@ -22,10 +22,18 @@ Figures:
     in the kernel, for 100 puts then 100 deletes, paced 20 ms apart;
   * agent RSS (VmRSS) with 5 000 peers programmed;
   * netlink writes during 2 reconcile intervals without any change (kernel changes seen by the
-    monitor, and the agent's "Reconcile repaired" log lines).
+    monitor, and the agent's "Reconcile repaired" log lines);
+  * idle CPU: the agent's user and system time, its children's (iptables checks) included,
+    over a minute without any change, in % of a core; and what one no-change full reconcile
+    costs (the kernel dump and diff the agent makes once per FULL_RECONCILE_PERIOD while the
+    kernel's notifications report nothing, earlier at every check), timed here on the same
+    kernel state, and that cost spread over the period;
+  * repair latency: routes, neighbours and FDB entries of random peers deleted with
+    `ip`/`bridge` one at a time (100 ms apart), from the kernel's deletion notification to
+    the one of the entry put back.
 
 Finishes with `metric: value` lines. Needs root:
-    python bench/bench_agent_scale.py [--peers 5000] [--events 200]
+    python bench/bench_agent_scale.py [--peers 5000] [--events 200] [--idle-seconds 60]
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import argparse
 import errno
 import json
 import os
+import random
 import re
 import secrets
 import socket
@@ -48,18 +57,24 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
 
 from bench_netlink import iproute2, make_host
+from sigterm import interrupt_on_sigterm
 
-from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
+from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
+from pyflannel_runtime.backend.programmer import FULL_RECONCILE_PERIOD
+from pyflannel_runtime.backend.vxlan_data import parse_vxlan_backend_data, vxlan_backend_data
 from pyflannel_runtime.lab.netns_agents import PREFIX, AgentLab
 from pyflannel_runtime.lab.netns_lab import LabHost
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs, make_subnet_key
 from pyflannel_runtime.netlink.decoder import decode_neigh, decode_route
+from pyflannel_runtime.netlink.diff import desired_state, diff_ops
+from pyflannel_runtime.netlink.dump import Ownership, open_dump_socket, read_owned_state
 from pyflannel_runtime.netlink.netns import run_in_netns
 
 NETWORK = IPv4Network("10.244.0.0/16")
 SUBNET_LEN = 29
 OWN_SUBNET = IPv4Network("10.244.0.8/29")  # the first subnet is below flannel's SubnetMin
 RECONCILE_INTERVAL = 10
+REPAIRS = 60
 # Full programming is timed over this many starts on a bare host, each right after the
 # reference; the figure is the median of their ratios.
 COLD_STARTS = 5
@@ -254,6 +269,82 @@ def cold_start(
     raise RuntimeError(f"only {len(seen)} of {entries} entries appeared")
 
 
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(the process's user + system time, the same with its waited-for children's)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / ticks
+    return own, own + (int(fields[13]) + int(fields[14])) / ticks
+
+
+def idle_cpu_percent(pid: int, window: float) -> tuple[float, float]:
+    """(% of a core with children, without), over `window` seconds of doing nothing."""
+    start, (own0, all0) = time.monotonic(), cpu_seconds(pid)
+    time.sleep(window)
+    own1, all1 = cpu_seconds(pid)
+    elapsed = time.monotonic() - start
+    return (all1 - all0) / elapsed * 100, (own1 - own0) / elapsed * 100
+
+
+def no_change_reconcile_seconds(lab: AgentLab, host: LabHost, peers: list[Lease]) -> float:
+    """The agent's full reconcile on an unchanged kernel: dump the owned entries, diff them
+    against the peers' (the median of 5; the peers' entries are cached between reconciles)."""
+    index = lab.net.ifindex(host.ns, "flannel.1")
+    ownership = Ownership(frozenset({index}), (NETWORK,))
+    desired = desired_state(
+        e for p in peers for e in vxlan_peer_entries(p, VxlanDevices(index, None))
+    )
+    sock = run_in_netns(host.ns, open_dump_socket)
+    try:
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            ops = diff_ops(desired, read_owned_state(sock, ownership))
+            times.append(time.perf_counter() - start)
+            if ops:
+                raise RuntimeError(f"the kernel is not in sync: {len(ops)} ops, {ops[:3]}")
+    finally:
+        sock.close()
+    return statistics.median(times)
+
+
+def repair_latencies(
+    lab: AgentLab, host: LabHost, monitor: KernelMonitor, peers: list[Lease], count: int
+) -> list[float]:
+    """Delete `count` entries of random peers, a third each routes, neighbours and FDB
+    entries, one at a time; for each, the time from its deletion to its return."""
+    rng = random.Random(26)
+    targets = rng.sample(peers, count)
+    out = []
+    for n, peer in enumerate(targets):
+        data = parse_vxlan_backend_data(peer.attrs.backend_data)
+        assert peer.subnet is not None
+        gateway = str(peer.subnet.network_address)
+        kind, key, command = [
+            ("route", str(peer.subnet), ["ip", "route", "del", str(peer.subnet)]),
+            ("neigh", gateway, ["ip", "neigh", "del", gateway, "dev", "flannel.1"]),
+            ("fdb", data.vtep_mac, ["bridge", "fdb", "del", data.vtep_mac, "dev", "flannel.1",
+                                    "dst", str(peer.attrs.public_ip), "self"]),
+        ][n % 3]  # fmt: skip
+        monitor.take()
+        lab.net.run(host.ns, *command)
+        deadline = time.monotonic() + 10
+        changes: list[Change] = []
+        while time.monotonic() < deadline:
+            changes += monitor.take()
+            gone = [c.at for c in changes if (c.kind, c.dst, c.added) == (kind, key, False)]
+            back = [c.at for c in changes if (c.kind, c.dst, c.added) == (kind, key, True)]
+            if gone and back:
+                out.append(back[-1] - gone[0])
+                break
+            time.sleep(0.01)
+        else:
+            raise RuntimeError(f"the {kind} {key} was not put back in 10 s")
+        time.sleep(0.1)
+    return out
+
+
 def rss_kib(pid: int) -> int:
     with open(f"/proc/{pid}/status") as status:
         for line in status:
@@ -294,9 +385,11 @@ def latencies(
 
 
 def main() -> None:
+    interrupt_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peers", type=int, default=5000)
     parser.add_argument("--events", type=int, default=200)
+    parser.add_argument("--idle-seconds", type=int, default=60)
     args = parser.parse_args()
     peers = peer_leases(args.peers, first=2)  # after OWN_SUBNET
     extra = peer_leases(args.events // 2, first=args.peers + 2)
@@ -360,6 +453,25 @@ def main() -> None:
             )
             rss = rss_kib(agent.process.pid)
             print(f"agent VmRSS with {args.peers} peers: {rss / 1024:.1f} MiB")
+
+            idle_cpu, alone = idle_cpu_percent(agent.process.pid, args.idle_seconds)
+            print(
+                f"idle CPU over {args.idle_seconds} s without a change: {idle_cpu:.3f} % of a core "
+                f"(the agent alone {alone:.3f} %, the rest its iptables checks)"
+            )
+            full = no_change_reconcile_seconds(lab, host, peers)
+            print(
+                f"a no-change full reconcile (dump + diff of {entries} entries): {full:.3f} s; "
+                f"once per {FULL_RECONCILE_PERIOD:.0f} s that is "
+                f"{full / FULL_RECONCILE_PERIOD * 100:.3f} % of a core (every "
+                f"{RECONCILE_INTERVAL} s, as before: {full / RECONCILE_INTERVAL * 100:.2f} %)"
+            )
+            repairs = repair_latencies(lab, host, monitor, peers, REPAIRS)
+            print(
+                f"repair of {len(repairs)} deleted entries (from deletion to re-add, as the "
+                f"kernel notified): p50 {statistics.median(repairs) * 1e3:.1f} ms, p99 "
+                f"{percentile(repairs, 0.99) * 1e3:.1f} ms, max {max(repairs) * 1e3:.1f} ms"
+            )
         finally:
             monitor.close()
 
@@ -368,6 +480,9 @@ def main() -> None:
     print(f"event_latency_p99_ms: {percentile(lat, 0.99) * 1e3:.1f}")
     print(f"agent_rss_mib: {rss / 1024:.1f}")
     print(f"steady_state_writes: {len(steady) + repaired}")
+    print(f"idle_cpu_percent: {idle_cpu:.3f}")
+    print(f"full_reconcile_s: {full:.3f}")
+    print(f"repair_latency_p99_ms: {percentile(repairs, 0.99) * 1e3:.1f}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@
 Both run in one process, against the same pair of network namespaces (a "host" namespace that
 holds the bridge and a "pod" namespace that receives eth0), alternating in rounds so that
 machine load affects both alike. The bridge config is exactly the delegate flannel saves.
-Needs root. Prints both timings; the last line is ``metric: <ratio>`` (flannel / bridge).
+Needs root. Prints the timings and ends with ``cni_add_del_ratio: <flannel / bridge>`` and
+``cni_over_floor: <flannel / floor>``, the floor being what any CPython plugin pays: the same
+round's bridge ADD+DEL plus two bare ``python -I -S`` starts (the median over rounds of each
+round's ratio).
 
     sudo .venv/bin/python bench/bench_cni.py [--iterations N]
 """
@@ -83,8 +86,20 @@ def inner(work: Path, pod_netns: str, iterations: int) -> None:
     print(f"bridge  ADD+DEL median: {bridge_ms:.1f} ms")
     print(f"floor (bridge + 2 bare python -I -S starts): {floor_ms:.1f} ms")
     print(f"floor_ratio: {floor_ms / bridge_ms:.3f}")
+    # Each round's flannel over the same round's floor: the machine's load of the moment
+    # weighs on both, where a ratio of medians taken apart would mix moments.
+    paired = [
+        f / (b + i)
+        for f, b, i in zip(
+            timings["flannel"], timings["bridge"], timings["interpreter"], strict=True
+        )
+    ]
+    print(
+        f"flannel / floor, per round: median {statistics.median(paired):.3f}, "
+        f"range {min(paired):.3f}-{max(paired):.3f}"
+    )
     print(f"cni_add_del_ratio: {flannel_ms / bridge_ms:.3f}")
-    print(f"metric: {flannel_ms / bridge_ms:.3f}")
+    print(f"cni_over_floor: {statistics.median(paired):.3f}")
 
 
 def _write_configs(work: Path, tag: str) -> None:
@@ -143,6 +158,10 @@ def main() -> None:
     if args.inner:
         inner(Path(args.inner[0]), args.inner[1], int(args.inner[2]))
     else:
+        # imported here: the inner run's -I leaves bench/ off the import path
+        from sigterm import interrupt_on_sigterm
+
+        interrupt_on_sigterm()
         outer(args.iterations)
 
 

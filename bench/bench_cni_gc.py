@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from sigterm import interrupt_on_sigterm
+
 from pyflannel_runtime.cni.delegate import build_delegate, encode_delegate
 from pyflannel_runtime.cni.install import install_plugin
 from pyflannel_runtime.cni.plugin_config import parse_netconf
@@ -96,6 +98,7 @@ class Site:
 
 
 def main() -> None:
+    interrupt_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--attachments", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)

@@ -17,6 +17,8 @@ import re
 import statistics
 import sys
 
+from sigterm import interrupt_on_sigterm
+
 from pyflannel_runtime.lab import hosts
 from pyflannel_runtime.lab.playbook import run_playbook
 
@@ -24,6 +26,7 @@ VERIFY = ("--tags", "flannel_preflight,flannel_verify")
 
 
 def main() -> int:
+    interrupt_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="runs with and without the suite")
     parser.add_argument("--keep", action="store_true", help="leave the lab up afterwards")

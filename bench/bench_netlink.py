@@ -23,6 +23,8 @@ import tempfile
 import time
 from ipaddress import IPv4Address, IPv4Network
 
+from sigterm import interrupt_on_sigterm
+
 from pyflannel_runtime.backend import registry
 from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data as backend_data
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
@@ -146,6 +148,7 @@ def iproute2(ns: str, peers: list[Lease]) -> float:
 
 
 def main() -> None:
+    interrupt_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peers", type=int, default=5000)
     args = parser.parse_args()

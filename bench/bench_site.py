@@ -15,11 +15,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sigterm import interrupt_on_sigterm
+
 from pyflannel_runtime.lab import hosts
 from pyflannel_runtime.lab.playbook import run_playbook
 
 
 def main() -> int:
+    interrupt_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", action="store_true", help="leave the lab up afterwards")
     args = parser.parse_args()

@@ -42,6 +42,8 @@ import statistics
 import subprocess
 import time
 
+from sigterm import interrupt_on_sigterm
+
 from pyflannel_runtime.lab.netns_agents import AgentLab
 from pyflannel_runtime.lab.netns_lab import NetLab
 
@@ -249,6 +251,7 @@ def measure(backend: str, seconds: int, rounds: int, bare: bool) -> float:
 
 
 def main() -> None:
+    interrupt_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=3, help="length of each round")
     parser.add_argument("--rounds", type=int, default=20, help="best a multiple of 4")

@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from sigterm import interrupt_on_sigterm
+
 from pyflannel_runtime.ops.wheelhouse import build_wheelhouse, target_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,6 +29,7 @@ INTERPRETERS = {
 
 
 def main() -> None:
+    interrupt_on_sigterm()
     with tempfile.TemporaryDirectory(prefix="pyflannel-bench-wheelhouse-") as cache:
         for release, interpreter in INTERPRETERS.items():
             target = target_of(

@@ -62,25 +62,43 @@ def read_small_file(path: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
         os.close(fd)
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int) -> None:
+def write_atomic(
+    path: str | os.PathLike[str], data: bytes, mode: int, *, durable: bool = True
+) -> None:
     """Write ``data`` to ``path`` through a temp file in the same directory, then rename.
 
     The mode is set with fchmod so the umask cannot change it, and both the file and the
-    directory are fsynced so a crash leaves either the old or the new content.
+    directory are fsynced so a crash leaves either the old or the new content. With
+    ``durable=False`` the fsyncs are left to a later ``make_durable(path)``: readers see the
+    whole file at once all the same.
     """
     target = os.fspath(path)
-    temp = write_temp(target, data, mode)
+    temp = write_temp(target, data, mode, durable=durable)
     try:
         os.rename(temp, target)
     except BaseException:
         unlink_quietly(temp)
         raise
-    fsync_directory(os.path.dirname(target) or ".")
+    if durable:
+        fsync_directory(os.path.dirname(target) or ".")
 
 
-def write_temp(target: str, data: bytes, mode: int, uid: int = -1, gid: int = -1) -> str:
+def make_durable(path: str) -> None:
+    """fsync a file written with ``write_atomic(durable=False)``, then its directory."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_directory(os.path.dirname(path) or ".")
+
+
+def write_temp(
+    target: str, data: bytes, mode: int, uid: int = -1, gid: int = -1, *, durable: bool = True
+) -> str:
     """A new file beside ``target`` holding ``data`` with exactly ``mode`` (and owner, when
-    ``uid``/``gid`` are not -1), fsynced; returns its path. Nothing is left behind on error."""
+    ``uid``/``gid`` are not -1), fsynced unless ``durable=False``; returns its path. Nothing is
+    left behind on error."""
     directory, name = os.path.split(target)
     temp = os.path.join(directory, f".{name}.{os.urandom(6).hex()}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
@@ -93,7 +111,8 @@ def write_temp(target: str, data: bytes, mode: int, uid: int = -1, gid: int = -1
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
     except BaseException:

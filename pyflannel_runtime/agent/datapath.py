@@ -87,7 +87,7 @@ class DatapathLoop:
             await asyncio.sleep(self._interval)
             async with self._lock:
                 try:
-                    writes = await self._network.reconcile(self._watcher.leases)
+                    writes = await self._network.recheck(self._watcher.leases)
                 except OSError as err:
                     log.error("Reconcile failed: %s", err)
                     continue

@@ -37,6 +37,10 @@ class Network(Protocol):
     async def reconcile(self, peers: Sequence[Lease]) -> int:
         """Make the kernel hold exactly these peers' entries; returns the netlink writes made."""
 
+    async def recheck(self, peers: Sequence[Lease]) -> int:
+        """The periodic check against drift: a reconcile, or less where the datapath knows
+        the kernel is as it left it; returns the writes made."""
+
     async def close(self) -> None:
         """Stop watchers. The datapath stays in place, as flannel leaves it on shutdown."""
 

@@ -49,7 +49,9 @@ class HostGwBackend:
             backend_type=self.backend_type,
         )
         lease = await acquire(attrs)
-        return HostGwNetwork(self.netns, config, ext, lease)
+        network = HostGwNetwork(self.netns, config, ext, lease)
+        network.start_watching()
+        return network
 
 
 class HostGwNetwork(PeerProgrammer):

@@ -19,22 +19,45 @@ import abc
 import asyncio
 import errno
 import logging
+import socket
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 from pyroute2 import IPRoute
 
+from pyflannel_runtime.backend.drift import Wanted, repairs
 from pyflannel_runtime.backend.peers import PeerSkipped
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseEvent
 from pyflannel_runtime.netlink.batch import BatchSender, OpFailure
 from pyflannel_runtime.netlink.diff import desired_state, diff_ops, removal_ops
 from pyflannel_runtime.netlink.dump import Ownership, owned_kernel_routes, owned_state
 from pyflannel_runtime.netlink.entries import Action, DatapathState, Entry, Fdb, Neigh, Op, Route
+from pyflannel_runtime.netlink.monitor import (
+    RTMGRP_IPV4_ROUTE,
+    RTMGRP_IPV6_ROUTE,
+    RTMGRP_LINK,
+    RTMGRP_NEIGH,
+    LinkEvent,
+    NeighEvent,
+    RouteEvent,
+    open_monitor,
+    parse_events,
+)
 from pyflannel_runtime.netlink.netns import iproute
 
 log = logging.getLogger("pyflannel.backend")
 
 T = TypeVar("T")
+
+# While the kernel's notifications say nothing changed, a periodic check needs no dump; one is
+# still made this often (flannel's informer resyncs every 5 minutes), in case one was missed.
+FULL_RECONCILE_PERIOD = 300.0
+# Notifications are gathered this long before a repair (a device being deleted sends its
+# entries' deletions first; its own comes a moment later and makes the repairs moot).
+REPAIR_DELAY = 0.02
+_MONITOR_GROUPS = RTMGRP_LINK | RTMGRP_NEIGH | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE
+_MONITOR_RECV = 1 << 16
 
 
 class PeerProgrammer(abc.ABC):
@@ -45,6 +68,14 @@ class PeerProgrammer(abc.ABC):
         self._peers: dict[str, Lease] = {}
         self._entries: dict[str, tuple[Entry, ...]] = {}
         self._lock = asyncio.Lock()
+        # What the kernel holds for us, by key, and whether nothing has changed it since the
+        # last full reconcile (as far as the notifications tell).
+        self._wanted = Wanted()
+        self._in_sync = False
+        self._last_full = float("-inf")
+        self._monitor: socket.socket | None = None
+        self._changes: list[RouteEvent | NeighEvent] = []
+        self._repairer: asyncio.Task[None] | None = None
 
     # --- what a backend supplies -----------------------------------------------------------
 
@@ -89,6 +120,8 @@ class PeerProgrammer(abc.ABC):
         return await self.kernel(lambda ipr: owned_kernel_routes(ipr, ownership))
 
     async def close_kernel(self) -> None:
+        self.stop_watching()
+
         def run() -> None:
             if self._sender is not None:
                 self._sender.close()
@@ -106,8 +139,10 @@ class PeerProgrammer(abc.ABC):
         cluster size."""
         async with self._lock:
             await self.prepare([e.lease for e in events if e.type is EventType.ADDED])
+            notified = self._monitor is not None and self._in_sync
             written: list[Entry] = []
             stale: list[Entry] = []
+            in_place: set[Entry] = set()
             for event in events:
                 key = event.lease.key()
                 self._peers.pop(key, None)
@@ -116,9 +151,21 @@ class PeerProgrammer(abc.ABC):
                 if event.type is EventType.ADDED:
                     self._peers[key] = event.lease
                     new = self._compute(event.lease)
-                # Added peers are always written, as flannel does.
+                # Added peers are written, as flannel does; but a route the notifications say
+                # is in place as written is not: creating it again would find its key taken
+                # and have to dump the routing table to learn whose the route is.
+                if notified:
+                    in_place.update(
+                        e
+                        for e in new
+                        if isinstance(e, Route) and self._wanted.routes.get(e.key) == e
+                    )
                 written.extend(new)
                 stale.extend(e for e in old if e not in new)
+                for entry in old:
+                    self._wanted.discard(entry)
+                for entry in new:
+                    self._wanted.add(entry)
             rewritten = {e.key for e in written}
             ops = [
                 Op(Action.REPLACE, e)
@@ -126,13 +173,32 @@ class PeerProgrammer(abc.ABC):
                 for e in written
                 if isinstance(e, kind)
             ]
-            ops += [Op(Action.CREATE, e) for e in written if isinstance(e, Route)]
+            ops += [
+                Op(Action.CREATE, e) for e in written if isinstance(e, Route) and e not in in_place
+            ]
             ops += removal_ops(e for e in stale if e.key not in rewritten)
             await self._send_with_rollback(ops)
 
     async def reconcile(self, peers: Sequence[Lease]) -> int:
         async with self._lock:
             return await self._reconcile(peers)
+
+    async def recheck(self, peers: Sequence[Lease]) -> int:
+        """The periodic check: a full reconcile unless the kernel's notifications vouch that
+        nothing changed since the last one (then it costs nothing)."""
+        async with self._lock:
+            if self._kernel_unchanged():
+                return 0
+            return await self._reconcile(peers)
+
+    def _kernel_unchanged(self) -> bool:
+        return (
+            self._monitor is not None
+            and self._in_sync
+            # DirectRouting's entries follow route lookups, which no notification here covers.
+            and self.entries_are_stable()
+            and time.monotonic() - self._last_full < FULL_RECONCILE_PERIOD
+        )
 
     async def _reconcile(self, peers: Sequence[Lease]) -> int:
         fresh = {lease.key(): lease for lease in peers}
@@ -146,6 +212,9 @@ class PeerProgrammer(abc.ABC):
             else:
                 entries[key] = self.peer_entries_or_none(lease)
         self._peers, self._entries = fresh, entries
+        self._wanted = Wanted.of(e for group in self._entries.values() for e in group)
+        self._in_sync = True  # unless a write below fails, or a notification is lost
+        self._last_full = time.monotonic()
         actual = await self.owned_kernel_state()
         desired = desired_state(e for group in self._entries.values() for e in group)
         return await self._send_with_rollback(diff_ops(desired, actual))
@@ -158,6 +227,79 @@ class PeerProgrammer(abc.ABC):
         """True when a lease's entries depend on the lease alone, not on kernel lookups made
         in `prepare`, so unchanged leases can keep their computed entries."""
         return True
+
+    # --- the kernel's notifications ----------------------------------------------------------
+
+    def start_watching(self) -> None:
+        """Follow the kernel's link, route, neighbour and FDB notifications: what someone else
+        deletes or changes among the wanted entries is put back within REPAIR_DELAY."""
+        self._monitor = self.open_monitor()
+        asyncio.get_running_loop().add_reader(self._monitor.fileno(), self._on_kernel_message)
+
+    def open_monitor(self) -> socket.socket:
+        return open_monitor(self.netns, _MONITOR_GROUPS)
+
+    def stop_watching(self) -> None:
+        if self._monitor is not None:
+            asyncio.get_running_loop().remove_reader(self._monitor.fileno())
+            self._monitor.close()
+            self._monitor = None
+        if self._repairer is not None:
+            self._repairer.cancel()
+
+    def on_link_events(self, events: list[LinkEvent]) -> None:  # noqa: B027 - a hook
+        """Links came or went (vxlan recreates its devices)."""
+
+    def devices_lost(self) -> bool:
+        """True while the datapath's devices are being recreated (their entries went with
+        them, and are replayed whole)."""
+        return False
+
+    def on_notifications_lost(self) -> None:  # noqa: B027 - a hook
+        """The monitor overflowed: whatever its lost notifications said is unknown."""
+
+    def _on_kernel_message(self) -> None:
+        assert self._monitor is not None
+        links: list[LinkEvent] = []
+        # The datapath's own route and neighbour writes are known; FDB notifications name no
+        # writer and are sorted out by what they say.
+        own = self._sender.port_id if self._sender is not None else 0
+        devices = self.ownership().devices
+        while True:
+            try:
+                data = self._monitor.recv(_MONITOR_RECV)
+            except BlockingIOError:
+                break
+            except OSError as err:  # ENOBUFS: notifications were lost; trust them no more
+                log.warning("Kernel monitor: %s; the next check reconciles in full", err)
+                self._in_sync = False
+                self.on_notifications_lost()
+                continue
+            for event in parse_events(data, own):
+                if isinstance(event, LinkEvent):
+                    links.append(event)
+                elif isinstance(event, RouteEvent) or event.neigh.ifindex in devices:
+                    self._changes.append(event)
+        if links:
+            self.on_link_events(links)
+        if self._changes and (self._repairer is None or self._repairer.done()):
+            self._repairer = asyncio.create_task(self._repair(), name="datapath-repair")
+
+    async def _repair(self) -> None:
+        while self._changes:
+            await asyncio.sleep(REPAIR_DELAY)
+            async with self._lock:
+                changes, self._changes = self._changes, []
+                if self.devices_lost():
+                    continue
+                ops = repairs(self._wanted, changes, self.ownership())
+                if ops:
+                    writes = await self._send_with_rollback(ops)
+                    log.warning(
+                        "Put back %d kernel entries someone else deleted or changed (%d writes)",
+                        len(ops),
+                        writes,
+                    )
 
     # --- internals -------------------------------------------------------------------------
 
@@ -174,6 +316,8 @@ class PeerProgrammer(abc.ABC):
 
     async def _send_with_rollback(self, ops: list[Op]) -> int:
         failures = await self._send(ops)
+        if failures:
+            self._in_sync = False  # the next periodic check retries in full
         writes = len(ops)
         taken = [f for f in failures if f.op.action is Action.CREATE and f.errno == errno.EEXIST]
         foreign: list[OpFailure] = []
@@ -224,6 +368,8 @@ class PeerProgrammer(abc.ABC):
             if failed.intersection(entries):
                 log.error("Failed to program peer %s; retrying at the next reconcile", key)
                 undo.extend(e for e in entries if e not in failed)
+                for entry in entries:  # not in the kernel now, on purpose
+                    self._wanted.discard(entry)
             else:
                 keep.update(entries)
         return removal_ops(_unique(e for e in undo if e not in keep))

@@ -9,7 +9,9 @@ SOCK_SEQPACKET socketpair, and CMD_STOP on close. Like flannel, forwarding stops
 
 Beyond flannel: datagrams whose source is not a peer's public IP are dropped and counted, the
 TUN queue is long enough (txqueuelen 10000) that bursts are not dropped, and with numpy present
-flannel0 uses TSO plus UDP GSO/GRO (see `udp_offload`) while staying wire-compatible.
+flannel0 uses TSO plus UDP GSO/GRO (see `udp_offload`) while staying wire-compatible. With the
+`SuperPackets` option, nodes that both advertise it in their leases send TCP super-packets whole
+(`udp_superpacket`); every other peer keeps flannel's framing.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pyflannel_runtime.backend.host import UDP_WORKER_MODULE, UDP_WORKER_ROLES
 from pyflannel_runtime.backend.options import UdpOptions
 from pyflannel_runtime.backend.peers import udp_peer_route
 from pyflannel_runtime.backend.udp_packet import Command, CommandMessage, Peer, encode_command
+from pyflannel_runtime.backend.udp_superpacket import advertises, backend_data
 from pyflannel_runtime.backend.udp_worker import COUNTERS_PER_WORKER, READY, UDP_GRO, Counter
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.model.netconf import NetworkConfig
@@ -57,6 +60,7 @@ _TUNSETOFFLOAD = 0x400454D0
 _IFF_TUN = 0x0001
 _IFF_NO_PI = 0x1000
 _IFF_MULTI_QUEUE = 0x0100
+_IFF_NAPI = 0x0010
 _IFF_VNET_HDR = 0x4000
 _TUN_F_CSUM = 0x01
 _TUN_F_TSO4 = 0x02
@@ -87,12 +91,17 @@ class _Worker:
         return True
 
 
+# A route: the peer's socket address, and whether it takes super-packets.
+Route = tuple[Peer, bool]
+
+
 @dataclass
 class _Datapath:
     """Open file descriptors of flannel0's queues and the UDP sockets, plus the workers."""
 
     tun_name: str
     tun_addr: IPv4Address
+    mtu: int
     queues: list[int]
     sockets: list[socket.socket]
     offload: bool
@@ -110,7 +119,12 @@ class _Datapath:
 
 
 def _open_queues(count: int, offload: bool) -> tuple[str, list[int]]:
-    """flannel0's queues; the first TUNSETIFF lets the kernel pick the name from the template."""
+    """flannel0's queues; the first TUNSETIFF lets the kernel pick the name from the template.
+
+    With IFF_NAPI each queue hands what the receiver writes to the stack through its own NAPI
+    context, in order: plain writes go to the backlog of whichever CPU the writer runs on
+    at the moment, and two CPUs' backlogs can pass each other's packets (TCP then sees
+    reordering, and retransmits). Kernels without it (before 4.15) get plain writes."""
     flags = _IFF_TUN | _IFF_NO_PI | _IFF_MULTI_QUEUE | (_IFF_VNET_HDR if offload else 0)
     name = TUN_NAME_TEMPLATE
     fds: list[int] = []
@@ -118,7 +132,12 @@ def _open_queues(count: int, offload: bool) -> tuple[str, list[int]]:
         for _ in range(count):
             fd = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
             fds.append(fd)
-            answer = fcntl.ioctl(fd, _TUNSETIFF, _IFREQ.pack(name.encode(), flags))
+            try:
+                answer = fcntl.ioctl(fd, _TUNSETIFF, _IFREQ.pack(name.encode(), flags | _IFF_NAPI))
+            except OSError as err:
+                if err.errno != errno.EINVAL:
+                    raise
+                answer = fcntl.ioctl(fd, _TUNSETIFF, _IFREQ.pack(name.encode(), flags))
             name = _IFREQ.unpack(answer)[0].rstrip(b"\0").decode()
         if offload:
             fcntl.ioctl(fds[0], _TUNSETOFFLOAD, _TUN_F_CSUM | _TUN_F_TSO4)
@@ -183,13 +202,19 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
+def _set_route(subnet: IPv4Network, route: Route) -> CommandMessage:
+    peer, super_packets = route
+    command = Command.SET_ROUTE_SUPER_PACKETS if super_packets else Command.SET_ROUTE
+    return CommandMessage(command, subnet, peer)
+
+
 def _spawn(
-    datapath: _Datapath, role: str, queue: int, slot: int, routes: dict[IPv4Network, Peer]
+    datapath: _Datapath, role: str, queue: int, slot: int, routes: dict[IPv4Network, Route]
 ) -> _Worker:
     """Start a worker; `routes` are queued before it starts, so it forwards with them."""
     parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    for subnet, peer in routes.items():
-        parent_end.send(encode_command(CommandMessage(Command.SET_ROUTE, subnet, peer)))
+    for subnet, route in routes.items():
+        parent_end.send(encode_command(_set_route(subnet, route)))
     tun = datapath.queues[queue]
     sock = datapath.sockets[queue].fileno()
     argv = [
@@ -203,6 +228,7 @@ def _spawn(
         f"--stats-fd={datapath.counters_fd}",
         f"--slot={slot}",
         f"--tun-addr={datapath.tun_addr}",
+        f"--datagram-size={datapath.mtu}",  # flannel0's MTU: what fits the underlay whole
     ]
     if datapath.offload:
         argv.append("--offload")
@@ -239,12 +265,15 @@ def _stop(worker: _Worker) -> None:
 class UdpNetwork:
     """The running udp datapath; the route table mirrors the peer leases."""
 
-    def __init__(self, lease: Lease, mtu: int, port: int, datapath: _Datapath) -> None:
+    def __init__(
+        self, lease: Lease, mtu: int, port: int, datapath: _Datapath, super_packets: bool = False
+    ) -> None:
         self.lease = lease
         self.mtu = mtu
         self.port = port
+        self.super_packets = super_packets  # this node advertised them
         self._datapath = datapath
-        self._routes: dict[IPv4Network, Peer] = {}
+        self._routes: dict[IPv4Network, Route] = {}
         self._lock = asyncio.Lock()
 
     @property
@@ -257,8 +286,13 @@ class UdpNetwork:
 
     def published(self) -> dict[str, object]:
         """The forwarder's device and routes (peer subnet -> "public IP:port") for /statusz."""
-        routes = {str(subnet): f"{peer.host}:{peer.port}" for subnet, peer in self._routes.items()}
-        return {"udp": {"device": self.tun_name, "routes": routes}}
+        routes = {str(s): f"{peer.host}:{peer.port}" for s, (peer, _) in self._routes.items()}
+        whole = [str(subnet) for subnet in self.super_packet_subnets()]
+        return {"udp": {"device": self.tun_name, "routes": routes, "super_packets": whole}}
+
+    def super_packet_subnets(self) -> list[IPv4Network]:
+        """The peers' subnets that super-packets go to (both ends advertised them)."""
+        return sorted(subnet for subnet, (_, whole) in self._routes.items() if whole)
 
     def counters(self) -> dict[str, int]:
         """Counter name (lower case) -> sum over all workers."""
@@ -279,10 +313,11 @@ class UdpNetwork:
                 entry = self._route_of(event.lease)
                 if entry is None:
                     continue
-                subnet, peer = entry
+                subnet, route = entry
                 if event.type is EventType.ADDED:
+                    peer = route[0]
                     log.info("Adding route to %s via %s:%d", subnet, peer.host, peer.port)
-                    self._set(subnet, peer)
+                    self._set(subnet, route)
                 else:
                     log.info("Removing route to %s", subnet)
                     self._delete(subnet)
@@ -294,25 +329,30 @@ class UdpNetwork:
             for subnet in [s for s in self._routes if s not in wanted]:
                 self._delete(subnet)
                 writes += 1
-            for subnet, peer in wanted.items():
-                if self._routes.get(subnet) != peer:
-                    self._set(subnet, peer)
+            for subnet, route in wanted.items():
+                if self._routes.get(subnet) != route:
+                    self._set(subnet, route)
                     writes += 1
             return writes
+
+    async def recheck(self, peers: Sequence[Lease]) -> int:
+        """Dead workers are noticed only by looking: every check is a reconcile (cheap)."""
+        return await self.reconcile(peers)
 
     async def close(self) -> None:
         async with self._lock:
             await asyncio.to_thread(self._shutdown)
 
-    def _route_of(self, lease: Lease) -> tuple[IPv4Network, Peer] | None:
+    def _route_of(self, lease: Lease) -> tuple[IPv4Network, Route] | None:
         route = udp_peer_route(lease)
         if route is None or route[0] == self.lease.subnet:
             return None
-        return route[0], Peer(str(route[1]), self.port)
+        super_packets = self.super_packets and advertises(lease.attrs.backend_data)
+        return route[0], (Peer(str(route[1]), self.port), super_packets)
 
-    def _set(self, subnet: IPv4Network, peer: Peer) -> None:
-        self._routes[subnet] = peer
-        self._broadcast(CommandMessage(Command.SET_ROUTE, subnet, peer))
+    def _set(self, subnet: IPv4Network, route: Route) -> None:
+        self._routes[subnet] = route
+        self._broadcast(_set_route(subnet, route))
 
     def _delete(self, subnet: IPv4Network) -> None:
         self._routes.pop(subnet, None)
@@ -382,7 +422,10 @@ class UdpBackend:
         opts = UdpOptions.of(config)
         port = opts.port
         queues = self.queues or opts.queues
-        lease = await acquire(LeaseAttrs(public_ip=ext.ext_addr))
+        # Only a forwarder with flannel0's virtio_net_hdr can write super-packets whole.
+        super_packets = opts.super_packets and self.offload
+        data = backend_data() if super_packets else None
+        lease = await acquire(LeaseAttrs(public_ip=ext.ext_addr, backend_data=data))
         if lease.subnet is None:
             raise BackendError("failed to configure interface flannel0: the lease has no IPv4")
         mtu = opts.device_mtu(ext.mtu)
@@ -392,14 +435,15 @@ class UdpBackend:
             self._start, ext.iface_addr, port, queues, lease.subnet.network_address, network, mtu
         )
         log.info(
-            "udp backend: %s mtu %d, %d queue(s), offload %s, port %d",
+            "udp backend: %s mtu %d, %d queue(s), offload %s, super-packets %s, port %d",
             datapath.tun_name,
             mtu,
             queues,
             "on" if datapath.offload else "off",
+            "on" if super_packets else "off",
             port,
         )
-        return UdpNetwork(lease, mtu, port, datapath)
+        return UdpNetwork(lease, mtu, port, datapath, super_packets)
 
     def _start(
         self,
@@ -428,6 +472,7 @@ class UdpBackend:
         datapath = _Datapath(
             name,
             tun_addr,
+            mtu,
             fds,
             sockets,
             offload,

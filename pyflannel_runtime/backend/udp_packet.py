@@ -141,8 +141,10 @@ class RouteTable:
         self._by_len: dict[int, dict[int, Peer]] = {}
         self._masks: list[tuple[int, dict[int, Peer]]] = []
         self._sources: dict[str, int] = {}
+        self._super_packets: set[str] = set()
 
-    def set(self, subnet: IPv4Network, peer: Peer) -> None:
+    def set(self, subnet: IPv4Network, peer: Peer, super_packets: bool = False) -> None:
+        """`super_packets`: the peer negotiated pyflannel's super-packet framing."""
         table = self._by_len.setdefault(subnet.prefixlen, {})
         key = int(subnet.network_address)
         previous = table.get(key)
@@ -150,6 +152,10 @@ class RouteTable:
             self._forget_source(previous.host)
         table[key] = peer
         self._sources[peer.host] = self._sources.get(peer.host, 0) + 1
+        if super_packets:
+            self._super_packets.add(peer.host)
+        else:
+            self._super_packets.discard(peer.host)
         self._reindex()
 
     def delete(self, subnet: IPv4Network) -> None:
@@ -170,6 +176,9 @@ class RouteTable:
                 return peer
         return None
 
+    def takes_super_packets(self, host: str) -> bool:
+        return host in self._super_packets
+
     def is_peer_source(self, host: str) -> bool:
         """True when `host` is some peer's public IP (datagrams from elsewhere are dropped)."""
         return host in self._sources
@@ -187,6 +196,7 @@ class RouteTable:
             self._sources[host] = left
         else:
             del self._sources[host]
+            self._super_packets.discard(host)
 
     def _reindex(self) -> None:
         self._masks = [
@@ -199,11 +209,13 @@ class RouteTable:
 
 
 class Command(enum.IntEnum):
-    """flannel's proxy commands (CMD_SET_ROUTE, CMD_DEL_ROUTE, CMD_STOP)."""
+    """flannel's proxy commands (CMD_SET_ROUTE, CMD_DEL_ROUTE, CMD_STOP), and pyflannel's
+    SET_ROUTE to a peer that negotiated super-packets (`udp_superpacket`)."""
 
     SET_ROUTE = 1
     DEL_ROUTE = 2
     STOP = 3
+    SET_ROUTE_SUPER_PACKETS = 4
 
 
 # flannel's C struct: {int cmd; in_addr_t dest_net; int dest_net_len; in_addr_t next_hop_ip;

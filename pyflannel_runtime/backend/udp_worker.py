@@ -17,9 +17,9 @@ import mmap
 import os
 import signal
 import socket
-import struct
 import sys
 import threading
+from collections.abc import Callable
 from ipaddress import IPv4Address
 from typing import NoReturn
 
@@ -29,24 +29,35 @@ from pyflannel_runtime.backend.udp_offload import (
     VNET_F_NEEDS_CSUM,
     VNET_HDR,
     VNET_HDR_LEN,
+    Buffer,
     Offload,
     complete_checksum,
 )
 from pyflannel_runtime.backend.udp_packet import (
     COMMAND_SIZE,
     Command,
+    Peer,
     RouteTable,
     decode_command,
     decrement_ttl,
     net_unreachable,
     wants_net_unreachable,
 )
+from pyflannel_runtime.backend.udp_superpacket import (
+    MAGIC,
+    MAX_SEGMENTS,
+    MAX_UDP_PAYLOAD,
+    Reassembler,
+    frame,
+    is_framed,
+    max_body,
+    split,
+    whole,
+)
 
 SOL_UDP = 17
 UDP_SEGMENT = 103  # linux/udp.h: send one buffer as many datagrams (UDP GSO)
 UDP_GRO = 104  # receive runs of datagrams as one buffer
-_MAX_GSO_SEGMENTS = 64
-_MAX_UDP_PAYLOAD = 65507
 _BUFFER = 65536 + VNET_HDR_LEN
 READY = b"ready"
 
@@ -58,7 +69,8 @@ class Counter(enum.IntEnum):
     NO_ROUTE = 1  # packets for an unknown subnet (answered with ICMP net unreachable)
     TTL_EXCEEDED = 2  # packets whose TTL ran out in the proxy, dropped
     SEND_ERRORS = 3  # sendto/sendmsg failures (e.g. unreachable peer)
-    MALFORMED = 4  # not an IPv4 packet
+    MALFORMED = 4  # not an IPv4 packet (or a super-packet flannel0 refused)
+    SUPER_PACKETS_DROPPED = 5  # super-packets given up: a chunk lost, late or out of order
 
 
 COUNTERS_PER_WORKER = 8
@@ -83,9 +95,9 @@ def _apply(data: bytes, table: RouteTable) -> None:
     if message.command is Command.STOP:
         os._exit(0)
     assert message.subnet is not None
-    if message.command is Command.SET_ROUTE:
+    if message.command in (Command.SET_ROUTE, Command.SET_ROUTE_SUPER_PACKETS):
         assert message.peer is not None
-        table.set(message.subnet, message.peer)
+        table.set(message.subnet, message.peer, message.command is Command.SET_ROUTE_SUPER_PACKETS)
     else:
         table.delete(message.subnet)
 
@@ -105,6 +117,15 @@ def _apply_queued(ctl: socket.socket, table: RouteTable) -> None:
 def _serve_commands(ctl: socket.socket, table: RouteTable) -> NoReturn:
     while True:
         _apply(ctl.recv(COMMAND_SIZE * 2), table)
+
+
+def best_framer(datagram_size: int) -> Callable[[list[Buffer], int], list[Buffer]]:
+    """numpy's when it is installed (one buffer, not a vector of ~90 pieces)."""
+    try:
+        from pyflannel_runtime.backend.udp_superpacket_numpy import Framer
+    except ImportError:
+        return lambda parts, sequence: frame(parts, datagram_size, sequence)
+    return Framer(datagram_size).frame
 
 
 def best_offload() -> Offload:
@@ -140,10 +161,15 @@ class Sender(_Forwarder):
         counters: Counters,
         tun_addr: IPv4Address,
         offload: bool,
+        datagram_size: int,
     ) -> None:
         super().__init__(tun, sock, table, counters, offload)
         self.tun_addr = tun_addr
         self.gso = offload
+        self.datagram_size = datagram_size
+        self.largest_body = max_body(datagram_size)
+        self.frame = best_framer(datagram_size)
+        self.sequence = 0
 
     def run(self) -> NoReturn:
         buf = bytearray(_BUFFER)
@@ -166,7 +192,10 @@ class Sender(_Forwarder):
             if head:
                 flags, gso_type, _, gso_size, csum_start, csum_offset = VNET_HDR.unpack_from(buf)
                 if gso_type == GSO_TCPV4:
-                    self.send_segments(packet, gso_size, peer)
+                    if self.table.takes_super_packets(peer.host):
+                        self.send_super_packet(view[:n], peer)
+                    else:
+                        self.send_segments(packet, gso_size, peer)
                     continue
                 if flags & VNET_F_NEEDS_CSUM:
                     complete_checksum(packet, csum_start, csum_offset)
@@ -178,34 +207,43 @@ class Sender(_Forwarder):
             except OSError:
                 self.counters.bump(Counter.SEND_ERRORS)
 
-    def send_segments(self, packet: memoryview, mss: int, peer: tuple[str, int]) -> None:
+    def send_segments(self, packet: memoryview, mss: int, peer: Peer) -> None:
         segments = self.engine.segment(packet, mss)
         if segments is None:
             self.counters.bump(Counter.TTL_EXCEEDED)
             return
         data = memoryview(segments.data)
         size = segments.size
-        if not self.gso:
-            self.send_each(data, size, peer)
-            return
-        batch = size * min(_MAX_GSO_SEGMENTS, _MAX_UDP_PAYLOAD // size)
-        option = [(SOL_UDP, UDP_SEGMENT, struct.pack("=H", size))]
+        batch = size * min(MAX_SEGMENTS, MAX_UDP_PAYLOAD // size)
         for start in range(0, len(data), batch):
-            chunk = data[start : start + batch]
+            self.send_datagrams([data[start : start + batch]], size, peer)
+
+    def send_super_packet(self, body: memoryview, peer: Peer) -> None:
+        """The super-packet whole (virtio_net_hdr and all) to a peer that advertised it."""
+        if not decrement_ttl(body[VNET_HDR_LEN:]):
+            self.counters.bump(Counter.TTL_EXCEEDED)
+            return
+        for parts in split(body, self.largest_body):
+            self.sequence += 1
+            self.send_datagrams(self.frame(parts, self.sequence), self.datagram_size, peer)
+
+    def send_datagrams(self, vector: list[Buffer], size: int, peer: Peer) -> None:
+        """Datagrams of `size` bytes (the last may be shorter) back to back in `vector`: one
+        UDP_SEGMENT send, or one by one once the egress device turned out unable to checksum
+        UDP GSO (EIO)."""
+        if self.gso and sum(map(len, vector)) > size:
+            option = [(SOL_UDP, UDP_SEGMENT, size.to_bytes(2, sys.byteorder))]
             try:
-                if len(chunk) > size:
-                    self.sock.sendmsg([chunk], option, 0, peer)
-                else:
-                    self.sock.sendto(chunk, peer)
+                self.sock.sendmsg(vector, option, 0, peer)
+                return
             except OSError as err:
                 if err.errno != errno.EIO:
                     self.counters.bump(Counter.SEND_ERRORS)
-                    continue
-                # the egress device cannot checksum UDP GSO; send datagram by datagram
+                    return
                 self.gso = False
-                self.send_each(chunk, size, peer)
+        self.send_each(memoryview(vector[0] if len(vector) == 1 else b"".join(vector)), size, peer)
 
-    def send_each(self, data: memoryview, size: int, peer: tuple[str, int]) -> None:
+    def send_each(self, data: memoryview, size: int, peer: Peer) -> None:
         for start in range(0, len(data), size):
             try:
                 self.sock.sendto(data[start : start + size], peer)
@@ -220,7 +258,14 @@ class Sender(_Forwarder):
 
 
 class Receiver(_Forwarder):
-    """UDP -> flannel0: datagrams from peers only; runs of one TCP stream are re-joined."""
+    """UDP -> flannel0: datagrams from peers only; runs of one TCP stream are re-joined, and
+    super-packets (pyflannel peers that negotiated them) written whole."""
+
+    def __init__(
+        self, tun: int, sock: socket.socket, table: RouteTable, counters: Counters, offload: bool
+    ) -> None:
+        super().__init__(tun, sock, table, counters, offload)
+        self.reassembler = Reassembler()
 
     def run(self) -> NoReturn:
         if self.offload:  # the agent turned UDP_GRO on for this socket
@@ -264,15 +309,39 @@ class Receiver(_Forwarder):
                 if level == SOL_UDP and kind == UDP_GRO:
                     size = int.from_bytes(data[:4], sys.byteorder)
             packet = view[:n]
-            if size < n:
+            if packet[0] & 0xF0 == MAGIC:
+                chunks = whole(packet, size)
+                if chunks is not None:
+                    self.write_super_packet(chunks)
+                    continue
+            elif size < n:
                 joined = self.engine.coalesce(packet, size)
                 if joined is not None:
                     os.write(self.tun, joined)
                     continue
-                for start in range(0, n, size):
-                    self.write_one(packet[start : start + size])
-            else:
-                self.write_one(packet)
+            for start in range(0, n, size):
+                self.write_datagram(source[0], packet[start : start + size])
+
+    def write_datagram(self, source: str, datagram: memoryview) -> None:
+        if not is_framed(datagram):
+            self.write_one(datagram)
+            return
+        dropped = self.reassembler.dropped
+        body = self.reassembler.feed(source, datagram)
+        if self.reassembler.dropped != dropped:
+            self.counters.bump(Counter.SUPER_PACKETS_DROPPED)
+        if body is not None:
+            self.write_super_packet([memoryview(bytearray(body))])
+
+    def write_super_packet(self, chunks: list[memoryview]) -> None:
+        """virtio_net_hdr plus the packet, in chunks; the TTL is in the first one."""
+        if not decrement_ttl(chunks[0][VNET_HDR_LEN:]):
+            self.counters.bump(Counter.TTL_EXCEEDED)
+            return
+        try:
+            os.writev(self.tun, chunks)
+        except OSError:  # flannel0 refused the virtio_net_hdr
+            self.counters.bump(Counter.MALFORMED)
 
     def write_one(self, packet: memoryview) -> None:
         if len(packet) < 20 or packet[0] >> 4 != 4:
@@ -293,6 +362,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     parser.add_argument("--slot", type=int, required=True)
     parser.add_argument("--tun-addr", type=IPv4Address, required=True)
     parser.add_argument("--offload", action="store_true")
+    parser.add_argument("--datagram-size", type=int, required=True)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent decides when we stop
     table = RouteTable()
@@ -303,7 +373,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
     threading.Thread(target=_serve_commands, args=(ctl, table), daemon=True).start()
     ctl.send(READY)
     if args.role == "send":
-        Sender(args.tun_fd, sock, table, counters, args.tun_addr, args.offload).run()
+        Sender(
+            args.tun_fd, sock, table, counters, args.tun_addr, args.offload, args.datagram_size
+        ).run()
     Receiver(args.tun_fd, sock, table, counters, args.offload).run()
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from ipaddress import IPv4Address
@@ -39,7 +38,7 @@ from pyflannel_runtime.model.netconf import NetworkConfig
 from pyflannel_runtime.netdev.types import ExternalInterface
 from pyflannel_runtime.netlink.dump import Ownership
 from pyflannel_runtime.netlink.entries import Entry, IPAddress, IPNetwork
-from pyflannel_runtime.netlink.linkwatch import open_link_monitor, parse_link_events
+from pyflannel_runtime.netlink.monitor import LinkEvent
 
 log = logging.getLogger("pyflannel.backend.vxlan")
 
@@ -130,7 +129,6 @@ class VxlanNetwork(PeerProgrammer):
         self._settings = settings or DeviceSettings()
         self._devices: dict[int, Device] = {}
         self._direct: dict[IPAddress, int] = {}
-        self._monitor: socket.socket | None = None
         self._healer: asyncio.Task[None] | None = None
         self._heal_again = False
 
@@ -231,26 +229,18 @@ class VxlanNetwork(PeerProgrammer):
 
     # --- device watcher --------------------------------------------------------------------
 
-    def start_watching(self) -> None:
-        self._monitor = open_link_monitor(self.netns)
-        asyncio.get_running_loop().add_reader(self._monitor.fileno(), self._on_link_message)
-
-    def _on_link_message(self) -> None:
-        assert self._monitor is not None
+    def on_link_events(self, events: list[LinkEvent]) -> None:
         names = {f.spec.name for f in self._families.values()}
-        while True:
-            try:
-                data = self._monitor.recv(1 << 16)
-            except BlockingIOError:
-                return
-            except OSError as err:  # ENOBUFS: we may have missed a delete; check anyway
-                log.warning("Link monitor: %s", err)
+        for event in events:
+            if event.deleted and event.name in names:
+                log.warning("Device %s was deleted; recreating it", event.name)
                 self._schedule_heal()
-                return
-            for event in parse_link_events(data):
-                if event.deleted and event.name in names:
-                    log.warning("Device %s was deleted; recreating it", event.name)
-                    self._schedule_heal()
+
+    def devices_lost(self) -> bool:
+        return self._heal_again or (self._healer is not None and not self._healer.done())
+
+    def on_notifications_lost(self) -> None:
+        self._schedule_heal()  # a device deletion may be among them
 
     def _schedule_heal(self) -> None:
         # A delete seen while healing may have hit the device just recreated: heal again.
@@ -287,10 +277,7 @@ class VxlanNetwork(PeerProgrammer):
         await self.configure_devices()
 
     async def close(self) -> None:
-        if self._monitor is not None:
-            asyncio.get_running_loop().remove_reader(self._monitor.fileno())
-            self._monitor.close()
-            self._monitor = None
+        self.stop_watching()
         if self._healer is not None:
             self._healer.cancel()
             with contextlib.suppress(asyncio.CancelledError):

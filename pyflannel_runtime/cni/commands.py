@@ -46,7 +46,7 @@ def cmd_add(environ: Mapping[str, str], stdin: bytes, stdout: BinaryIO, stderr: 
     )
     from pyflannel_runtime.cni.invoke import InvokeError, exec_plugin, find_in_path
     from pyflannel_runtime.cni.plugin_config import NetConfError, parse_netconf
-    from pyflannel_runtime.cni.state import save_config
+    from pyflannel_runtime.cni.state import make_config_durable, save_config
 
     try:
         conf = parse_netconf(stdin)
@@ -67,14 +67,21 @@ def cmd_add(environ: Mapping[str, str], stdin: bytes, stdout: BinaryIO, stderr: 
     stderr.write(b"delegateAdd: netconf sent to delegate plugin:\n" + config)
     container_id = environ["CNI_CONTAINERID"]
     try:
-        save_config(conf.data_dir, container_id, config)
+        saved = save_config(conf.data_dir, container_id, config)
     except OSError as err:
         raise _plain(str(err)) from None
     try:
         plugin = find_in_path(str(delegate["type"]), environ.get("CNI_PATH", ""))
     except InvokeError as err:
         raise _plain(f"failed to delegate add: {err}") from None
-    result, plugin_stderr = exec_plugin("ADD", plugin, config, environ)
+    try:
+        # The file is in place before the delegate starts (a DEL finds it whatever happens
+        # next); it is on disk before ADD succeeds, its fsyncs overlapping the delegate's work.
+        result, plugin_stderr = exec_plugin(
+            "ADD", plugin, config, environ, meanwhile=lambda: make_config_durable(saved)
+        )
+    except OSError as err:  # the fsync failed: the runtime will DEL, which finds the file
+        raise _plain(str(err)) from None
     stderr.write(plugin_stderr)
     _check_result(result)
     stdout.write(result)

@@ -19,7 +19,7 @@ from pyflannel_runtime.gojson.strconv import go_quote
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 _TEXT_BUSY_RETRIES = 5
 
@@ -116,9 +116,14 @@ def _plugin_error(status_text: str, stdout: bytes, stderr: bytes) -> CniError:
 
 
 def exec_plugin(
-    command: str, path: str, config: bytes, environ: Mapping[str, str]
+    command: str,
+    path: str,
+    config: bytes,
+    environ: Mapping[str, str],
+    meanwhile: Callable[[], None] | None = None,
 ) -> tuple[bytes, bytes]:
-    """Run ``path`` for ``command``; returns (stdout, stderr) or raises CniError on failure."""
+    """Run ``path`` for ``command``; returns (stdout, stderr) or raises CniError on failure.
+    ``meanwhile`` runs while the plugin does (what it raises is raised once the plugin ended)."""
     env = dict(environ)
     env["CNI_COMMAND"] = command
     stdin_fd = _memfile("cni-stdin", config)
@@ -131,7 +136,11 @@ def exec_plugin(
             raise CniError(
                 0, f"netplugin failed with no error message: fork/exec {path}: {err.strerror}"
             ) from None
-        _, status = os.waitpid(pid, 0)
+        try:
+            if meanwhile is not None:
+                meanwhile()
+        finally:
+            _, status = os.waitpid(pid, 0)
         stdout, stderr = _read_all(stdout_fd), _read_all(stderr_fd)
     finally:
         for fd in (stdin_fd, stdout_fd, stderr_fd):

@@ -9,7 +9,13 @@ from __future__ import annotations
 import errno
 import os
 
-from pyflannel_runtime.fsutil import PathError, read_small_file, unlink_quietly, write_atomic
+from pyflannel_runtime.fsutil import (
+    PathError,
+    make_durable,
+    read_small_file,
+    unlink_quietly,
+    write_atomic,
+)
 
 STATE_DIR_MODE = 0o700
 STATE_FILE_MODE = 0o600
@@ -19,9 +25,10 @@ def state_path(data_dir: str, container_id: str) -> str:
     return os.path.join(data_dir, container_id)
 
 
-def save_config(data_dir: str, container_id: str, config: bytes) -> None:
-    """Write ``config`` with mode 0600 (the directory 0700), fsynced, atomically replaced.
-    Raises PathError."""
+def save_config(data_dir: str, container_id: str, config: bytes) -> str:
+    """Write ``config`` with mode 0600 (the directory 0700), atomically replaced; returns its
+    path, for ``make_durable`` while the delegate runs (the fsyncs cost as much as the rest
+    of the plugin's own work). Raises PathError."""
     try:
         os.makedirs(data_dir, STATE_DIR_MODE, exist_ok=True)
     except FileExistsError:  # a file where the directory should be: Go's MkdirAll says ENOTDIR
@@ -30,9 +37,18 @@ def save_config(data_dir: str, container_id: str, config: bytes) -> None:
         raise PathError("mkdir", data_dir, err) from None
     target = state_path(data_dir, container_id)
     try:
-        write_atomic(target, config, STATE_FILE_MODE)
+        write_atomic(target, config, STATE_FILE_MODE, durable=False)
     except OSError as err:
         raise PathError("open", target, err) from None
+    return target
+
+
+def make_config_durable(path: str) -> None:
+    """Raises PathError."""
+    try:
+        make_durable(path)
+    except OSError as err:
+        raise PathError("fsync", path, err) from None
 
 
 def read_config(data_dir: str, container_id: str) -> bytes | None:

@@ -76,6 +76,12 @@ class BatchSender:
     def close(self) -> None:
         self._sock.close()
 
+    @property
+    def port_id(self) -> int:
+        """The socket's netlink port: the kernel's notifications of these writes carry it."""
+        port: int = self._sock.getsockname()[0]
+        return port
+
     def send(self, ops: Sequence[Op]) -> list[OpFailure]:
         failures: list[OpFailure] = []
         for start in range(0, len(ops), self._batch_size):

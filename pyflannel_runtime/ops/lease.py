@@ -27,15 +27,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
-import urllib3
-from kubernetes.client.exceptions import ApiException
-
 from pyflannel_runtime.model.lease import LeaseAttrs, LeaseError, parse_subnet_key
 from pyflannel_runtime.ops.publish import Reservation, publish, with_client
 from pyflannel_runtime.subnet.annotations import Annotations
 from pyflannel_runtime.subnet.etcd import EtcdSettings
 from pyflannel_runtime.subnet.etcd_client import EtcdClient, KeyValue, prefix_range_end
-from pyflannel_runtime.subnet.kube import KubeSettings, NodeApi, api_error_text, build_api_client
+from pyflannel_runtime.subnet.kube import (
+    API_ERRORS,
+    KubeSettings,
+    NodeApi,
+    api_error_text,
+    build_api_client,
+)
+from pyflannel_runtime.subnet.kube_client import KubeApiError
 from pyflannel_runtime.subnet.kube_nodes import node_annotations
 
 _NO_IPV4 = IPv4Network("0.0.0.0/0")
@@ -196,13 +200,14 @@ def release_kube(settings: KubeSettings, node_name: str, *, check: bool) -> Rele
     if not node_name:
         raise LeaseOpError("node_name: required with the kubernetes datastore")
     keys = Annotations.for_prefix(settings.annotation_prefix)
-    client = build_api_client(settings.api_url, settings.kubeconfig_file)
-    api = NodeApi(client, settings.request_timeout)
+    api = NodeApi(
+        build_api_client(settings.api_url, settings.kubeconfig_file, settings.request_timeout)
+    )
     where = f"nodes/{node_name}"
     try:
         try:
             current = node_annotations(api.read_node(node_name))
-        except ApiException as err:
+        except KubeApiError as err:
             if err.status == 404:  # the Node is gone, and its lease with it
                 return Release((LeaseChange(where, None, None, changed=False),))
             raise
@@ -212,7 +217,7 @@ def release_kube(settings: KubeSettings, node_name: str, *, check: bool) -> Rele
             api.patch_node_status(node_name, {"metadata": {"annotations": removed}})
         before = _annotations_text(ours) if ours else None
         return Release((LeaseChange(where, before, None, changed=bool(ours)),))
-    except (ApiException, urllib3.exceptions.HTTPError) as err:
+    except API_ERRORS as err:
         raise LeaseOpError(f"{where}: {api_error_text(err)}") from None
     finally:
-        api.api_client.close()
+        api.close()

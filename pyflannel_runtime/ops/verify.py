@@ -375,11 +375,13 @@ async def _etcd_leases(settings: EtcdSettings) -> tuple[NetworkConfig, LeaseList
 
 
 async def _kube_leases(settings: KubeSettings) -> tuple[NetworkConfig, LeaseListing]:
-    import urllib3
-    from kubernetes.client.exceptions import ApiException
-
     from pyflannel_runtime.subnet.annotations import AnnotationPrefixError
-    from pyflannel_runtime.subnet.kube import KubeSubnetError, KubeSubnetManager, api_error_text
+    from pyflannel_runtime.subnet.kube import (
+        API_ERRORS,
+        KubeSubnetError,
+        KubeSubnetManager,
+        api_error_text,
+    )
 
     try:
         sm = await KubeSubnetManager.create(settings, own_node=False)
@@ -387,7 +389,7 @@ async def _kube_leases(settings: KubeSettings) -> tuple[NetworkConfig, LeaseList
         raise LeaseStoreError(str(err)) from None
     try:
         return await sm.get_network_config(), await sm.list_leases()
-    except (ApiException, urllib3.exceptions.HTTPError, ValueError) as err:
+    except (*API_ERRORS, ValueError) as err:
         raise LeaseStoreError(f"cannot list nodes: {api_error_text(err)}") from None
     finally:
         await sm.close()

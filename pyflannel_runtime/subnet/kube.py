@@ -1,8 +1,8 @@
 """The Kubernetes subnet manager (``--kube-subnet-mgr``): leases are the nodes' podCIDRs,
 advertised through node annotations (flannel-io/flannel pkg/subnet/kube/kube.go).
 
-The ``kubernetes`` client is synchronous, so its calls run in worker threads and the node watch
-runs in a thread of its own that hands nodes to the event loop without ever waiting on it.
+API calls are blocking (`kube_client`), so they run in worker threads, and the node watch runs
+in a thread of its own that hands nodes to the event loop without ever waiting on it.
 """
 
 from __future__ import annotations
@@ -14,15 +14,12 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
+from urllib.parse import quote
 
-import kubernetes.client
-import kubernetes.config
 import urllib3
-from kubernetes.client.exceptions import ApiException
-from kubernetes.watch import watch as k8s_watch
 
 from pyflannel_runtime.backend.vxlan_data import advertised_vtep_mac
 from pyflannel_runtime.fsutil import read_small_file
@@ -31,6 +28,13 @@ from pyflannel_runtime.model.lease import Lease, LeaseAttrs
 from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, parse_config
 from pyflannel_runtime.subnet import kube_nodes
 from pyflannel_runtime.subnet.annotations import DEFAULT_PREFIX, Annotations
+from pyflannel_runtime.subnet.kube_client import (
+    KubeApiError,
+    KubeClient,
+    KubeConfigError,
+    lines,
+    load_access,
+)
 from pyflannel_runtime.subnet.kube_nodes import NodeLeaseError, NodeLeaseTracker
 from pyflannel_runtime.subnet.manager import (
     LeaseListing,
@@ -39,19 +43,26 @@ from pyflannel_runtime.subnet.manager import (
     Unimplemented,
     UnreadableLease,
 )
-from pyflannel_runtime.subnet.node_queue import NodeQueue, NodeSnapshot
+from pyflannel_runtime.subnet.node_queue import NodeChanges, NodeQueue, NodeSnapshot
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# The parts of the kubernetes package that carry no type annotations.
-_k8s_config: Any = kubernetes.config
-_iter_resp_lines: Callable[[Any], Iterator[str]] = k8s_watch.iter_resp_lines
-
 DEFAULT_NET_CONFIG_PATH = "/etc/kube-flannel/net-conf.json"
 LEASE_DURATION = 24 * 3600.0  # kube leases are never renewed; flannel still stamps 24 h
 REQUEST_TIMEOUT = 30.0
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+# A watch answering with metadata only: a heartbeat's event carries ~4 KB instead of the whole
+# Node's ~10 KB (tests/fakes/kube_api.py, "Metadata-only answers").
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+# Nodes per page of the initial list. A page's parsed JSON sets how far the agent's RSS climbs
+# for good (CPython keeps the arenas): with 5 000 realistic ~10 KB nodes, reading the list as the
+# agent keeps it left 44.7 MiB at pages of 100, 39.9 at 50, 37.5 at 25, 36.3 at 10, for the
+# same CPU (0.8-1.0 s); 25 costs 200 requests per 5 000 nodes.
+LIST_PAGE = 25
+# Errors of an API call: an error answer, or none at all.
+API_ERRORS = (KubeApiError, urllib3.exceptions.HTTPError)
 
 
 @dataclass(frozen=True)
@@ -74,102 +85,92 @@ class KubeSubnetError(RuntimeError):
 
 def api_error_text(err: BaseException) -> str:
     """What client-go would print: the Status message of an API error."""
-    if isinstance(err, ApiException):
-        try:
-            status = json.loads(err.body or "")
-        except ValueError:
-            status = None
-        if isinstance(status, dict) and status.get("message"):
-            return str(status["message"])
-        return f"{err.status} {err.reason}"
+    if isinstance(err, KubeApiError):
+        return err.message()
     return str(err)
 
 
-def build_api_client(kube_api_url: str, kubeconfig_file: str) -> kubernetes.client.ApiClient:
+def build_api_client(
+    kube_api_url: str,
+    kubeconfig_file: str,
+    timeout: float = REQUEST_TIMEOUT,
+    environ: Mapping[str, str] | None = None,
+) -> KubeClient:
     """clientcmd.BuildConfigFromFlags: a kubeconfig (its server overridden by the URL), else the
     bare URL, else the in-cluster service account."""
-    config = kubernetes.client.Configuration()
+    if not kubeconfig_file and not kube_api_url:
+        log.warning("Neither --kubeconfig nor --master was specified. Using the inClusterConfig.")
     try:
-        if kubeconfig_file:
-            _k8s_config.load_kube_config(
-                config_file=kubeconfig_file, client_configuration=config, persist_config=False
-            )
-        elif not kube_api_url:
-            log.warning(
-                "Neither --kubeconfig nor --master was specified. Using the inClusterConfig."
-            )
-            _k8s_config.load_incluster_config(client_configuration=config)
-    except (_k8s_config.ConfigException, OSError, ValueError) as err:
+        access = load_access(
+            kube_api_url, kubeconfig_file, os.environ if environ is None else environ
+        )
+        return KubeClient(access, timeout)
+    except KubeConfigError as err:
         raise KubeSubnetError(f"fail to create kubernetes config: {err}") from None
-    if kube_api_url:
-        config.host = kube_api_url
-        refresh = config.refresh_api_key_hook
-        if refresh is not None:
-            # The kubeconfig loader's token refresh rewrites every setting, its server included.
-            def refresh_keeping_server(cfg: Any) -> None:
-                refresh(cfg)
-                cfg.host = kube_api_url
-
-            config.refresh_api_key_hook = refresh_keeping_server
-    return kubernetes.client.ApiClient(config)
 
 
 class NodeApi:
     """The few Kubernetes calls flannel makes, returning decoded JSON. Blocking."""
 
-    def __init__(
-        self, api_client: kubernetes.client.ApiClient, timeout: float = REQUEST_TIMEOUT
-    ) -> None:
-        self.api_client: Any = api_client
-        self._core = kubernetes.client.CoreV1Api(api_client)
-        self._timeout = timeout
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
 
-    @staticmethod
-    def _decode(response: Any) -> Any:
-        data = response.data  # the whole body, so the pooled connection can be reused
-        response.release_conn()
-        return json.loads(data)
+    def close(self) -> None:
+        self.client.close()
 
     def read_node(self, name: str) -> dict[str, Any]:
-        response = self._core.read_node(
-            name, _preload_content=False, _request_timeout=self._timeout
-        )
-        node: dict[str, Any] = self._decode(response)
+        node: dict[str, Any] = self.client.get_json(f"/api/v1/nodes/{quote(name, safe='')}")
         return node
 
     def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        response = self._core.read_namespaced_pod(
-            name, namespace, _preload_content=False, _request_timeout=self._timeout
-        )
-        pod: dict[str, Any] = self._decode(response)
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+        pod: dict[str, Any] = self.client.get_json(path)
         return pod
 
-    def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
-        response = self._core.list_node(_preload_content=False, _request_timeout=self._timeout)
-        listing = self._decode(response)
-        return list(listing.get("items") or []), str(listing["metadata"]["resourceVersion"])
+    def node_pages(self, limit: int = LIST_PAGE) -> Iterator[tuple[list[dict[str, Any]], str]]:
+        """The nodes in pages of one consistent list, each with the list's resourceVersion."""
+        token = ""
+        while True:
+            query = {"limit": str(limit), **({"continue": token} if token else {})}
+            listing = self.client.get_json("/api/v1/nodes", query=query)
+            metadata = listing.get("metadata") or {}
+            yield list(listing.get("items") or []), str(metadata["resourceVersion"])
+            token = metadata.get("continue") or ""
+            if not token:
+                return
 
-    def watch_nodes(self, resource_version: str, timeout_seconds: int) -> Any:
-        """The raw watch response (a urllib3 response streaming one JSON event per line)."""
-        return self._core.list_node(
-            watch=True,
-            resource_version=resource_version,
-            timeout_seconds=timeout_seconds,
-            allow_watch_bookmarks=True,
-            _preload_content=False,
-            _request_timeout=(self._timeout, timeout_seconds + self._timeout),
+    def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
+        nodes: list[dict[str, Any]] = []
+        version = ""
+        for page, page_version in self.node_pages():
+            nodes += page
+            version = page_version
+        return nodes, version
+
+    def watch_nodes(
+        self, resource_version: str, timeout_seconds: int, metadata_only: bool
+    ) -> urllib3.BaseHTTPResponse:
+        """The raw watch response (a stream of one JSON event per line)."""
+        query = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(timeout_seconds),
+            "allowWatchBookmarks": "true",
+        }
+        return self.client.request(
+            "GET",
+            "/api/v1/nodes",
+            query=query,
+            accept=METADATA_ONLY if metadata_only else "application/json",
+            read_timeout=timeout_seconds + self.client.timeout,
+            stream=True,
         )
 
     def patch_node_status(self, name: str, body: Mapping[str, Any]) -> None:
-        # Strategic merge is the client's default for object bodies (client-go PatchStatus).
-        response: Any = self._core.patch_node_status(
-            name,
-            dict(body),
-            _content_type="application/strategic-merge-patch+json",
-            _preload_content=False,
-            _request_timeout=self._timeout,
+        # Strategic merge, as client-go's PatchStatus.
+        self.client.patch_json(
+            f"/api/v1/nodes/{quote(name, safe='')}/status", body, STRATEGIC_MERGE
         )
-        self._decode(response)
 
 
 def resolve_node_name(api: NodeApi, environ: Mapping[str, str]) -> str:
@@ -184,7 +185,7 @@ def resolve_node_name(api: NodeApi, environ: Mapping[str, str]) -> str:
         raise KubeSubnetError("env variables POD_NAME and POD_NAMESPACE must be set")
     try:
         pod = api.read_pod(namespace, pod_name)
-    except (ApiException, urllib3.exceptions.HTTPError) as err:
+    except API_ERRORS as err:
         raise KubeSubnetError(
             f"error retrieving pod spec for '{namespace}/{pod_name}': {api_error_text(err)}"
         ) from None
@@ -211,7 +212,7 @@ class KubeSubnetManager:
 
     def __init__(
         self,
-        api_client: kubernetes.client.ApiClient,
+        api: NodeApi,
         node_name: str,
         config: NetworkConfig,
         settings: KubeSettings,
@@ -220,12 +221,13 @@ class KubeSubnetManager:
     ) -> None:
         self.node_name = node_name
         self.keys = Annotations.for_prefix(settings.annotation_prefix)
-        self._api = NodeApi(api_client, settings.request_timeout)
+        self._api = api
         self._config = config
         self._settings = settings
         self._tracker = NodeLeaseTracker(self.keys, config.enable_ipv4, config.enable_ipv6)
         self._queue = NodeQueue()
         self._watch: _NodeWatch | None = None
+        self._watching = False
         self._watch_timeout = watch_timeout
 
     @classmethod
@@ -240,18 +242,21 @@ class KubeSubnetManager:
         only reads (`get_network_config`, `list_leases`), for no node, so no name is looked up.
         Raises KubeSubnetError, or AnnotationPrefixError for a bad prefix."""
         Annotations.for_prefix(settings.annotation_prefix)  # a bad one fails before the client
-        api_client: Any = build_api_client(settings.api_url, settings.kubeconfig_file)
+        env = os.environ if environ is None else environ
+        api = NodeApi(
+            build_api_client(
+                settings.api_url, settings.kubeconfig_file, settings.request_timeout, env
+            )
+        )
         try:
             node_name = ""
             if own_node:
-                env = os.environ if environ is None else environ
-                api = NodeApi(api_client, settings.request_timeout)
                 node_name = await asyncio.to_thread(resolve_node_name, api, env)
             config = read_net_config(settings.net_config_path)
         except BaseException:
-            api_client.close()
+            api.close()
             raise
-        return cls(api_client, node_name, config, settings)
+        return cls(api, node_name, config, settings)
 
     async def get_network_config(self) -> NetworkConfig:
         return self._config
@@ -283,7 +288,7 @@ class KubeSubnetManager:
         while True:
             try:
                 return await call()
-            except (ApiException, urllib3.exceptions.HTTPError) as err:
+            except API_ERRORS as err:
                 log.warning(
                     "Failed to %s node %s: %s", what, go_quote(self.node_name), api_error_text(err)
                 )
@@ -311,6 +316,9 @@ class KubeSubnetManager:
             body = kube_nodes.annotations_patch(changes)
             await self._retry(lambda: self._patch_own_status(body), "patch")
         config = self._config
+        # The other nodes' listing starts now, while the agent sets its datapath up: it is
+        # the longest step of a start, and its snapshot waits in the queue meanwhile.
+        self._start_watch()
         try:
             return kube_nodes.own_lease(
                 v4,
@@ -359,34 +367,51 @@ class KubeSubnetManager:
     async def _own_annotations(self) -> Mapping[str, str]:
         try:
             node = await self._read_own_node()
-        except (ApiException, urllib3.exceptions.HTTPError) as err:
+        except API_ERRORS as err:
             log.warning("Failed to get node %s: %s", go_quote(self.node_name), api_error_text(err))
             return {}
         return kube_nodes.node_annotations(node)
 
+    def _start_watch(self) -> None:
+        if self._watch is None:
+            self._watch = _NodeWatch(self._api, self._queue, self._watch_timeout, self.keys)
+            self._watch.start(asyncio.get_running_loop())
+
     async def watch_leases(self) -> AsyncIterator[LeaseWatchBatch]:
         """A snapshot of the flannel nodes' leases after every (re)list, events in between."""
-        if self._watch is not None:
+        if self._watching:
             raise RuntimeError("watch_leases already has a consumer")
-        self._watch = _NodeWatch(self._api, self._queue, self._watch_timeout)
-        self._watch.start(asyncio.get_running_loop())
+        self._watching = True
+        self._start_watch()
         while True:
-            item = await self._queue.get()
-            if isinstance(item, NodeSnapshot):
-                yield LeaseWatchBatch(snapshot=self._tracker.reset(item.nodes.values()))
-                continue
-            events = [event for name, node in item for event in self._tracker.update(name, node)]
-            if events:
-                yield LeaseWatchBatch(events=tuple(events))
+            batch = self._batch(await self._queue.get())
+            if batch is not None:
+                yield batch
+
+    def _batch(self, item: NodeSnapshot | NodeChanges) -> LeaseWatchBatch | None:
+        """What the leases make of a queue item; the item is not kept across the generator's
+        yield (a snapshot holds every node until the next change would replace it)."""
+        if isinstance(item, NodeSnapshot):
+            return LeaseWatchBatch(snapshot=self._tracker.reset(item.nodes.values()))
+        events = [event for name, node in item for event in self._tracker.update(name, node)]
+        return LeaseWatchBatch(events=tuple(events)) if events else None
 
     async def close(self) -> None:
         if self._watch is not None:
             await asyncio.to_thread(self._watch.stop)
-        self._api.api_client.close()
+        self._api.close()
 
 
 class _ConsumerGone(Exception):
     pass
+
+
+def _spec(cidrs: tuple[str, ...]) -> dict[str, Any]:
+    """A node spec from its podCIDR and podCIDRs, as `_NodeWatch` keeps them."""
+    spec: dict[str, Any] = {"podCIDR": cidrs[0]} if cidrs[0] else {}
+    if cidrs[1:]:
+        spec["podCIDRs"] = list(cidrs[1:])
+    return spec
 
 
 class _NodeWatch:
@@ -394,12 +419,25 @@ class _NodeWatch:
 
     Runs in its own thread. Transport failures resume the watch from the last resourceVersion
     seen, with backoff (100 ms doubling to 5 s, as flannel's etcd watch).
+
+    The list is read in pages, and each node kept only as what a lease is made of: its name,
+    flannel's annotations and its podCIDRs. The watch asks for metadata only, since a node's
+    podCIDRs never change once set while its status changes with every kubelet heartbeat: the
+    podCIDRs come from the list, by node UID, or (a node not listed, or listed before it had
+    one) from reading that node once. A server that cannot answer with metadata only (406)
+    is watched for whole nodes.
     """
 
-    def __init__(self, api: NodeApi, queue: NodeQueue, timeout_seconds: int) -> None:
+    def __init__(
+        self, api: NodeApi, queue: NodeQueue, timeout_seconds: int, keys: Annotations
+    ) -> None:
         self._api = api
         self._queue = queue
         self._timeout_seconds = timeout_seconds
+        self._keys = keys
+        self._annotations = frozenset(astuple(keys))
+        self._cidrs: dict[str, tuple[str, ...]] = {}  # node UID -> podCIDR, podCIDRs...
+        self._metadata_only = True
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._response: Any = None
@@ -430,10 +468,7 @@ class _NodeWatch:
         while not self._stopping.is_set():
             try:
                 if resource_version is None:
-                    nodes, resource_version = self._api.list_nodes()
-                    self._post(
-                        self._queue.put_snapshot, {kube_nodes.node_name(n): n for n in nodes}
-                    )
+                    resource_version = self._relist()
                 started = time.monotonic()
                 resource_version, delivered = self._stream(resource_version)
                 if delivered or time.monotonic() - started >= 1.0:
@@ -442,10 +477,14 @@ class _NodeWatch:
                 # As client-go: a watch closed at once with nothing in it is a failure, or a
                 # misbehaving server or proxy would have us reconnect in a tight loop.
                 failure: BaseException = ConnectionError("watch closed immediately")
-            except ApiException as err:
+            except KubeApiError as err:
                 if err.status == 410:
-                    log.info("Node watch expired (%s); listing the nodes again", err.reason)
+                    log.info("Node watch expired (%s); listing the nodes again", err.message())
                     resource_version = None
+                    continue
+                if err.status == 406 and self._metadata_only:
+                    log.info("The API server cannot watch node metadata alone; watching nodes")
+                    self._metadata_only = False
                     continue
                 failure = err
             except _ConsumerGone:
@@ -458,10 +497,72 @@ class _NodeWatch:
             self._stopping.wait(delay)
             delay = min(delay * 2, 5.0)
 
+    def _relist(self) -> str:
+        """Hand every node on as a snapshot; returns the list's resourceVersion. The nodes are
+        not kept in this thread's frame, which lives as long as the watch (5 000 nodes: ~4 MB)."""
+        nodes, version = self._list()
+        self._post(self._queue.put_snapshot, nodes)
+        return version
+
+    def _list(self) -> tuple[dict[str, kube_nodes.Node], str]:
+        """Every node, as lease material, by name; and the list's resourceVersion."""
+        nodes: dict[str, kube_nodes.Node] = {}
+        self._cidrs = {}
+        version = ""
+        for page, page_version in self._api.node_pages():
+            version = page_version
+            for node in page:
+                metadata = node.get("metadata") or {}
+                spec = self._remember(metadata, node.get("spec") or {})
+                nodes[str(metadata.get("name", ""))] = self._slim(metadata, spec)
+        return nodes, version
+
+    def _remember(self, metadata: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
+        """The node's podCIDR(s), kept by its UID; returns them as a spec."""
+        cidrs = (spec.get("podCIDR") or "", *(spec.get("podCIDRs") or ()))
+        self._cidrs[str(metadata.get("uid", ""))] = cidrs
+        return _spec(cidrs)
+
+    def _slim(self, metadata: Mapping[str, Any], spec: Mapping[str, Any]) -> kube_nodes.Node:
+        annotations = metadata.get("annotations") or {}
+        return {
+            "metadata": {
+                "name": metadata.get("name", ""),
+                "annotations": {k: v for k, v in annotations.items() if k in self._annotations},
+            },
+            "spec": spec,
+        }
+
+    def _change(self, kind: str, obj: Mapping[str, Any]) -> tuple[str, kube_nodes.Node | None]:
+        """A watch event as (node name, lease material, or None when the node is gone)."""
+        metadata = obj.get("metadata") or {}
+        name, uid = str(metadata.get("name", "")), str(metadata.get("uid", ""))
+        if kind == "DELETED":
+            self._cidrs.pop(uid, None)
+            return name, None
+        if "spec" in obj:  # a whole node: the server cannot send metadata alone
+            return name, self._slim(metadata, self._remember(metadata, obj.get("spec") or {}))
+        cidrs = self._cidrs.get(uid)
+        node = self._slim(metadata, _spec(cidrs or ("",)))
+        if cidrs is None or (not cidrs[0] and kube_nodes.is_flannel_node(node, self._keys)):
+            # New since the list (or renamed by a re-creation), or a flannel node whose
+            # podCIDR was not set when listed: read it once.
+            try:
+                current = self._api.read_node(name)
+            except KubeApiError as err:
+                if err.status != 404:
+                    raise
+                return name, node  # gone already: its DELETED event follows
+            if (current.get("metadata") or {}).get("uid") == uid:
+                node = self._slim(metadata, self._remember(metadata, current.get("spec") or {}))
+        return name, node
+
     def _stream(self, resource_version: str) -> tuple[str, int]:
         """Deliver watch events until the server ends the stream: the last resourceVersion seen,
         and how many events came."""
-        response = self._api.watch_nodes(resource_version, self._timeout_seconds)
+        response = self._api.watch_nodes(
+            resource_version, self._timeout_seconds, self._metadata_only
+        )
         with self._lock:
             if self._stopping.is_set():
                 response.close()
@@ -469,21 +570,26 @@ class _NodeWatch:
             self._response = response
         delivered = 0
         try:
-            for line in _iter_resp_lines(response):
-                if not line:
-                    continue
-                event = json.loads(line)
-                kind, obj = event["type"], event["object"]
-                if kind == "ERROR":
-                    raise ApiException(
-                        status=obj.get("code"), reason=f"{obj.get('reason')}: {obj.get('message')}"
-                    )
-                resource_version = str(obj["metadata"]["resourceVersion"])
-                delivered += 1
-                if kind == "BOOKMARK":
-                    continue
-                name = kube_nodes.node_name(obj)
-                self._post(self._queue.put, name, None if kind == "DELETED" else obj)
+            for batch in lines(response):
+                changes: list[tuple[str, kube_nodes.Node | None]] = []
+                try:
+                    for line in batch:
+                        event = json.loads(line)
+                        kind, obj = event["type"], event["object"]
+                        if kind == "ERROR":
+                            raise KubeApiError(
+                                int(obj.get("code") or 0),
+                                f"{obj.get('reason')}: {obj.get('message')}",
+                                json.dumps(obj).encode(),
+                            )
+                        if kind != "BOOKMARK":
+                            changes.append(self._change(kind, obj))
+                        resource_version = str(obj["metadata"]["resourceVersion"])
+                        delivered += 1
+                finally:
+                    # What came before a failure is delivered, and resumed after.
+                    if changes:
+                        self._post(self._queue.put_all, changes)
         finally:
             with self._lock:
                 self._response = None

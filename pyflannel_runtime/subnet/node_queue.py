@@ -38,7 +38,11 @@ class NodeQueue:
         return len(self._pending) + (self._snapshot is not None)
 
     def put(self, name: str, node: Node | None) -> None:
-        self._pending[name] = node
+        self.put_all([(name, node)])
+
+    def put_all(self, changes: NodeChanges) -> None:
+        """Changes in the order they happened (a later one of a node replaces an earlier)."""
+        self._pending.update(changes)
         self._ready.set()
 
     def put_snapshot(self, nodes: Mapping[str, Node]) -> None:

@@ -3,7 +3,14 @@
 No kube-apiserver can run on the test machines, so this stands in for the slice of it flannel
 uses, faithfully enough to be driven by the real ``kubernetes`` Python client:
 
-* ``GET /api/v1/nodes``: a NodeList with ``metadata.resourceVersion``.
+* ``GET /api/v1/nodes``: a NodeList with ``metadata.resourceVersion``; with ``limit=N`` in
+  pages of N from one consistent snapshot (``metadata.continue`` names the next page,
+  ``remainingItemCount`` counts what is left; a continue token older than the retained history
+  is ``410 Expired``).
+* Metadata-only answers as the real server negotiates them from the Accept header (clauses in
+  order, the first one servable wins; none servable is ``406 NotAcceptable``):
+  ``application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1`` for a list,
+  ``...;as=PartialObjectMetadata;...`` for a watch (each event's object) and for one node.
 * ``GET /api/v1/nodes?watch=true&resourceVersion=N[&timeoutSeconds=S]``: a chunked stream of
   ``{"type":"ADDED|MODIFIED|DELETED","object":{...}}`` lines for every change after N. Without
   N (or with ``0``) it first sends ADDED for every node, as the real server does. When N is
@@ -19,19 +26,25 @@ uses, faithfully enough to be driven by the real ``kubernetes`` Python client:
   both, annotation keys are validated, and a patch that changes nothing writes nothing.
 * Every write bumps one cluster-wide, monotonically increasing resourceVersion.
 
-Test-side controls: add/update/delete nodes and pods, ``compact`` the history, ``hold_watches``
-(an outage of the watch endpoint), ``fail_next`` (inject error responses), and a record of every
-request (method, path, query, content type, body bytes, Authorization header).
+Test-side controls: add/update/delete nodes and pods (``add_node_object`` takes a whole Node,
+as big as real ones), ``compact`` the history (now, or amid a paged list with
+``compact_after_pages``), ``hold_watches`` (an outage of the watch
+endpoint), ``fail_next`` (inject error responses), a record of every request (method, path,
+query, content type, Accept, body bytes, Authorization header) and the bytes sent per kind of
+answer (``bytes_sent``).
 """
 
 from __future__ import annotations
 
+import base64
+import bisect
 import contextlib
 import copy
 import json
 import re
 import select
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -69,6 +82,7 @@ class RecordedRequest:
     content_type: str
     body: bytes
     authorization: str = ""
+    accept: str = ""
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -104,6 +118,43 @@ def _expired(requested: int, oldest: int) -> ApiError:
     return ApiError(410, "Expired", f"too old resource version: {requested} ({oldest})")
 
 
+def _continue_expired() -> ApiError:
+    return ApiError(
+        410,
+        "Expired",
+        "The provided continue parameter is too old to display a consistent list result. You "
+        "can start a new list without the continue parameter.",
+    )
+
+
+PARTIAL = "PartialObjectMetadata"
+PARTIAL_LIST = "PartialObjectMetadataList"
+_ACCEPTED = "application/json, application/yaml, application/vnd.kubernetes.protobuf"
+
+
+def negotiate(accept: str, list_call: bool) -> bool | None:
+    """Whether the answer is metadata only (True), whole objects (False), or nothing servable
+    (None): the first Accept clause that can be served wins, as the real server picks them.
+    A list answers as PartialObjectMetadataList, a watch (per event) or a GET as
+    PartialObjectMetadata, each of meta.k8s.io/v1."""
+    for clause in (accept or "application/json").split(","):
+        kind, *params = (part.strip() for part in clause.split(";"))
+        options = dict(p.split("=", 1) for p in params if "=" in p)
+        if kind not in ("application/json", "application/*", "*/*"):
+            continue
+        target = options.get("as")
+        if target is None:
+            return False
+        wanted = PARTIAL_LIST if list_call else PARTIAL
+        if target == wanted and options.get("g") == "meta.k8s.io" and options.get("v") == "v1":
+            return True
+    return None
+
+
+def partial(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return {"kind": PARTIAL, "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
+
+
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -120,7 +171,10 @@ class FakeKubeApi:
         first_resource_version: int = 1000,
         gone_as_http_status: bool = False,
         host: str = "127.0.0.1",
+        tls: ssl.SSLContext | None = None,
     ):
+        """``tls``: serve HTTPS with this server-side context (it may require client
+        certificates, as the real server does for its clients' credentials)."""
         self._cond = threading.Condition()
         self._rv = first_resource_version
         self._floor = first_resource_version  # watches may start at this RV or later
@@ -129,12 +183,19 @@ class FakeKubeApi:
         self._pods: dict[tuple[str, str], dict[str, Any]] = {}
         self._requests: list[RecordedRequest] = []
         self._failures: list[tuple[str, str, int]] = []
+        self._snapshots: dict[int, dict[str, dict[str, Any]]] = {}  # list RV -> nodes
+        self._compact_after_pages: int | None = None
+        self._encoded: dict[tuple[str, str, bool], bytes] = {}  # (name, RV, partial) -> JSON
+        self._sent: dict[str, int] = {}
         self._held = False
         self._stream_generation = 0
         self._open_watches = 0
         self._stopping = False
         self.gone_as_http_status = gone_as_http_status
         self._server = ThreadingHTTPServer((host, 0), _Handler)
+        self._scheme = "https" if tls else "http"
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         self._server.daemon_threads = True
         self._server.block_on_close = False
         self._server.fake = self  # type: ignore[attr-defined]
@@ -147,7 +208,7 @@ class FakeKubeApi:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{self._scheme}://{host!s}:{port}"
 
     def start(self) -> FakeKubeApi:
         self._thread.start()
@@ -199,6 +260,16 @@ class FakeKubeApi:
                 raise ValueError(f"node {name} exists")
             metadata["creationTimestamp"] = _now()
             return copy.deepcopy(self._write(name, node, "ADDED"))
+
+    def add_node_object(self, node: Mapping[str, Any]) -> None:
+        """Create a node from a whole Node object (its metadata.name, uid and timestamps kept;
+        the resourceVersion set here)."""
+        obj = copy.deepcopy(dict(node))
+        name = obj["metadata"]["name"]
+        with self._cond:
+            if name in self._nodes:
+                raise ValueError(f"node {name} exists")
+            self._write(name, obj, "ADDED")
 
     def update_node(self, name: str, mutate: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
         """Change a node as another client would (one MODIFIED event if anything changed)."""
@@ -254,11 +325,20 @@ class FakeKubeApi:
             }
 
     def compact(self) -> None:
-        """Forget the change history: watches from any earlier resourceVersion get 410."""
+        """Forget the change history: watches from any earlier resourceVersion get 410, and
+        so do continue tokens of lists made before."""
         with self._cond:
             self._history.clear()
+            self._snapshots.clear()
+            self._encoded.clear()
             self._floor = self._rv
             self._cond.notify_all()
+
+    def compact_after_pages(self, pages: int) -> None:
+        """``compact`` once the next ``pages`` pages of node lists are served, as etcd's
+        compaction can come while a client reads a list in pages: its next continue is 410."""
+        with self._cond:
+            self._compact_after_pages = pages
 
     @contextlib.contextmanager
     def hold_watches(self) -> Iterator[None]:
@@ -303,6 +383,15 @@ class FakeKubeApi:
         with self._cond:
             self._requests.clear()
 
+    def bytes_sent(self, kind: str) -> int:
+        """Bytes of response bodies so far, by kind: "list", "watch", "get", "patch"."""
+        with self._cond:
+            return self._sent.get(kind, 0)
+
+    def count_sent(self, kind: str, size: int) -> None:
+        with self._cond:
+            self._sent[kind] = self._sent.get(kind, 0) + size
+
     # --- the store (call with the lock held) --------------------------------------------------
 
     def _require_node(self, name: str) -> dict[str, Any]:
@@ -315,7 +404,7 @@ class FakeKubeApi:
         self._rv += 1
         node["metadata"]["resourceVersion"] = str(self._rv)
         self._nodes[name] = node
-        self._history.append((self._rv, kind, copy.deepcopy(node)))
+        self._history.append((self._rv, kind, node))  # never changed once stored
         self._cond.notify_all()
         return node
 
@@ -339,14 +428,53 @@ class FakeKubeApi:
                     return code
         return None
 
-    def _list_nodes(self) -> dict[str, Any]:
+    def _list_nodes(self, query: Mapping[str, list[str]], metadata_only: bool) -> bytes:
+        """The NodeList (or one page of it) as JSON; the item encodings are cached per
+        resourceVersion, as 5 000 realistic nodes are ~50 MB of JSON."""
+        limit = int(query.get("limit", ["0"])[0] or 0)
+        token = query.get("continue", [""])[0]
         with self._cond:
-            return {
-                "kind": "NodeList",
-                "apiVersion": "v1",
-                "metadata": {"resourceVersion": str(self._rv)},
-                "items": [copy.deepcopy(self._nodes[n]) for n in sorted(self._nodes)],
-            }
+            if token:
+                try:
+                    state = json.loads(base64.b64decode(token))
+                    rv, after = int(state["rv"]), str(state["start"])
+                except (ValueError, KeyError, TypeError):
+                    raise ApiError(400, "BadRequest", "continue key is not valid") from None
+                if rv < self._floor or rv not in self._snapshots:
+                    raise _continue_expired()
+                nodes = self._snapshots[rv]
+            else:
+                rv, after, nodes = self._rv, "", dict(self._nodes)
+            names = [n for n in sorted(nodes) if n > after]
+            page = names[:limit] if limit > 0 else names
+            items = [self._encode(nodes[n], metadata_only) for n in page]
+            metadata: dict[str, Any] = {"resourceVersion": str(rv)}
+            if len(page) < len(names):
+                self._snapshots[rv] = nodes
+                next_token = json.dumps({"rv": rv, "start": page[-1]}).encode()
+                metadata["continue"] = base64.b64encode(next_token).decode()
+                metadata["remainingItemCount"] = len(names) - len(page)
+            if self._compact_after_pages is not None:
+                self._compact_after_pages -= 1
+                if self._compact_after_pages == 0:
+                    self._compact_after_pages = None
+                    self.compact()
+        kind = PARTIAL_LIST if metadata_only else "NodeList"
+        api_version = "meta.k8s.io/v1" if metadata_only else "v1"
+        head = json.dumps(
+            {"kind": kind, "apiVersion": api_version, "metadata": metadata},
+            separators=(",", ":"),
+        ).encode()
+        return head[:-1] + b',"items":[' + b",".join(items) + b"]}"
+
+    def _encode(self, node: dict[str, Any], metadata_only: bool) -> bytes:
+        """One item's JSON (call with the lock held)."""
+        key = (node["metadata"]["name"], node["metadata"]["resourceVersion"], metadata_only)
+        data = self._encoded.get(key)
+        if data is None:
+            obj = partial(node) if metadata_only else _typed("Node", node)
+            data = self._encoded[key] = json.dumps(obj, separators=(",", ":")).encode()
+        return data
 
     def _get_node(self, name: str) -> dict[str, Any]:
         with self._cond:
@@ -403,7 +531,7 @@ class FakeKubeApi:
         with self._cond:
             self._cond.wait_for(lambda: not self._held or self._stopping)
             if since in (None, "", "0"):
-                initial = [("ADDED", copy.deepcopy(self._nodes[n])) for n in sorted(self._nodes)]
+                initial = [("ADDED", self._nodes[n]) for n in sorted(self._nodes)]
                 return self._rv, initial
             try:
                 cursor = int(since)  # type: ignore[arg-type]
@@ -423,9 +551,10 @@ class FakeKubeApi:
                     return None
                 if cursor < self._floor:
                     raise _expired(cursor, self._floor)
-                events = [e for e in self._history if e[0] > cursor]
+                # Stored objects are never changed, so the events go out as they are.
+                events = self._history[bisect.bisect_right(self._history, cursor, key=_rv) :]
                 if events:
-                    return [(rv, kind, copy.deepcopy(obj)) for rv, kind, obj in events]
+                    return events
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
@@ -437,6 +566,10 @@ class FakeKubeApi:
         with self._cond:
             self._open_watches += delta
             self._cond.notify_all()
+
+
+def _rv(event: tuple[int, str, dict[str, Any]]) -> int:
+    return event[0]
 
 
 def _typed(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -567,7 +700,10 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
         authorization = self.headers.get("Authorization") or ""
-        request = RecordedRequest(self.command, url.path, query, content_type, body, authorization)
+        accept = self.headers.get("Accept") or ""
+        request = RecordedRequest(
+            self.command, url.path, query, content_type, body, authorization, accept
+        )
         injected = self.fake._record(request)
         try:
             if injected is not None:
@@ -582,20 +718,25 @@ class _Handler(BaseHTTPRequestHandler):
         pod = _POD_PATH.fullmatch(path)
         if path == "/api/v1/nodes":
             self._only(method, "GET")
-            if query.get("watch", [""])[0] in ("true", "1"):
-                self._watch(query)
+            watch = query.get("watch", [""])[0] in ("true", "1")
+            metadata_only = self._negotiate(request.accept, list_call=not watch)
+            if watch:
+                self._watch(query, metadata_only)
             else:
-                self._send_json(200, self.fake._list_nodes())
+                data = self.fake._list_nodes(query, metadata_only)
+                self._send_bytes(200, data, "list", self._content_type(metadata_only, True))
         elif node is not None:
             name, status = unquote(node.group(1)), node.group(2)
             if method == "PATCH":
                 obj = self.fake._patch_node(
                     name, "status" if status else "", request.content_type, request.body
                 )
-                self._send_json(200, obj)
+                self._send_json(200, obj, "patch")
             else:
                 self._only(method, "GET")
-                self._send_json(200, self.fake._get_node(name))
+                metadata_only = self._negotiate(request.accept, list_call=False)
+                obj = self.fake._get_node(name)
+                self._send_json(200, partial(obj) if metadata_only else obj, "get")
         elif pod is not None:
             self._only(method, "GET")
             self._send_json(200, self.fake._get_pod(unquote(pod.group(1)), unquote(pod.group(2))))
@@ -607,13 +748,32 @@ class _Handler(BaseHTTPRequestHandler):
         if method != allowed:
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported by the double")
 
-    def _send_json(self, code: int, obj: Any) -> None:
-        data = json.dumps(obj, separators=(",", ":")).encode()
+    @staticmethod
+    def _negotiate(accept: str, list_call: bool) -> bool:
+        metadata_only = negotiate(accept, list_call)
+        if metadata_only is None:
+            message = f"only the following media types are accepted: {_ACCEPTED}"
+            raise ApiError(406, "NotAcceptable", message)
+        return metadata_only
+
+    @staticmethod
+    def _content_type(metadata_only: bool, list_call: bool) -> str:
+        if not metadata_only:
+            return "application/json"
+        return f"application/json;as={PARTIAL_LIST if list_call else PARTIAL};g=meta.k8s.io;v=v1"
+
+    def _send_json(self, code: int, obj: Any, kind: str = "error") -> None:
+        self._send_bytes(code, json.dumps(obj, separators=(",", ":")).encode(), kind)
+
+    def _send_bytes(
+        self, code: int, data: bytes, kind: str, content_type: str = "application/json"
+    ) -> None:
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+        self.fake.count_sent(kind, len(data))
 
     # --- watch --------------------------------------------------------------------------------
 
@@ -629,12 +789,17 @@ class _Handler(BaseHTTPRequestHandler):
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
+        self.fake.count_sent("watch", len(data))
 
-    def _event(self, kind: str, obj: dict[str, Any]) -> None:
-        line = {"type": kind, "object": _typed("Node", obj) if kind != "ERROR" else obj}
-        self._chunk(json.dumps(line, separators=(",", ":")).encode() + b"\n")
+    def _event(self, kind: str, obj: dict[str, Any], metadata_only: bool = False) -> None:
+        if kind == "ERROR":
+            encoded = json.dumps(obj, separators=(",", ":")).encode()
+        else:
+            with self.fake._cond:
+                encoded = self.fake._encode(obj, metadata_only)
+        self._chunk(b'{"type":"%s","object":%s}\n' % (kind.encode(), encoded))
 
-    def _watch(self, query: Mapping[str, list[str]]) -> None:
+    def _watch(self, query: Mapping[str, list[str]], metadata_only: bool) -> None:
         fake = self.fake
         timeout = float(query.get("timeoutSeconds", ["1800"])[0])
         deadline = time.monotonic() + timeout
@@ -647,13 +812,13 @@ class _Handler(BaseHTTPRequestHandler):
         with fake._cond:
             generation = fake._stream_generation
         self.send_response(200)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", self._content_type(metadata_only, False))
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         opened = False
         try:
             for kind, obj in initial:
-                self._event(kind, obj)
+                self._event(kind, obj, metadata_only)
             while cursor >= 0:
                 if not opened:
                     fake._watch_opened(+1)
@@ -666,7 +831,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if events is None:
                     break
                 for rv, kind, obj in events:
-                    self._event(kind, obj)
+                    self._event(kind, obj, metadata_only)
                     cursor = rv
             self._chunk(b"")
         except (BrokenPipeError, ConnectionResetError):

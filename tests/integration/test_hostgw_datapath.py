@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -147,6 +148,32 @@ def test_a_route_that_is_not_flannels_is_left_alone(lab: NetLab) -> None:
             lab.ip(h1.ns, "route", "del", str(h3.subnet))
             assert await networks[0].reconcile(peers) == 1
             assert lab.ping(h1.pod_ns, h3.pod_ip)
+        finally:
+            await close_all(networks)
+
+    asyncio.run(scenario())
+
+
+def test_routes_deleted_or_redirected_by_someone_else_are_put_back(lab: NetLab) -> None:
+    """No reconcile runs here: the kernel's notifications tell the datapath."""
+    h1, h2, h3 = lab.hosts
+
+    async def scenario() -> None:
+        networks = [await register(lab, n) for n in (1, 2, 3)]
+        try:
+            await mesh(networks)
+            lab.ip(h1.ns, "route", "del", str(h2.subnet))
+            # a flannel-style route (proto boot) with a wrong next hop: flannel's, so replaced
+            lab.ip(h1.ns, "route", "replace", str(h3.subnet), "via", "192.0.2.99", "dev", "eth0",
+                   "proto", "boot")  # fmt: skip
+            deadline = time.monotonic() + 20  # a hang guard (bench_agent_scale.py times it)
+            while not all(
+                f"{h.subnet} via {h.underlay_ip} dev eth0" in lab.ip(h1.ns, "route")
+                for h in (h2, h3)
+            ):
+                assert time.monotonic() < deadline, "not repaired"
+                await asyncio.sleep(0.05)
+            assert await networks[0].reconcile([n.lease for n in networks[1:]]) == 0
         finally:
             await close_all(networks)
 

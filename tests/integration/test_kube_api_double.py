@@ -253,3 +253,76 @@ def test_injected_failures_are_answered_then_cleared(api, core):
         core.read_node("n1")
     assert err.value.status == 503
     assert core.read_node("n1").metadata.name == "n1"
+
+
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+
+def test_a_list_in_pages_is_one_snapshot(api, core):
+    for name in ("a", "b", "c"):
+        api.add_node(name, pod_cidr="10.244.1.0/24")
+    first = core.list_node(limit=2)
+    assert [n.metadata.name for n in first.items] == ["a", "b"]
+    assert first.metadata.remaining_item_count == 1 and first.metadata._continue
+    api.delete_node("c")  # after the first page: the snapshot still has it
+    api.add_node("d")
+    rest = core.list_node(limit=2, _continue=first.metadata._continue)
+    assert [n.metadata.name for n in rest.items] == ["c"]
+    assert rest.metadata._continue is None
+    assert rest.metadata.resource_version == first.metadata.resource_version
+    # a snapshot older than the history kept is gone
+    again = core.list_node(limit=1)
+    api.compact()
+    with pytest.raises(ApiException) as err:
+        core.list_node(limit=1, _continue=again.metadata._continue)
+    assert err.value.status == 410
+
+
+def test_metadata_only_answers_are_negotiated_from_the_accept_header(api, core):
+    api.add_node("a", pod_cidr="10.244.1.0/24", annotations={ANN + "public-ip": "192.0.2.1"})
+    listing = json.loads(
+        core.list_node(_headers={"Accept": METADATA_LIST}, _preload_content=False).data
+    )
+    assert (listing["kind"], listing["apiVersion"]) == (
+        "PartialObjectMetadataList",
+        "meta.k8s.io/v1",
+    )
+    (item,) = listing["items"]
+    assert (
+        set(item) == {"kind", "apiVersion", "metadata"} and item["kind"] == "PartialObjectMetadata"
+    )
+    assert item["metadata"]["annotations"] == {ANN + "public-ip": "192.0.2.1"}
+    one = json.loads(
+        core.read_node("a", _headers={"Accept": METADATA}, _preload_content=False).data
+    )
+    assert one == {**item}
+    # the first servable clause wins: a list cannot answer as a single object's kind
+    whole = core.list_node(
+        _headers={"Accept": f"{METADATA},application/json"}, _preload_content=False
+    )
+    assert json.loads(whole.data)["kind"] == "NodeList"
+    with pytest.raises(ApiException) as err:
+        core.list_node(_headers={"Accept": METADATA})
+    assert err.value.status == 406
+    assert json.loads(err.value.body)["reason"] == "NotAcceptable"
+    assert api.requests("GET", "/api/v1/nodes")[0].accept == METADATA_LIST
+
+
+def test_a_metadata_watch_sends_objects_without_spec_or_status(api, core):
+    api.add_node("a", pod_cidr="10.244.1.0/24")
+    since = str(api.resource_version)
+    response = core.list_node(
+        watch=True,
+        resource_version=since,
+        timeout_seconds=1,
+        _headers={"Accept": METADATA},
+        _preload_content=False,
+    )
+    api.update_node("a", lambda n: n["status"].update(conditions=[{"type": "Ready"}]))
+    (line,) = response.data.decode().splitlines()
+    event = json.loads(line)
+    assert event["type"] == "MODIFIED"
+    assert set(event["object"]) == {"kind", "apiVersion", "metadata"}
+    assert int(event["object"]["metadata"]["resourceVersion"]) > int(since)
+    assert api.bytes_sent("watch") >= len(line)

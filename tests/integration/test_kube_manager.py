@@ -17,7 +17,12 @@ import pytest
 
 from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
-from pyflannel_runtime.subnet.kube import KubeSettings, KubeSubnetError, KubeSubnetManager
+from pyflannel_runtime.subnet.kube import (
+    LIST_PAGE,
+    KubeSettings,
+    KubeSubnetError,
+    KubeSubnetManager,
+)
 from pyflannel_runtime.subnet.manager import LeaseWatchBatch, Unimplemented
 from pyflannel_runtime.subnet.watcher import LeaseScope, LeaseWatcher
 from tests.fakes.kube_api import STRATEGIC_MERGE, FakeKubeApi
@@ -598,3 +603,109 @@ def test_in_cluster_config_needs_the_service_environment(
 
     with pytest.raises(KubeSubnetError, match=r"^fail to create kubernetes config: "):
         asyncio.run(scenario())
+
+
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+
+def test_the_list_comes_in_pages_and_the_watch_asks_for_metadata_only(api, net_conf) -> None:
+    """A heartbeat's event then carries no spec or status; the podCIDRs come from the list."""
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+    for third in range(2, 9):
+        add_peer(api, f"peer-{third}", third)
+    for n in range(2 * LIST_PAGE - 5):  # the nodes make three pages
+        api.add_node(f"plain-{n:04d}")
+
+    async def body(peers: Peers) -> None:
+        assert peers.subnets() == {f"10.244.{t}.0/24" for t in range(2, 9)}
+        lists = [r for r in api.requests("GET", "/api/v1/nodes") if "watch" not in r.query]
+        assert [r.query.get("limit") for r in lists] == [[str(LIST_PAGE)]] * 3
+        assert "continue" in lists[1].query and "continue" in lists[2].query
+        # a heartbeat and an annotation change of a listed node, metadata alone
+        api.update_node("peer-2", lambda n: n["status"].update(conditions=[{"type": "Ready"}]))
+        api.annotate("peer-2", {P + "public-ip": "192.0.2.222"})
+        await peers.until(lambda: peers.lease_of("10.244.2.0/24").attrs.public_ip.packed[3] == 222)
+        watches = [r for r in api.requests("GET", "/api/v1/nodes") if "watch" in r.query]
+        assert {r.accept for r in watches} == {METADATA_ONLY}
+        assert not api.requests("GET", "/api/v1/nodes/peer-2")  # its podCIDR was listed
+
+    asyncio.run(watching(api, net_conf, body))
+
+
+def test_a_list_whose_continue_expired_is_read_again_from_its_first_page(api, net_conf) -> None:
+    """etcd compacted while the agent read the pages: the next page is 410 Expired, and the
+    agent lists again from the start instead of keeping the nodes of the pages it had."""
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+    add_peer(api, "peer-2", 2)
+    for n in range(2 * LIST_PAGE):  # the nodes make three pages
+        api.add_node(f"plain-{n:04d}")
+    add_peer(api, "zz-last-page", 9)
+    api.compact_after_pages(1)
+
+    async def body(peers: Peers) -> None:
+        await peers.until(lambda: "10.244.9.0/24" in peers.subnets())
+        assert peers.subnets() == {"10.244.2.0/24", "10.244.9.0/24"}
+        lists = [r for r in api.requests("GET", "/api/v1/nodes") if "watch" not in r.query]
+        assert ["continue" in r.query for r in lists] == [False, True, False, True, True]
+        first = peers.batches[0].snapshot  # the pages read before the 410 were not handed on
+        assert first is not None
+        assert {str(lease.subnet) for lease in first} - {"10.244.1.0/24"} == peers.subnets()
+
+    asyncio.run(watching(api, net_conf, body))
+
+
+def test_a_node_not_listed_is_read_once_for_its_pod_cidr(api, net_conf) -> None:
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+
+    async def body(peers: Peers) -> None:
+        add_peer(api, "late", 5)
+        await peers.until(lambda: "10.244.5.0/24" in peers.subnets())
+        api.annotate("late", {P + "public-ip": "192.0.2.55"})
+        await peers.until(lambda: peers.lease_of("10.244.5.0/24").attrs.public_ip.packed[3] == 55)
+        assert len(api.requests("GET", "/api/v1/nodes/late")) == 1
+        # re-created under the same name with another podCIDR (a new UID): read again
+        api.delete_node("late")
+        await peers.until(lambda: "10.244.5.0/24" not in peers.subnets())
+        add_peer(api, "late", 6)
+        await peers.until(lambda: "10.244.6.0/24" in peers.subnets())
+        assert len(api.requests("GET", "/api/v1/nodes/late")) == 2
+
+    asyncio.run(watching(api, net_conf, body))
+
+
+def test_a_node_whose_pod_cidr_came_after_the_list_is_read_when_it_turns_flannels(
+    api, net_conf
+) -> None:
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+    api.add_node("joining")  # registered, no podCIDR yet, no flanneld yet
+
+    async def body(peers: Peers) -> None:
+        api.update_node(
+            "joining",
+            lambda n: n["spec"].update(podCIDR="10.244.7.0/24", podCIDRs=["10.244.7.0/24"]),
+        )
+        api.annotate("joining", peer_annotations("192.0.2.7", "aa:bb:cc:00:00:07"))
+        await peers.until(lambda: "10.244.7.0/24" in peers.subnets())
+
+    asyncio.run(watching(api, net_conf, body))
+
+
+def test_a_server_that_cannot_watch_metadata_alone_is_watched_for_whole_nodes(
+    api, net_conf, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.fakes import kube_api
+
+    def whole_only(accept: str, list_call: bool) -> bool | None:
+        return None if "as=" in accept else False
+
+    monkeypatch.setattr(kube_api, "negotiate", whole_only)
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+    add_peer(api, "b", 2)
+
+    async def body(peers: Peers) -> None:
+        add_peer(api, "c", 3)
+        await peers.until(lambda: "10.244.3.0/24" in peers.subnets())
+        watches = [r for r in api.requests("GET", "/api/v1/nodes") if "watch" in r.query]
+        assert watches[0].accept == METADATA_ONLY and watches[-1].accept == "application/json"
+
+    asyncio.run(watching(api, net_conf, body))

@@ -35,6 +35,9 @@ pytestmark = pytest.mark.root
 POD_MTU = 1472  # FLANNEL_MTU for a 1500-byte underlay
 IP_RECVERR = 11
 NET_CONF = '{"Network": "10.244.0.0/16", "Backend": {"Type": "udp"}}'
+SUPER_PACKETS_CONF = (
+    '{"Network": "10.244.0.0/16", "Backend": {"Type": "udp", "SuperPackets": true}}'
+)
 
 
 async def start_network(
@@ -52,6 +55,17 @@ async def start_network(
     assert seen == [LeaseAttrs(public_ip=host.underlay_ip)]
     await network.reconcile([host_lease(p) for p in peers])
     return network
+
+
+async def start_advertising(lab: NetLab, host: LabHost) -> UdpNetwork:
+    """A network with the SuperPackets option: its lease carries what it advertised."""
+    config = check_network_config(parse_config(SUPER_PACKETS_CONF))
+
+    async def acquire(attrs: LeaseAttrs) -> Lease:
+        return Lease(host.subnet, None, attrs)
+
+    backend = UdpBackend(host.ns, offload=True)
+    return await backend.register_network(config, external_interface(lab, host), acquire)
 
 
 @pytest.fixture
@@ -273,30 +287,8 @@ def test_tcp_stream_crosses_intact(
     networks.append(asyncio.run(start_network(lab, h2, [h1], offload=offload, queues=queues)))
     assert len(networks[0].worker_pids) == 2 * queues
     blob = os.urandom(4 << 20)
-    sink = tmp_path / "received"
-    server = subprocess.Popen(
-        [
-            "ip",
-            "netns",
-            "exec",
-            h2.pod_ns,
-            "socat",
-            "-u",
-            "TCP-LISTEN:5001,reuseaddr",
-            f"CREATE:{sink}",
-        ]
-    )
-    processes.append(server)
-    wait_for(lambda: ":5001" in lab.run(h2.pod_ns, "ss", "-ltn").stdout)
-    client = subprocess.run(
-        ["ip", "netns", "exec", h1.pod_ns, "socat", "-u", "STDIN", f"TCP:{h2.pod_ip}:5001"],
-        input=blob,
-        timeout=60,
-        check=True,
-    )
-    assert client.returncode == 0
-    assert server.wait(timeout=60) == 0
-    assert sink.read_bytes() == blob
+    send_stream(lab, h1, h2, processes, blob, tmp_path / "received")
+    assert (tmp_path / "received").read_bytes() == blob
 
 
 def test_mixed_cluster_with_a_socat_peer(
@@ -305,24 +297,125 @@ def test_mixed_cluster_with_a_socat_peer(
     """h3 runs socat as its udp forwarder (flannel's framing, one packet per datagram)."""
     h1, _, h3 = lab.hosts
     networks.append(asyncio.run(start_network(lab, h1, [h3])))
+    start_socat_peer(lab, h3, h1, processes)
+    assert lab.ping(h1.pod_ns, h3.pod_ip, count=2)
+    assert lab.ping(h3.pod_ns, h1.pod_ip, count=2)
+    assert lab.ping(h1.pod_ns, h3.pod_ip, size=POD_MTU - 28, dont_fragment=True)
+
+
+def start_socat_peer(
+    lab: NetLab, host: LabHost, peer: LabHost, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    """socat as `host`'s udp forwarder to `peer` (flannel's framing, one packet per datagram)."""
     socat = subprocess.Popen(
         [
             "ip",
             "netns",
             "exec",
-            h3.ns,
+            host.ns,
             "socat",
-            f"UDP:{h1.underlay_ip}:8285,bind={h3.underlay_ip}:8285",
-            f"TUN:{h3.subnet.network_address}/16,tun-name=flannel0,tun-type=tun,iff-no-pi,iff-up",
+            f"UDP:{peer.underlay_ip}:8285,bind={host.underlay_ip}:8285",
+            f"TUN:{host.subnet.network_address}/16,tun-name=flannel0,tun-type=tun,iff-no-pi,iff-up",
         ],
         stderr=subprocess.PIPE,
     )
     processes.append(socat)
-    wait_for(lambda: "flannel0" in lab.ip(h3.ns, "link", "show"))
-    lab.ip(h3.ns, "link", "set", "flannel0", "mtu", str(POD_MTU))
-    assert lab.ping(h1.pod_ns, h3.pod_ip, count=2)
-    assert lab.ping(h3.pod_ns, h1.pod_ip, count=2)
-    assert lab.ping(h1.pod_ns, h3.pod_ip, size=POD_MTU - 28, dont_fragment=True)
+    wait_for(lambda: "flannel0" in lab.ip(host.ns, "link", "show"))
+    lab.ip(host.ns, "link", "set", "flannel0", "mtu", str(POD_MTU))
+
+
+def send_stream(
+    lab: NetLab,
+    source: LabHost,
+    sink_host: LabHost,
+    processes: list[subprocess.Popen[bytes]],
+    blob: bytes,
+    sink: Path,
+) -> None:
+    """`blob` over TCP from `source`'s pod to `sink_host`'s pod, into the file `sink`."""
+    listen = ["socat", "-u", "TCP-LISTEN:5001,reuseaddr", f"CREATE:{sink}"]
+    server = subprocess.Popen(["ip", "netns", "exec", sink_host.pod_ns, *listen])
+    processes.append(server)
+    wait_for(lambda: ":5001" in lab.run(sink_host.pod_ns, "ss", "-ltn").stdout)
+    connect = ["socat", "-u", "STDIN", f"TCP:{sink_host.pod_ip}:5001"]
+    subprocess.run(
+        ["ip", "netns", "exec", source.pod_ns, *connect], input=blob, timeout=60, check=True
+    )
+    assert server.wait(timeout=60) == 0
+
+
+class UdpCapture:
+    """The first payload byte of every UDP datagram to port 8285 that `ns`'s eth0 receives
+    (AF_PACKET: GSO packets are seen whole, before any segmentation)."""
+
+    def __init__(self, ns: str) -> None:
+        def create() -> socket.socket:
+            sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0800))
+            sock.bind(("eth0", 0x0800))
+            return sock
+
+        self._sock = run_in_netns(ns, create)
+        self._sock.setblocking(False)
+
+    def first_bytes(self) -> set[int]:
+        seen: set[int] = set()
+        while True:
+            try:
+                data, (_, _, kind, *_) = self._sock.recvfrom(128)
+            except BlockingIOError:
+                return seen
+            ihl = (data[0] & 0x0F) * 4
+            incoming_udp = kind != socket.PACKET_OUTGOING and data[9] == 17
+            if incoming_udp and struct.unpack_from("!H", data, ihl + 2)[0] == 8285:
+                seen.add(data[ihl + 8])
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def test_super_packets_are_negotiated_per_peer(
+    lab: NetLab,
+    networks: list[UdpNetwork],
+    processes: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    """h1 and h2 advertise super-packets and send each other TCP super-packets whole; h3 is a
+    socat peer whose lease advertises nothing, so h1 keeps flannel's framing towards it. Bulk
+    TCP arrives byte for byte both ways, and the wire shows which framing each pair uses."""
+    pytest.importorskip("numpy")
+    h1, h2, h3 = lab.hosts
+    one = asyncio.run(start_advertising(lab, h1))
+    networks.append(one)
+    two = asyncio.run(start_advertising(lab, h2))
+    networks.append(two)
+    assert one.lease.attrs.backend_data == '{"SuperPackets":1}'
+    asyncio.run(one.reconcile([two.lease, host_lease(h3)]))
+    asyncio.run(two.reconcile([one.lease]))
+    start_socat_peer(lab, h3, h1, processes)
+    assert one.super_packet_subnets() == [h2.subnet]
+    assert two.super_packet_subnets() == [h1.subnet]
+
+    blob = os.urandom(8 << 20)
+    at_two, at_three = UdpCapture(h2.ns), UdpCapture(h3.ns)
+    try:
+        send_stream(lab, h1, h2, processes, blob, tmp_path / "h2")
+        send_stream(lab, h2, h1, processes, blob[::-1], tmp_path / "h1")
+        send_stream(lab, h1, h3, processes, blob[: 1 << 20], tmp_path / "h3")
+        to_two, to_three = at_two.first_bytes(), at_three.first_bytes()
+    finally:
+        at_two.close()
+        at_three.close()
+    assert (tmp_path / "h2").read_bytes() == blob
+    assert (tmp_path / "h1").read_bytes() == blob[::-1]
+    assert (tmp_path / "h3").read_bytes() == blob[: 1 << 20]
+    assert any(b >> 4 == 0xF for b in to_two), "no super-packet reached h2"
+    assert to_three == {0x45}, "h3 got something other than plain IPv4 packets"
+    assert one.counters()["super_packets_dropped"] == two.counters()["super_packets_dropped"] == 0
+
+    # h2 stops advertising (restarted without the option): h1 falls back for h2 alone.
+    asyncio.run(one.reconcile([host_lease(h2), host_lease(h3)]))
+    assert one.super_packet_subnets() == []
+    assert lab.ping(h1.pod_ns, h2.pod_ip, count=2)
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -310,6 +310,77 @@ def test_routes_that_are_not_flannels_are_left_alone_and_its_own_replaced(lab: N
             assert lab.ping(h1.pod_ns, h2.pod_ip)
             await networks[0].reconcile([networks[1].lease, networks[2].lease])
             assert lab.ip(h1.ns, "route", "show", str(h3.subnet)).strip() == connected
+        finally:
+            await close_all(networks)
+
+    asyncio.run(scenario())
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    """A hang guard, not a speed check (bench/bench_agent_scale.py measures how fast)."""
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(condition):
+        assert time.monotonic() < deadline, "not repaired"
+        await asyncio.sleep(0.05)
+
+
+def test_entries_deleted_or_changed_by_someone_else_are_put_back(lab: NetLab) -> None:
+    """No reconcile runs here: only the kernel's notifications tell the datapath that its
+    route, neighbour and FDB entries were deleted or changed behind its back."""
+    h1, h2, h3 = lab.hosts
+
+    async def scenario() -> None:
+        networks = [await register(lab, n) for n in (1, 2, 3)]
+        try:
+            await mesh(networks)
+            want = {p: peer_entries_on(lab, 1, p) for p in (2, 3)}
+            gw2, gw3 = str(h2.subnet.network_address), str(h3.subnet.network_address)
+            lab.ip(h1.ns, "route", "del", str(h2.subnet))
+            lab.ip(h1.ns, "neigh", "del", gw3, "dev", "flannel.1")
+            lab.bridge(h1.ns, "fdb", "del", vtep_mac(networks[1]), "dev", "flannel.1",
+                       "dst", str(h2.underlay_ip), "self")  # fmt: skip
+            await wait_until(lambda: all(peer_entries_on(lab, 1, p) == want[p] for p in (2, 3)))
+            # a wrong MAC for a neighbour, a second remote for a VTEP MAC, and a neighbour no
+            # lease explains
+            lab.ip(h1.ns, "neigh", "replace", gw2, "lladdr", "0a:58:00:00:00:01",
+                   "dev", "flannel.1", "nud", "permanent")  # fmt: skip
+            lab.bridge(h1.ns, "fdb", "append", vtep_mac(networks[2]), "dev", "flannel.1",
+                       "dst", "192.0.2.99", "self", "permanent")  # fmt: skip
+            lab.ip(h1.ns, "neigh", "add", "10.244.9.0", "lladdr", "0a:58:0a:f4:09:00",
+                   "dev", "flannel.1", "nud", "permanent")  # fmt: skip
+            await wait_until(
+                lambda: (
+                    peer_entries_on(lab, 1, 2) == want[2]
+                    and "192.0.2.99" not in lab.bridge(h1.ns, "fdb", "show", "dev", "flannel.1")
+                    and "10.244.9.0" not in lab.ip(h1.ns, "neigh", "show", "dev", "flannel.1")
+                )
+            )
+            assert await asyncio.to_thread(lab.ping, h1.pod_ns, h2.pod_ip)
+            assert await asyncio.to_thread(lab.ping, h1.pod_ns, h3.pod_ip)
+            # The repairs wrote what a reconcile would have: it finds nothing left to do.
+            assert await networks[0].reconcile([n.lease for n in networks[1:]]) == 0
+        finally:
+            await close_all(networks)
+
+    asyncio.run(scenario())
+
+
+def test_a_route_someone_else_replaced_with_theirs_is_left_alone(lab: NetLab) -> None:
+    """As the reconcile does: a destination the kernel now routes some other way (a static
+    route of the operator's) is not taken over."""
+    h1, h2, _ = lab.hosts
+
+    async def scenario() -> None:
+        networks = [await register(lab, n) for n in (1, 2, 3)]
+        try:
+            await mesh(networks)
+            lab.ip(h1.ns, "route", "replace", str(h2.subnet), "via", "192.0.2.99", "dev",
+                   "eth0", "proto", "static")  # fmt: skip
+            lab.ip(h1.ns, "neigh", "del", str(lab.hosts[2].subnet.network_address),
+                   "dev", "flannel.1")  # fmt: skip
+            # the neighbour deleted after the route is put back: the route's turn has passed
+            await wait_until(lambda: all(peer_entries_on(lab, 1, 3)))
+            assert "via 192.0.2.99 dev eth0 proto static" in peer_entries_on(lab, 1, 2)[2]
         finally:
             await close_all(networks)
 

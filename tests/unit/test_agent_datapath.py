@@ -35,6 +35,10 @@ class RecordingNetwork:
         self.calls.append(("reconcile", len(peers)))
         return 0
 
+    async def recheck(self, peers: Sequence[Lease]) -> int:
+        self.calls.append(("recheck", len(peers)))
+        return 0
+
     async def close(self) -> None:
         pass
 

@@ -116,6 +116,11 @@ def test_bad_vxlan_options_fail_with_one_message(backend: dict[str, Any], messag
             UDP_ERROR + "json: cannot unmarshal string into Go struct field .Port of type int",
         ),
         ({"Queues": 0}, UDP_ERROR + "Queues must be between 1 and 256, got 0"),
+        (
+            {"SuperPackets": 1},
+            UDP_ERROR
+            + "json: cannot unmarshal number into Go struct field .SuperPackets of type bool",
+        ),
     ],
 )
 def test_bad_udp_options_fail_with_one_message(backend: dict[str, Any], message: str) -> None:
@@ -141,6 +146,9 @@ def test_good_options_decode_as_go_would() -> None:
     )
     assert opts == VxlanOptions(vni=16777215, port=0, mtu=118, gbp=True)
     assert registry.validate(config({"Type": "udp"})) == UdpOptions(port=8285, queues=1)
+    assert registry.validate(config({"Type": "udp", "superpackets": True})) == UdpOptions(
+        super_packets=True
+    )
     assert registry.validate(config({"Type": "host-gw", "Port": "x"})) == HostGwOptions()
 
 

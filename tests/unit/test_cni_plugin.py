@@ -23,6 +23,7 @@ RESULT = b'{"cniVersion":"0.3.1","ips":[{"version":"4","address":"10.1.17.2/24"}
 FAKE_PLUGIN = """#!/bin/sh
 cat > "$FAKE_LOG/$CNI_COMMAND.stdin"
 env | grep '^CNI_' | sort > "$FAKE_LOG/$CNI_COMMAND.env"
+cp "$FAKE_LOG/../data/$CNI_CONTAINERID" "$FAKE_LOG/$CNI_COMMAND.saved" 2>/dev/null || true
 echo "delegate stderr" >&2
 if [ -n "$FAKE_FAIL" ]; then
   echo '{"code": 11, "msg": "try again", "details": "busy"}'
@@ -103,6 +104,8 @@ def test_add_saves_delegate_before_delegating_and_passes_result_through(lab: Lab
         b'"name":"cni-flannel","type":"bridge"}'
     )
     assert (lab.log / "ADD.stdin").read_bytes() == saved
+    # already in place, whole, while the delegate ran: a DEL after a killed ADD finds it
+    assert (lab.log / "ADD.saved").read_bytes() == saved
     assert stat.S_IMODE(os.stat(lab.data / "ctr1").st_mode) == 0o600
     assert stat.S_IMODE(os.stat(lab.data).st_mode) == 0o700
     assert stderr.startswith(b"delegateAdd: netconf sent to delegate plugin:\n" + saved)
@@ -115,6 +118,25 @@ def test_add_saves_delegate_before_delegating_and_passes_result_through(lab: Lab
         "CNI_NETNS=/var/run/netns/nonexistent",
         f"CNI_PATH={lab.bin}",
     ]
+
+
+def test_a_failed_fsync_of_the_saved_file_fails_add_after_the_delegate_ran(
+    lab: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fsyncs run while the delegate works; when they fail, ADD fails once the delegate is
+    done, and the file stays for the runtime's DEL."""
+
+    def fail(path: str) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr("pyflannel_runtime.cni.state.make_durable", fail)
+    status, stdout, _ = lab.call(lab.env("ADD"), lab.conf())
+    assert error_of(status, stdout) == {
+        "code": 999,
+        "msg": f"fsync {lab.data / 'ctr1'}: input/output error",
+    }
+    assert lab.delegate_calls() == ["ADD"]
+    assert (lab.data / "ctr1").exists()
 
 
 def test_failed_delegate_add_keeps_the_saved_file_and_reports_its_error(lab: Lab) -> None:

@@ -12,7 +12,7 @@ from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from pyflannel_runtime.netlink.encoder import Ack, _attr, encode_op, parse_acks
 from pyflannel_runtime.netlink.entries import Action, Fdb, Neigh, Op, Route
-from pyflannel_runtime.netlink.linkwatch import LinkEvent, parse_link_events
+from pyflannel_runtime.netlink.monitor import LinkEvent, parse_events
 
 NEW = 0x1 | 0x4 | 0x400 | 0x100  # REQUEST | ACK | CREATE | REPLACE
 DEL = 0x1 | 0x4
@@ -123,7 +123,7 @@ def test_parse_link_events() -> None:
     attr = struct.pack("=HH", 4 + len(name), 3) + name + b"\0" * (-len(name) & 3)
     body = struct.pack("=BxHiII", 0, 1, 6, 0, 0) + attr
     msg = struct.pack("=IHHII", 16 + len(body), 17, 0, 0, 0) + body
-    assert list(parse_link_events(msg)) == [LinkEvent(True, 6, "flannel.1")]
+    assert list(parse_events(msg)) == [LinkEvent(True, 6, "flannel.1")]
 
 
 # --- what the mutation run showed untested ----------------------------------------------------

@@ -153,6 +153,18 @@ def test_route_table_shared_public_ip_stays_a_source_until_its_last_subnet_goes(
     assert table.is_peer_source("192.0.2.12")
 
 
+def test_route_table_knows_which_peers_take_super_packets() -> None:
+    table = RouteTable()
+    table.set(IPv4Network("10.244.2.0/24"), Peer("192.0.2.12", 8285), super_packets=True)
+    table.set(IPv4Network("10.244.3.0/24"), Peer("192.0.2.13", 8285))
+    assert table.takes_super_packets("192.0.2.12") and not table.takes_super_packets("192.0.2.13")
+    table.set(IPv4Network("10.244.2.0/24"), Peer("192.0.2.12", 8285))  # it fell back
+    assert not table.takes_super_packets("192.0.2.12")
+    table.set(IPv4Network("10.244.3.0/24"), Peer("192.0.2.13", 8285), super_packets=True)
+    table.delete(IPv4Network("10.244.3.0/24"))
+    assert not table.takes_super_packets("192.0.2.13")
+
+
 def test_route_table_prefers_the_longer_prefix() -> None:
     table = RouteTable()
     table.set(IPv4Network("10.244.0.0/16"), Peer("192.0.2.1", 8285))
@@ -167,6 +179,9 @@ def test_route_table_prefers_the_longer_prefix() -> None:
         CommandMessage(Command.SET_ROUTE, IPv4Network("10.244.2.0/24"), Peer("192.0.2.12", 8285)),
         CommandMessage(Command.DEL_ROUTE, IPv4Network("10.244.2.0/24")),
         CommandMessage(Command.STOP),
+        CommandMessage(
+            Command.SET_ROUTE_SUPER_PACKETS, IPv4Network("10.244.2.0/24"), Peer("192.0.2.12", 8285)
+        ),
     ],
 )
 def test_commands_round_trip_in_flannels_struct(message: CommandMessage) -> None:

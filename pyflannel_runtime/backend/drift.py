@@ -1,0 +1,122 @@
+"""Drift told by the kernel's own notifications: which of a datapath's entries someone else
+deleted or changed, and the writes that put them back.
+
+The rules are the full reconcile's (`netlink.diff`, with `netlink.dump`'s ownership), applied
+to the entries the notifications name, so a repair needs no dump: a wanted neighbour or FDB
+entry that went or changed is replaced; a wanted route that went is created again, one that
+changed is replaced only where the route now there is flannel's, else left alone as the
+reconcile leaves it; an entry of flannel's kind that no lease explains (a neighbour or FDB
+entry on flannel's device, a second remote for a VTEP MAC, a flannel-style route) is deleted.
+The datapath's own writes notify too: they are what is wanted, or deletes of what is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from pyflannel_runtime.netlink.dump import Ownership, owns_route, route_facts
+from pyflannel_runtime.netlink.encoder import AF_BRIDGE, NTF_SELF, NUD_PERMANENT
+from pyflannel_runtime.netlink.entries import (
+    Action,
+    Entry,
+    Fdb,
+    IPAddress,
+    IPNetwork,
+    Neigh,
+    Op,
+    Route,
+)
+from pyflannel_runtime.netlink.monitor import NeighEvent, RouteEvent
+
+
+@dataclass
+class Wanted:
+    """The entries the datapath holds in the kernel, by kernel key."""
+
+    routes: dict[tuple[IPNetwork, int], Route] = field(default_factory=dict)
+    neighs: dict[tuple[int, IPAddress], Neigh] = field(default_factory=dict)
+    fdbs: dict[tuple[int, str], Fdb] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, entries: Iterable[Entry]) -> Wanted:
+        wanted = cls()
+        for entry in entries:
+            wanted.add(entry)
+        return wanted
+
+    def add(self, entry: Entry) -> None:
+        if isinstance(entry, Route):
+            self.routes[entry.key] = entry
+        elif isinstance(entry, Neigh):
+            self.neighs[entry.key] = entry
+        else:
+            self.fdbs[entry.key] = entry
+
+    def discard(self, entry: Entry) -> None:
+        """Forget `entry` (not another entry that took its key since)."""
+        table: dict[object, Entry] = (
+            self.routes  # type: ignore[assignment]
+            if isinstance(entry, Route)
+            else self.neighs
+            if isinstance(entry, Neigh)
+            else self.fdbs
+        )
+        if table.get(entry.key) == entry:
+            del table[entry.key]
+
+    def __len__(self) -> int:
+        return len(self.routes) + len(self.neighs) + len(self.fdbs)
+
+
+def repairs(
+    wanted: Wanted, events: Iterable[RouteEvent | NeighEvent], ownership: Ownership
+) -> list[Op]:
+    """The writes that undo what `events` (in the order the kernel sent them) did; the last
+    word on each entry counts. Order as `netlink.diff`: neighbours, FDB, routes, then deletes
+    in the same order."""
+    routes: dict[tuple[IPNetwork, int], tuple[Route, bool] | None] = {}  # (route, flannel's)
+    neighs: dict[tuple[int, IPAddress], Neigh | None] = {}
+    fdbs: dict[Fdb, bool] = {}  # a MAC may have several remotes: each one on its own
+    for event in events:
+        if isinstance(event, RouteEvent):
+            facts = route_facts(event.route)
+            if facts is not None:
+                owned = owns_route(facts, ownership)
+                routes[facts.route.key] = None if event.deleted else (facts.route, owned)
+            continue
+        record = event.neigh
+        if record.ifindex not in ownership.devices or record.dst is None:
+            continue  # cni0's neighbours come and go all the time: nothing of flannel's
+        permanent = bool(record.state & NUD_PERMANENT) and not event.deleted
+        if record.family == AF_BRIDGE:
+            if record.lladdr is not None and record.flags & NTF_SELF:
+                fdbs[Fdb(record.ifindex, record.lladdr, record.dst)] = permanent
+        else:
+            seen = Neigh(record.ifindex, record.dst, record.lladdr or "") if permanent else None
+            neighs[(record.ifindex, record.dst)] = seen
+
+    upserts: list[Op] = []
+    deletes: list[Op] = []
+    for neigh_key, neigh in neighs.items():
+        want_neigh = wanted.neighs.get(neigh_key)
+        if want_neigh is not None and neigh != want_neigh:
+            upserts.append(Op(Action.REPLACE, want_neigh))
+        elif want_neigh is None and neigh is not None:
+            deletes.append(Op(Action.DELETE, neigh))  # no lease explains it
+    for fdb, present in fdbs.items():
+        want_fdb = wanted.fdbs.get(fdb.key)
+        if fdb == want_fdb and not present:
+            upserts.append(Op(Action.REPLACE, want_fdb))
+        elif fdb != want_fdb and present:
+            deletes.append(Op(Action.DELETE, fdb))  # a stale entry, or a second remote
+    for route_key, route_seen in routes.items():
+        want_route = wanted.routes.get(route_key)
+        if want_route is None:
+            if route_seen is not None and route_seen[1]:
+                deletes.append(Op(Action.DELETE, route_seen[0]))
+        elif route_seen is None:
+            upserts.append(Op(Action.CREATE, want_route))  # never over a route put there since
+        elif route_seen[0] != want_route and route_seen[1]:
+            upserts.append(Op(Action.REPLACE, want_route))
+    return upserts + deletes

@@ -1,0 +1,251 @@
+"""Drift from the kernel's notifications: which writes put wanted entries back, and when a
+periodic check may skip its dump."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from ipaddress import IPv4Address, IPv4Network
+
+import pytest
+
+from pyflannel_runtime.backend import programmer
+from pyflannel_runtime.backend.drift import Wanted, repairs
+from pyflannel_runtime.model.lease import EventType, LeaseEvent
+from pyflannel_runtime.netlink.decoder import NeighRecord, RouteRecord
+from pyflannel_runtime.netlink.dump import Ownership
+from pyflannel_runtime.netlink.encoder import (
+    AF_BRIDGE,
+    NTF_SELF,
+    NUD_PERMANENT,
+    RTN_UNICAST,
+    RTNH_F_ONLINK,
+    RTPROT_BOOT,
+    encode_op,
+)
+from pyflannel_runtime.netlink.entries import Action, Fdb, Neigh, Op, Route
+from pyflannel_runtime.netlink.monitor import NeighEvent, RouteEvent, parse_events
+from tests.unit.test_backend_programmer import DEV, ModelNetwork, entries_of, peer
+
+NET = IPv4Network("10.244.0.0/16")
+OWNERSHIP = Ownership(frozenset({DEV}), (NET,))
+ROUTE = Route(IPv4Network("10.244.2.0/24"), IPv4Address("10.244.2.0"), DEV, onlink=True)
+NEIGH = Neigh(DEV, IPv4Address("10.244.2.0"), "0a:58:0a:f4:02:00")
+FDB = Fdb(DEV, "0a:58:0a:f4:02:00", IPv4Address("192.0.2.12"))
+WANTED = Wanted.of([NEIGH, FDB, ROUTE])
+RTPROT_STATIC = 4
+
+
+def route_event(route: Route, deleted: bool = False, protocol: int = RTPROT_BOOT) -> RouteEvent:
+    flags = RTNH_F_ONLINK if route.onlink else 0
+    record = RouteRecord(
+        2, route.dst.prefixlen, 254, protocol, 0, RTN_UNICAST, flags,
+        route.dst.network_address, route.gateway, route.oif, None, False,
+    )  # fmt: skip
+    return RouteEvent(deleted, record)
+
+
+def neigh_event(neigh: Neigh, deleted: bool = False, state: int = NUD_PERMANENT) -> NeighEvent:
+    return NeighEvent(deleted, NeighRecord(2, neigh.ifindex, state, 0, 0, neigh.ip, neigh.lladdr))
+
+
+def fdb_event(fdb: Fdb, deleted: bool = False) -> NeighEvent:
+    record = NeighRecord(AF_BRIDGE, fdb.ifindex, NUD_PERMANENT, NTF_SELF, 0, fdb.dst, fdb.lladdr)
+    return NeighEvent(deleted, record)
+
+
+def test_deleted_entries_are_written_again_in_flannels_order() -> None:
+    events = [route_event(ROUTE, True), fdb_event(FDB, True), neigh_event(NEIGH, True)]
+    assert repairs(WANTED, events, OWNERSHIP) == [
+        Op(Action.REPLACE, NEIGH),
+        Op(Action.REPLACE, FDB),
+        Op(Action.CREATE, ROUTE),  # never over a route someone put there meanwhile
+    ]
+
+
+def test_changed_entries_are_put_back_where_they_are_flannels() -> None:
+    other_mac = Neigh(DEV, NEIGH.ip, "0a:58:00:00:00:01")
+    wrong_gateway = Route(ROUTE.dst, IPv4Address("10.244.2.9"), DEV, onlink=True)
+    assert repairs(WANTED, [neigh_event(other_mac), route_event(wrong_gateway)], OWNERSHIP) == [
+        Op(Action.REPLACE, NEIGH),
+        Op(Action.REPLACE, ROUTE),
+    ]
+    # a neighbour no longer permanent is no longer ours as it was
+    assert repairs(WANTED, [neigh_event(NEIGH, state=0x02)], OWNERSHIP) == [
+        Op(Action.REPLACE, NEIGH)
+    ]
+
+
+def test_a_route_now_someone_elses_is_left_alone() -> None:
+    static = Route(ROUTE.dst, IPv4Address("192.0.2.99"), 2)
+    assert repairs(WANTED, [route_event(static, protocol=RTPROT_STATIC)], OWNERSHIP) == []
+
+
+def test_a_second_remote_beside_a_wanted_one_is_deleted() -> None:
+    extra = Fdb(DEV, FDB.lladdr, IPv4Address("192.0.2.99"))
+    assert repairs(WANTED, [fdb_event(extra)], OWNERSHIP) == [Op(Action.DELETE, extra)]
+    assert repairs(WANTED, [fdb_event(extra, deleted=True)], OWNERSHIP) == []
+
+
+def test_what_ends_as_wanted_or_is_not_flannels_needs_nothing() -> None:
+    other = Route(IPv4Network("10.244.3.0/24"), IPv4Address("10.244.3.0"), DEV, onlink=True)
+    elsewhere = Neigh(DEV + 1, NEIGH.ip, NEIGH.lladdr)  # another device: cni0's ARP churn
+    outside = Route(IPv4Network("198.51.100.0/24"), IPv4Address("192.0.2.99"), 2)
+    events = [
+        route_event(other, True),  # the datapath's own delete of a peer's route
+        neigh_event(elsewhere),
+        route_event(outside),  # a gateway route outside the cluster network
+        route_event(ROUTE, True),
+        route_event(ROUTE),  # deleted, then back as it was: the last word counts
+        neigh_event(NEIGH),  # the datapath's own write
+        neigh_event(Neigh(DEV, IPv4Address("10.244.3.0"), "0a:58:00:00:00:03"), state=0x02),
+    ]
+    assert repairs(WANTED, events, OWNERSHIP) == []
+
+
+def test_entries_no_lease_explains_are_deleted() -> None:
+    stale_route = Route(IPv4Network("10.244.9.0/24"), IPv4Address("10.244.9.0"), DEV, True)
+    stale_neigh = Neigh(DEV, IPv4Address("10.244.9.0"), "0a:58:0a:f4:09:00")
+    stale_fdb = Fdb(DEV, "0a:58:0a:f4:09:00", IPv4Address("192.0.2.19"))
+    events = [route_event(stale_route), fdb_event(stale_fdb), neigh_event(stale_neigh)]
+    assert repairs(WANTED, events, OWNERSHIP) == [
+        Op(Action.DELETE, stale_neigh),
+        Op(Action.DELETE, stale_fdb),
+        Op(Action.DELETE, stale_route),
+    ]
+
+
+def notification(op: Op) -> bytes:
+    """What the kernel sends its listeners about `op`: a deletion's message names the whole
+    entry, as a write's does, under RTM_DEL* (a delete request names only the key)."""
+    data = bytearray(encode_op(Op(Action.REPLACE, op.entry), 0))
+    if op.action is Action.DELETE:
+        data[4] += 1  # RTM_NEWROUTE 24 -> RTM_DELROUTE 25, RTM_NEWNEIGH 28 -> RTM_DELNEIGH 29
+    return bytes(data)
+
+
+def test_monitor_parses_route_and_neighbour_notifications() -> None:
+    data = b"".join(
+        notification(op)
+        for op in [Op(Action.DELETE, ROUTE), Op(Action.REPLACE, NEIGH), Op(Action.DELETE, FDB)]
+    )
+    events = list(parse_events(data))
+    assert [type(e) for e in events] == [RouteEvent, NeighEvent, NeighEvent]
+    assert repairs(WANTED, [events[0], events[2]], OWNERSHIP) == [
+        Op(Action.REPLACE, FDB),
+        Op(Action.CREATE, ROUTE),
+    ]
+    assert repairs(WANTED, [events[1]], OWNERSHIP) == []
+
+
+def test_wanted_forgets_only_the_entry_it_was_given() -> None:
+    wanted = Wanted.of([ROUTE])
+    wanted.discard(Route(ROUTE.dst, IPv4Address("10.244.2.9"), DEV))  # same key, not it
+    assert wanted.routes == {ROUTE.key: ROUTE}
+    wanted.discard(ROUTE)
+    assert len(wanted) == 0
+
+
+class WatchedNetwork(ModelNetwork):
+    """A model network whose 'kernel notifications' are written into a socketpair."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kernel_end, self.monitor_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.dumps = 0
+
+    def open_monitor(self) -> socket.socket:
+        self.monitor_end.setblocking(False)
+        return self.monitor_end
+
+    async def owned_kernel_state(self):  # type: ignore[no-untyped-def]
+        self.dumps += 1
+        return await super().owned_kernel_state()
+
+    def notify(self, op: Op) -> None:
+        """Someone else changes the kernel, which tells every listener."""
+        self.model.apply(op)
+        self.kernel_end.send(notification(op))
+
+    async def settled(self) -> None:
+        await asyncio.sleep(3 * programmer.REPAIR_DELAY)
+        while self._repairer is not None and not self._repairer.done():
+            await asyncio.sleep(programmer.REPAIR_DELAY)
+
+
+def test_checks_skip_the_dump_while_notifications_vouch_for_the_kernel() -> None:
+    async def scenario() -> None:
+        net = WatchedNetwork()
+        peers = [peer(2), peer(3)]
+        assert await net.recheck(peers) > 0  # not watching yet: a full reconcile
+        net.start_watching()
+        await net.reconcile(peers)
+        dumps = net.dumps
+        assert await net.recheck(peers) == 0 and net.dumps == dumps
+        # someone deletes a route: put back from the notification, no dump
+        route = next(e for e in entries_of(peer(2)) if isinstance(e, Route))
+        net.notify(Op(Action.DELETE, route))
+        await net.settled()
+        assert net.model.state().entries() == entries_of(peer(2)) | entries_of(peer(3))
+        assert await net.recheck(peers) == 0 and net.dumps == dumps
+        # a write fails: the next check reconciles in full, and retries the peer
+        net.refuse = entries_of(peer(4))
+        await net.handle_events([LeaseEvent(EventType.ADDED, peer(4))])
+        net.refuse = set()
+        assert await net.recheck([*peers, peer(4)]) > 0 and net.dumps == dumps + 1
+        assert await net.recheck([*peers, peer(4)]) == 0 and net.dumps == dumps + 1
+        net.stop_watching()
+        net.kernel_end.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_full_reconcile_still_runs_every_period(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def scenario() -> None:
+        net = WatchedNetwork()
+        net.start_watching()
+        await net.reconcile([peer(2)])
+        monkeypatch.setattr(programmer, "FULL_RECONCILE_PERIOD", 0.0)
+        dumps = net.dumps
+        await net.recheck([peer(2)])
+        assert net.dumps == dumps + 1
+        net.stop_watching()
+        net.kernel_end.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_route_in_place_as_written_is_not_created_again() -> None:
+    """A peer's new VTEP MAC rewrites its neighbour and FDB entry; its route, unchanged and
+    (say the notifications) still in the kernel, is not sent again: creating it would find
+    its key taken and need a dump of every route to learn whose it is."""
+
+    async def scenario() -> None:
+        net = WatchedNetwork()
+        net.start_watching()
+        await net.reconcile([peer(2), peer(3)])
+        net.sent.clear()
+        await net.handle_events([LeaseEvent(EventType.ADDED, peer(2, mac_suffix=99))])
+        assert not [op for op in net.sent if isinstance(op.entry, Route)]
+        assert net.model.state().entries() == entries_of(peer(2, 99)) | entries_of(peer(3))
+        # without notifications to vouch for it, the route is written (and sorted out)
+        net.stop_watching()
+        net.sent.clear()
+        await net.handle_events([LeaseEvent(EventType.ADDED, peer(2, mac_suffix=98))])
+        assert [op.action for op in net.sent if isinstance(op.entry, Route)] == [
+            Action.CREATE,
+            Action.REPLACE,
+        ]
+        net.kernel_end.close()
+
+    asyncio.run(scenario())
+
+
+def test_notifications_of_the_datapaths_own_writes_are_left_out() -> None:
+    """The kernel names the requester's netlink port in a route or neighbour notification."""
+    mine = bytearray(notification(Op(Action.DELETE, ROUTE)))
+    mine[12:16] = (4242).to_bytes(4, "little")  # nlmsg_pid
+    theirs = notification(Op(Action.DELETE, NEIGH))
+    events = list(parse_events(bytes(mine) + theirs, skip_port=4242))
+    assert [type(e) for e in events] == [NeighEvent]
+    assert len(list(parse_events(bytes(mine) + theirs))) == 2
