@@ -32,6 +32,7 @@ from pyflannel_runtime.agent.cli_flags import (
     agent_options,
 )
 from pyflannel_runtime.agent.flags import Options
+from pyflannel_runtime.agent.lease_note import LeaseNote, note_file_for, read_note
 from pyflannel_runtime.ipam.node import (
     DEFAULT_CONFLIST,
     PodAddresses,
@@ -42,7 +43,7 @@ from pyflannel_runtime.ipam.node import (
 from pyflannel_runtime.model.lease import Lease
 from pyflannel_runtime.ops.agent import AgentHealth, agent_endpoint, duration
 from pyflannel_runtime.ops.agent_settings import lease_store
-from pyflannel_runtime.ops.leases import lease_fields, vtep_macs
+from pyflannel_runtime.ops.leases import iso_time, lease_fields, vtep_macs
 from pyflannel_runtime.ops.node_check import (
     DeviceOffload,
     ask_agent,
@@ -130,9 +131,11 @@ def render_table(
     agent: AgentHealth | None = None,
     pods: PodAddresses | None = None,
     offload: Sequence[DeviceOffload] = (),
+    lease_note: LeaseNote | None = None,
 ) -> str:
     """The agent's health (when asked), the leases, what is wrong, this host's pod addresses
-    (when read), the vxlan devices' tx checksum offload, and the summary last."""
+    (when read), the vxlan devices' tx checksum offload, the agent's note on this host's lease
+    (when it left one), and the summary last."""
     kube = report.store == "kube"
     # Only node annotations name a node: an etcd lease holds a public IP and backend data, and
     # naming its host would take a reverse DNS lookup per lease (seconds each while DNS is
@@ -156,6 +159,7 @@ def render_table(
         rows.append(cells)
     lines = ([agent.describe(), ""] if agent is not None else []) + _box(header, rows)
     sections: list[tuple[str, list[str]]] = [
+        *_note_section(lease_note),
         (
             "Missing on this host:",
             [
@@ -180,6 +184,7 @@ def render_table(
         ("Rejected (never programmed):", rejected(report)),
         ("Problems:", problems(report)),
         ("Checked on this host:", [*checked(report), *(o.describe() for o in offload)]),
+        ("udp forwarder counters (since the agent started):", forwarder_counters(agent)),
         ("Pod addresses on this host:", [usage_text(u) for u in pods.usage] if pods else []),
         ("Notes:", [*report.notes, *_pods_unchecked(pods)]),
     ]  # fmt: skip
@@ -188,6 +193,35 @@ def render_table(
             lines += ["", title, *(f"  {item}" for item in items)]
     lines += ["", summary(report, agent)]
     return "\n".join(lines) + "\n"
+
+
+def _note_section(note: LeaseNote | None) -> list[tuple[str, list[str]]]:
+    if note is None:
+        return []
+    return [
+        (f"This host's lease (the agent's note, since {iso_time(note.since)}):", [note.message])
+    ]
+
+
+# The udp forwarder's counters (backend/udp_worker.py Counter), as an operator reads them.
+_COUNTER_TEXT = {
+    "foreign_source": "datagrams from addresses that are no peer's, dropped by the forwarder",
+    "no_route": "packets for no peer's subnet, answered net unreachable",
+    "ttl_exceeded": "packets whose TTL ran out, dropped",
+    "send_errors": "packets the forwarder failed to send",
+    "malformed": "datagrams that are no IPv4 packet, dropped",
+    "socket_drops": "datagrams the kernel dropped at the sockets (no peer's, or buffer full)",
+}
+
+
+def forwarder_counters(agent: AgentHealth | None) -> list[str]:
+    """What the udp forwarder dropped or could not send, as the agent counts it."""
+    forwarder = None if agent is None else agent.facts.forwarder
+    if forwarder is None:
+        return []
+    return [
+        f"{_COUNTER_TEXT.get(name, name)}: {count}" for name, count in forwarder.counters.items()
+    ]
 
 
 def _pods_unchecked(pods: PodAddresses | None) -> list[str]:
@@ -207,9 +241,11 @@ def report_dict(
     agent: AgentHealth | None = None,
     pods: PodAddresses | None = None,
     offload: Sequence[DeviceOffload] = (),
+    lease_note: LeaseNote | None = None,
 ) -> dict[str, Any]:
     """The report for scripts: the agent, every lease, every mismatch, this host's pod
-    addresses (None: not asked), the vxlan devices' tx checksum offload, and the counts."""
+    addresses (None: not asked), the vxlan devices' tx checksum offload, the agent's note on
+    this host's lease, and the counts."""
 
     leases = []
     for status in report.leases:
@@ -223,8 +259,17 @@ def report_dict(
                 "note": status.note or None,
             }
         )
+    forwarder = None if agent is None else agent.facts.forwarder
     return {
         "agent": agent.as_dict() if agent is not None else None,
+        "lease_note": None
+        if lease_note is None
+        else {
+            "message": lease_note.message,
+            "since": iso_time(lease_note.since),
+            "problem": lease_note.problem,
+        },
+        "udp_counters": None if forwarder is None else dict(forwarder.counters),
         "store": report.store,
         "leases": leases,
         "unreadable": [{"name": u.name, "reason": u.reason} for u in report.unreadable],
@@ -253,7 +298,7 @@ def report_dict(
             "skipped": report.count(Datapath.SKIPPED),
             "rejected": report.rejected,
         },
-        "ok": report.ok and (agent is None or agent.ok),
+        "ok": healthy(report, agent, lease_note),
     }
 
 
@@ -262,8 +307,18 @@ def render_json(
     agent: AgentHealth | None = None,
     pods: PodAddresses | None = None,
     offload: Sequence[DeviceOffload] = (),
+    lease_note: LeaseNote | None = None,
 ) -> str:
-    return json.dumps(report_dict(report, agent, pods, offload), indent=2) + "\n"
+    return json.dumps(report_dict(report, agent, pods, offload, lease_note), indent=2) + "\n"
+
+
+def healthy(
+    report: VerifyReport, agent: AgentHealth | None, lease_note: LeaseNote | None = None
+) -> bool:
+    """Nothing wrong: the datapath as the leases want it, the agent ready (or not asked), and
+    no problem with this host's lease."""
+    note_ok = lease_note is None or not lease_note.problem
+    return report.ok and (agent is None or agent.ok) and note_ok
 
 
 # --- the command ------------------------------------------------------------------------------
@@ -331,6 +386,7 @@ class Status:
     agent: AgentHealth | None  # None: not asked (--leases-only)
     pods: PodAddresses | None = None  # None: not asked (--leases-only)
     offload: tuple[DeviceOffload, ...] = ()  # the vxlan devices' (none with --leases-only)
+    lease_note: LeaseNote | None = None  # why this host has no lease, or lost or changed it
 
 
 def target_host(args: argparse.Namespace, opts: Options, environ: Mapping[str, str]) -> Host:
@@ -366,11 +422,18 @@ def collect(args: argparse.Namespace, environ: Mapping[str, str]) -> Status:
     except (AgentFlagsError, VerifyError) as err:
         raise StatusFailed(str(err)) from None
     host, store = target_host(args, opts, env), lease_store(opts, args.timeout)
+    note = None if args.leases_only else read_note(note_file_for(opts.subnet_file))
     try:
         if agent is None:
             report = verify(store, host, leases_only=True)
         else:
-            report = check_node(store, host, agent)
+            try:
+                report = check_node(store, host, agent)
+            except OwnLeaseUnknown:
+                if note is None:
+                    raise
+                # No subnet.env, and the agent left word why: the leases, and its note.
+                report = verify(store, host, leases_only=True)
     except OwnLeaseUnknown as err:
         raise StatusFailed(
             f"{err}; pass --public-ip, --subnet-file or --leases-only", agent
@@ -382,7 +445,7 @@ def collect(args: argparse.Namespace, environ: Mapping[str, str]) -> Status:
     if args.leases_only:
         return Status(report, agent)
     offload = read_tx_offload(report, args.netns, opts.vxlan_tx_checksum_offload)
-    return Status(report, agent, pod_addresses(args.conflist), tuple(offload))
+    return Status(report, agent, pod_addresses(args.conflist), tuple(offload), note)
 
 
 def command(args: argparse.Namespace) -> int:
@@ -395,10 +458,11 @@ def command(args: argparse.Namespace) -> int:
             print(err.agent.describe(), flush=True)
         print(f"pyflannel status: {err}", file=sys.stderr)
         return EXIT_ERROR
-    report, agent, pods, offload = status.report, status.agent, status.pods, status.offload
+    report, agent, note = status.report, status.agent, status.lease_note
     if args.output == "json":
-        sys.stdout.write(render_json(report, agent, pods, offload))
+        sys.stdout.write(render_json(report, agent, status.pods, status.offload, note))
     else:
-        sys.stdout.write(render_table(report, time.time(), agent, pods, offload))
-    healthy = agent is None or agent.ok
-    return EXIT_OK if report.ok and healthy else EXIT_MISMATCH
+        sys.stdout.write(
+            render_table(report, time.time(), agent, status.pods, status.offload, note)
+        )
+    return EXIT_OK if healthy(report, agent, note) else EXIT_MISMATCH

@@ -23,6 +23,7 @@ from pyflannel_runtime.agent.datapath import DatapathLoop
 from pyflannel_runtime.agent.errors import StartupError
 from pyflannel_runtime.agent.flags import FlagError, Options, parse_flags, usage, validate
 from pyflannel_runtime.agent.health import HealthServer
+from pyflannel_runtime.agent.lease_note import clear_note, leave_note, note_file_for
 from pyflannel_runtime.agent.memory import limit_malloc_arenas
 from pyflannel_runtime.agent.pidfile import pid_file_for, remove_pid_file, write_pid_file
 from pyflannel_runtime.agent.stores import build_subnet_manager, previous_subnets
@@ -34,7 +35,8 @@ from pyflannel_runtime.model.lease import Lease, LeaseAttrs
 from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, ip_stack
 from pyflannel_runtime.model.subnet_env import PreviousSubnets, SubnetEnv
 from pyflannel_runtime.netdev import InterfaceError, select_external_interface
-from pyflannel_runtime.subnet.manager import LeaseRevoked, SubnetManager
+from pyflannel_runtime.subnet.allocation import OutOfSubnets
+from pyflannel_runtime.subnet.manager import LeaseRevoked, LeaseTaken, SubnetManager
 from pyflannel_runtime.subnet.watcher import LeaseScope
 
 log = logging.getLogger("pyflannel.agent")
@@ -108,6 +110,32 @@ def check_subnet_file(path: str) -> None:
         ) from None
 
 
+def no_lease_note(err: Exception) -> str:
+    text = f"this node holds no lease: failed to acquire lease: {err}"
+    if isinstance(err, OutOfSubnets):
+        text += (
+            " (every subnet between the network's SubnetMin and SubnetMax is leased; the agent "
+            "exits, and its supervisor restarts it to take a subnet once one is released)"
+        )
+    return text
+
+
+def renumbered_note(previous: PreviousSubnets, lease: Lease) -> str | None:
+    """What to tell when the node holds other subnets than subnet.env named; None when it
+    holds the same (or there was no subnet.env)."""
+    pairs = [(previous.subnet, lease.subnet), (previous.ipv6_subnet, lease.ipv6_subnet)]
+    changed = [(old, new) for old, new in pairs if old is not None and old != new]
+    if not changed:
+        return None
+    olds = ", ".join(str(old) for old, _ in changed)
+    news = ", ".join(str(new) for _, new in changed)
+    return (
+        f"this node's subnet changed from {olds} (its previous subnet.env) to {news} when the "
+        f"agent started: the previous one was held by another node or did not fit the network "
+        f"config; pods addressed from {olds} are unreachable until they are recreated"
+    )
+
+
 class Agent:
     def __init__(self, opts: Options) -> None:
         self.opts = opts
@@ -162,6 +190,17 @@ class Agent:
                 await self._health.stop()
             if self._pid_file is not None:
                 remove_pid_file(self._pid_file, os.getpid())
+
+    def _note(self, message: str | None, *, problem: bool = True) -> None:
+        """Leave `pyflannel status` a note on the lease beside the subnet file (None: none)."""
+        path = note_file_for(self.opts.subnet_file)
+        try:
+            if message is None:
+                clear_note(path)
+            else:
+                leave_note(path, message, problem=problem)
+        except OSError as err:
+            log.warning("Failed to write %s: %s", path, os_error_text(err))
 
     def _write_pid_file(self, path: str) -> None:
         try:
@@ -236,6 +275,7 @@ class Agent:
             try:
                 return await sm.acquire_lease(attrs)
             except Exception as err:
+                self._note(no_lease_note(err))
                 raise BackendError(f"failed to acquire lease: {err}") from err
 
         try:
@@ -246,6 +286,7 @@ class Agent:
         except (BackendError, ConfigError, OSError, ValueError) as err:
             raise StartupError(f"Error registering network: {err}") from err
         lease = network.lease
+        self._note(renumbered_note(previous, lease), problem=False)
 
         self._tasks += await install_traffic_rules(opts, config, lease, previous)
 
@@ -275,6 +316,8 @@ class Agent:
                 return EXIT_FAILURE
             if complete in done:
                 error = complete.exception()
+                if isinstance(error, LeaseTaken):
+                    self._note(str(error))
                 if isinstance(error, LeaseRevoked):
                     break  # flanneld exits 0 and its supervisor restarts it to re-acquire
                 if error is not None:

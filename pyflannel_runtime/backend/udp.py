@@ -7,8 +7,9 @@ a multiqueue flannel0 and direction, so forwarding is not bound to one core or t
 event loop. The agent drives them like flannel drives its C proxy: route commands over a
 SOCK_SEQPACKET socketpair, and CMD_STOP on close. Like flannel, forwarding stops with the agent.
 
-Beyond flannel: datagrams whose source is not a peer's public IP are dropped and counted, the
-TUN queue is long enough (txqueuelen 10000) that bursts are not dropped, and with numpy present
+Beyond flannel: datagrams whose source is not a peer's public IP are dropped and counted (by a
+socket filter in the kernel, `udp_filter`, and by the forwarder for any that get by), the TUN
+queue is long enough (txqueuelen 10000) that bursts are not dropped, and with numpy present
 flannel0 uses TSO plus UDP GSO/GRO (see `udp_offload`) while staying wire-compatible. With the
 `SuperPackets` option, nodes that both advertise it in their leases send TCP super-packets whole
 (`udp_superpacket`); every other peer keeps flannel's framing.
@@ -35,6 +36,7 @@ from pathlib import Path
 
 from pyroute2.netlink.exceptions import NetlinkError
 
+from pyflannel_runtime.backend import udp_filter
 from pyflannel_runtime.backend.base import AcquireLease, BackendError
 from pyflannel_runtime.backend.host import UDP_WORKER_MODULE, UDP_WORKER_ROLES
 from pyflannel_runtime.backend.options import UdpOptions
@@ -275,6 +277,7 @@ class UdpNetwork:
         self._datapath = datapath
         self._routes: dict[IPv4Network, Route] = {}
         self._lock = asyncio.Lock()
+        self._refilter()  # no peers yet: nothing gets through
 
     @property
     def tun_name(self) -> str:
@@ -285,20 +288,30 @@ class UdpNetwork:
         return [w.process.pid for w in self._datapath.workers]
 
     def published(self) -> dict[str, object]:
-        """The forwarder's device and routes (peer subnet -> "public IP:port") for /statusz."""
+        """The forwarder's device, routes (peer subnet -> "public IP:port"), the subnets that
+        super-packets go to, and counters (what it dropped, e.g. datagrams from non-peers) for
+        /statusz."""
         routes = {str(s): f"{peer.host}:{peer.port}" for s, (peer, _) in self._routes.items()}
         whole = [str(subnet) for subnet in self.super_packet_subnets()]
-        return {"udp": {"device": self.tun_name, "routes": routes, "super_packets": whole}}
+        return {
+            "udp": {
+                "device": self.tun_name,
+                "routes": routes,
+                "super_packets": whole,
+                "counters": self.counters(),
+            }
+        }
 
     def super_packet_subnets(self) -> list[IPv4Network]:
         """The peers' subnets that super-packets go to (both ends advertised them)."""
         return sorted(subnet for subnet, (_, whole) in self._routes.items() if whole)
 
     def counters(self) -> dict[str, int]:
-        """Counter name (lower case) -> sum over all workers."""
+        """Counter name (lower case) -> sum over all workers, and socket_drops: the datagrams
+        the kernel dropped at the sockets (not from a peer, or a full buffer)."""
         words = memoryview(self._datapath.counters).cast("Q")
         try:
-            return {
+            counted = {
                 counter.name.lower(): sum(
                     words[w.slot * COUNTERS_PER_WORKER + counter] for w in self._datapath.workers
                 )
@@ -306,6 +319,8 @@ class UdpNetwork:
             }
         finally:
             words.release()
+        counted["socket_drops"] = sum(udp_filter.dropped(s) for s in self._datapath.sockets)
+        return counted
 
     async def handle_events(self, events: Sequence[LeaseEvent]) -> None:
         async with self._lock:
@@ -321,6 +336,7 @@ class UdpNetwork:
                 else:
                     log.info("Removing route to %s", subnet)
                     self._delete(subnet)
+            self._refilter()
 
     async def reconcile(self, peers: Sequence[Lease]) -> int:
         async with self._lock:
@@ -333,6 +349,8 @@ class UdpNetwork:
                 if self._routes.get(subnet) != route:
                     self._set(subnet, route)
                     writes += 1
+            if writes:
+                self._refilter()
             return writes
 
     async def recheck(self, peers: Sequence[Lease]) -> int:
@@ -357,6 +375,14 @@ class UdpNetwork:
     def _delete(self, subnet: IPv4Network) -> None:
         self._routes.pop(subnet, None)
         self._broadcast(CommandMessage(Command.DEL_ROUTE, subnet))
+
+    def _refilter(self) -> None:
+        """Let through to the sockets the datagrams of the peers the routes name, only."""
+        program = udp_filter.peer_filter(
+            IPv4Address(peer.host) for peer, _ in self._routes.values()
+        )
+        for sock in self._datapath.sockets:
+            udp_filter.attach(sock, program)
 
     def _broadcast(self, message: CommandMessage) -> None:
         data = encode_command(message)

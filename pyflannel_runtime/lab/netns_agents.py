@@ -12,6 +12,7 @@ their test double). Agents run as plain processes (``ip netns exec``), killed by
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -65,6 +67,8 @@ class Agent:
 class AgentLab(Lab):
     backend: dict[str, Any]
     hosts: int = 3
+    # More of net-conf.json beside Network and Backend (SubnetLen, SubnetMin, ...).
+    net_conf: dict[str, Any] = field(default_factory=dict)
     prefix: str = "pag"
     ip_masq: bool = True
     extra_args: tuple[str, ...] = ()
@@ -74,6 +78,8 @@ class AgentLab(Lab):
     # None: leases in a real etcd in the underlay. Otherwise the Node API server this makes
     # there, with one node per host whose podCIDR is the host's lab subnet.
     kube_api: KubeApiFactory | None = None
+    # The bearer token the agents (and `pyflannel status`) present to it, in a kubeconfig.
+    kube_token: str | None = None
     net: NetLab = field(init=False)
     etcd: EtcdServer | None = field(init=False, default=None)
     kube: KubeApiServer | None = field(init=False, default=None)
@@ -89,9 +95,9 @@ class AgentLab(Lab):
     def create(self) -> None:
         self.net.create()
         self.net.ip(self.net.ul, "addr", "add", f"{ETCD_IP}/24", "dev", "br-ul")
-        config = json.dumps({"Network": "10.244.0.0/16", "Backend": self.backend})
+        config = json.dumps({"Network": "10.244.0.0/16", **self.net_conf, "Backend": self.backend})
         if self.kube_api is not None:
-            self.net_conf.write_text(config)
+            self.net_conf_path.write_text(config)
             kube_api = self.kube_api
             self.kube = run_in_netns(self.net.ul, lambda: kube_api(host=ETCD_IP)).start()
             for host in self.net.hosts:
@@ -135,18 +141,34 @@ class AgentLab(Lab):
     # --- agents --------------------------------------------------------------------------------
 
     @property
-    def net_conf(self) -> Path:
+    def net_conf_path(self) -> Path:
         return self.workdir / "net-conf.json"
 
     def store_args(self) -> list[str]:
         if self.kube is not None:
+            kubeconfig = [f"--kubeconfig-file={self.kubeconfig()}"] if self.kube_token else []
             return [
                 "--kube-subnet-mgr",
                 f"--kube-api-url={self.kube.url}",
-                f"--net-config-path={self.net_conf}",
+                *kubeconfig,
+                f"--net-config-path={self.net_conf_path}",
             ]
         assert self.etcd is not None
         return [f"--etcd-endpoints={self.etcd.endpoint}"]
+
+    def kubeconfig(self) -> Path:
+        """A kubeconfig naming the Node API server and the agents' token (mode 0600)."""
+        assert self.kube is not None and self.kube_token is not None
+        path = self.workdir / "kubeconfig"
+        path.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters:\n- name: lab\n  cluster:\n    server: {self.kube.url}\n"
+            f"users:\n- name: flannel\n  user:\n    token: {self.kube_token}\n"
+            "contexts:\n- name: flannel@lab\n  context:\n    cluster: lab\n    user: flannel\n"
+            "current-context: flannel@lab\n"
+        )
+        path.chmod(0o600)
+        return path
 
     def subnet_file(self, host: LabHost) -> Path:
         return self.workdir / host.ns / "subnet.env"
@@ -242,6 +264,33 @@ class AgentLab(Lab):
         if agent.process.poll() is None:
             agent.process.kill()
             agent.process.wait(10)
+
+    # --- faults --------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def cut_from_store(self, host: LabHost, *, abort: bool = False) -> Iterator[None]:
+        """A partition between ``host`` and the lease store (etcd or the Node API, both at
+        ETCD_IP): the underlay drops their packets both ways, and the host's datapath to the
+        other hosts stays. ``abort`` also aborts the host's connections to the store (each side
+        gets a reset), as a partition longer than TCP's keepalive ends them; without it they
+        hang until it heals. Healed when the block exits."""
+        table = f"pyflannel-cut-{host.n}"
+        rules = (
+            f"table inet {table} {{\n"
+            f"  chain input {{ type filter hook input priority 0; ip saddr {host.underlay_ip} drop; }}\n"
+            f"  chain output {{ type filter hook output priority 0; ip daddr {host.underlay_ip} drop; }}\n"
+            "}\n"
+        )
+        subprocess.run(
+            ["ip", "netns", "exec", self.net.ul, "nft", "-f", "-"], input=rules.encode(), check=True
+        )
+        try:
+            if abort:  # on both ends: the drops would swallow the resets
+                self.net.run(self.net.ul, "ss", "-K", "src", ETCD_IP, "dst", str(host.underlay_ip))
+                self.net.run(host.ns, "ss", "-K", "dst", ETCD_IP)
+            yield
+        finally:
+            self.net.run(self.net.ul, "nft", "delete", "table", "inet", table)
 
     # --- observation ---------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import http.client
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network, ip_address, ip_network
 from typing import Any
 
@@ -75,6 +75,9 @@ class UdpForwarder:
 
     device: str
     routes: Mapping[IPNetwork, IPAddress]  # peer subnet -> the peer's public IP
+    # What the forwarder counted since the agent started (e.g. foreign_source: datagrams from
+    # an address that is no peer's, dropped); empty when the agent publishes none.
+    counters: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -271,4 +274,10 @@ def _forwarder(data: object) -> UdpForwarder | None:
             continue
         if isinstance(net, IPv4Network) and isinstance(host, IPv4Address):
             table[net] = host
-    return UdpForwarder(device, table)
+    counters = data.get("counters")
+    counted = {
+        str(name): count
+        for name, count in (counters.items() if isinstance(counters, dict) else ())
+        if isinstance(count, int) and not isinstance(count, bool) and count >= 0
+    }
+    return UdpForwarder(device, table, counted)

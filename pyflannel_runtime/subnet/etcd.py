@@ -18,6 +18,14 @@ Deliberate differences from flannel:
   lease; flannel asks once per key, so thousands of requests at start-up.
 * Renewal starts no earlier than half-way through the TTL (only matters with pyflannel's
   shorter ``--subnet-lease-ttl``, where the default 60 min margin would exceed it).
+* Renewal writes the key only while it still holds this node's lease (a txn on its value;
+  flannel's plain put would take a subnet another node was given after ours ran out).
+* A lease that ran out while etcd could not be reached (a partition longer than the TTL) is
+  taken again as soon as etcd answers, the same subnet, without a restart: retried every
+  second once expired, so the peers program the node again within seconds. If another node
+  holds the subnet by then, the agent shuts down with flannel's message and why (LeaseTaken)
+  instead of renumbering the node's pods under them. A key deleted before its lease ran out
+  (an operator's release) still shuts the agent down as in flannel.
 """
 
 from __future__ import annotations
@@ -64,6 +72,7 @@ from pyflannel_runtime.subnet.etcd_client import (
 from pyflannel_runtime.subnet.manager import (
     LeaseListing,
     LeaseRevoked,
+    LeaseTaken,
     LeaseWatchBatch,
     ListedLease,
     UnreadableLease,
@@ -81,6 +90,13 @@ SUBNET_TTL = 86400
 UNKNOWN_TTL = math.inf
 RACE_RETRIES = 10
 RENEW_RETRY_SECONDS = 60.0
+# Once the lease has run out: each attempt to take it back is cut short after this long, and
+# the next follows after the pause, so the first one after a partition heals answers at once.
+RECLAIM_ATTEMPT_SECONDS = 2.0
+RECLAIM_RETRY_SECONDS = 1.0
+# etcd deletes a key when its lease runs out, checked every 500 ms by its leader: a deletion
+# of the own key later than this before the expiry this node reckoned was someone's doing.
+EXPIRY_SLACK_SECONDS = 1.0
 _BACKOFF_FIRST = 0.1
 _BACKOFF_MAX = 5.0
 _NO_IPV4 = IPv4Network("0.0.0.0/0")
@@ -230,6 +246,25 @@ def _removed_lease(key: bytes, revision: int) -> Lease:
 
 class _SubnetTaken(Exception):
     """Another node created the key between our listing and our transaction."""
+
+
+def _holder(kv: KeyValue) -> str:
+    """Who holds a subnet key, for messages: its public IP(s)."""
+    try:
+        attrs = LeaseAttrs.from_json(kv.value)
+    except LeaseError:
+        return "a lease that does not parse"
+    shown = [str(ip) for ip in (attrs.public_ip, attrs.public_ipv6) if ip is not None]
+    return "node " + ", ".join(shown)
+
+
+def _held_by(kv: KeyValue, attrs: LeaseAttrs) -> bool:
+    """Whether the key's lease names this node (flannel's reuse by public IP)."""
+    try:
+        held = LeaseAttrs.from_json(kv.value)
+    except LeaseError:
+        return False
+    return find_own_lease([Lease(None, None, held)], attrs) is not None
 
 
 # --- the manager ----------------------------------------------------------------------------
@@ -392,16 +427,17 @@ class EtcdSubnetManager:
         """Create the key only if it does not exist, attached to a new etcd lease."""
         key = self._subnet_key(subnet, ipv6_subnet)
         value = attrs.to_json().encode()
+        granted = time.time()
         lease_id, ttl = await self._grant()
         try:
-            created = await self._call(lambda c: c.create(key, value, lease_id))
+            created, _ = await self._call(lambda c: c.create(key, value, lease_id))
         except BaseException:
             await self._revoke_quietly(lease_id)
             raise
         if not created:
             await self._revoke_quietly(lease_id)
             raise _SubnetTaken(make_subnet_key(subnet, ipv6_subnet))
-        return time.time() + ttl
+        return granted + ttl
 
     async def _put_lease(self, lease: Lease) -> Lease:
         """flannel's updateSubnet: a plain put, with a new etcd lease unless it is a
@@ -411,16 +447,60 @@ class EtcdSubnetManager:
         if lease.expiration is None:
             await self._call(lambda c: c.put(key, value))
             return lease
+        # etcd counts the TTL from the grant: the expiry reckoned here is never later than its.
+        granted = time.time()
         lease_id, ttl = await self._grant()
         try:
             await self._call(lambda c: c.put(key, value, lease_id))
         except BaseException:
             await self._revoke_quietly(lease_id)
             raise
-        return dataclasses.replace(lease, expiration=time.time() + ttl)
+        return dataclasses.replace(lease, expiration=granted + ttl)
 
     async def renew_lease(self, lease: Lease) -> Lease:
-        return await self._put_lease(lease)
+        """flannel's updateSubnet, while the key is still this node's: a new etcd lease for the
+        key if it holds our lease; the key created again if it has gone (its lease ran out);
+        LeaseTaken when another node holds the subnet now."""
+        key = self._subnet_key(lease.subnet, lease.ipv6_subnet)
+        value = lease.attrs.to_json().encode()
+        granted = time.time()
+        lease_id, ttl = await self._grant()
+        try:
+            kept = await self._keep_key(lease, key, value, lease_id)
+        except BaseException:
+            await self._revoke_quietly(lease_id)
+            raise
+        if kept is None:  # the key is a reservation for this node now: nothing to renew
+            await self._revoke_quietly(lease_id)
+            return dataclasses.replace(lease, expiration=None)
+        return dataclasses.replace(lease, expiration=granted + ttl)
+
+    async def _keep_key(self, lease: Lease, key: bytes, value: bytes, lease_id: int) -> bool | None:
+        """Attach the own key to ``lease_id``: True once done, None when it became a reservation
+        for this node (kept as one). Raises LeaseTaken."""
+        while True:
+            replaced, held = await self._call(lambda c: c.replace(key, value, value, lease_id))
+            if replaced:
+                return True
+            if held is None:
+                created, held = await self._call(lambda c: c.create(key, value, lease_id))
+                if created:
+                    log.warning(
+                        "Lease (ip: %s ipv6: %s) had expired; took the same subnet again",
+                        lease.subnet,
+                        lease.ipv6_subnet,
+                    )
+                    return True
+                if held is None:
+                    continue  # created and deleted again in between: look afresh
+            if not _held_by(held, lease.attrs):
+                raise LeaseTaken(_taken_message(lease, _holder(held)))
+            # Ours, with other attributes (e.g. pinned by an operator): flannel's reuse by IP.
+            if held.lease == 0:
+                await self._call(lambda c: c.put(key, value))
+                return None
+            await self._call(lambda c: c.put(key, value, lease_id))
+            return True
 
     async def watch_leases(self) -> AsyncIterator[LeaseWatchBatch]:
         view, self._allocation_view = self._allocation_view, None
@@ -538,11 +618,19 @@ class EtcdSubnetManager:
         margin = min(self._settings.renew_margin, self._settings.subnet_lease_ttl / 2)
         return None if expiration is None else expiration - margin
 
+    async def _renew(self, lease: Lease) -> Lease:
+        """Renew; once the lease has run out each attempt is cut short (a partition leaves
+        requests hanging), so that the first after it heals takes the subnet back at once."""
+        if _expired(lease):
+            return await asyncio.wait_for(self.renew_lease(lease), RECLAIM_ATTEMPT_SECONDS)
+        return await self.renew_lease(lease)
+
     async def complete_lease(self, lease: Lease) -> None:
         """Renew the lease ahead of its expiry until cancelled; raise LeaseRevoked when the
-        own key is deleted or expires."""
+        own key is deleted, or LeaseTaken when it ran out and another node took the subnet."""
         own_events = self._watch_own_lease(lease)
         renew_at = self._renew_at(lease.expiration)
+        failing_since: float | None = None
         pending = asyncio.ensure_future(anext(own_events))
         try:
             while True:
@@ -550,14 +638,23 @@ class EtcdSubnetManager:
                 done, _ = await asyncio.wait({pending}, timeout=timeout)
                 if not done:
                     try:
-                        lease = await self.renew_lease(lease)
+                        lease = await self._renew(lease)
+                    except LeaseTaken as err:
+                        _log_taken(str(err))
+                        raise
                     except ETCD_ERRORS as err:
-                        log.error(
-                            "Error renewing lease (trying again in 1 min): %s",
-                            describe_etcd_error(err),
-                        )
-                        renew_at = time.time() + RENEW_RETRY_SECONDS
+                        retry = _renew_retry(lease)
+                        now = time.time()
+                        if failing_since is None or now - failing_since >= RENEW_RETRY_SECONDS:
+                            failing_since = now
+                            log.error(
+                                "Error renewing lease (trying again in %s): %s",
+                                "1 min" if retry == RENEW_RETRY_SECONDS else f"{retry:g}s",
+                                describe_etcd_error(err),
+                            )
+                        renew_at = now + retry
                     else:
+                        failing_since = None
                         renew_at = self._renew_at(lease.expiration)
                         log.info("Lease renewed, new expiration: %s", _when(lease.expiration))
                     continue
@@ -568,9 +665,20 @@ class EtcdSubnetManager:
                     return
                 for event in batch.events:
                     if event.type is EventType.REMOVED:
-                        log.error("Lease has been revoked. Shutting down daemon.")
-                        raise LeaseRevoked(event.lease.key())
-                    renew_at = self._renew_at(event.lease.expiration)
+                        if not _expired(lease, EXPIRY_SLACK_SECONDS):
+                            log.error("Lease has been revoked. Shutting down daemon.")
+                            raise LeaseRevoked(event.lease.key())
+                        log.warning("Lease expired (etcd was not reached to renew it): renewing")
+                        renew_at = time.time()
+                        continue
+                    if find_own_lease([event.lease], lease.attrs) is None:
+                        holder = f"node {event.lease.attrs.public_ip}"
+                        _log_taken(_taken_message(lease, holder))
+                        raise LeaseTaken(_taken_message(lease, holder))
+                    expiration = event.lease.expiration
+                    if expiration is not None and math.isinf(expiration):
+                        continue  # a renewal's put: its expiry is the one we reckoned
+                    renew_at = self._renew_at(expiration)
                     if renew_at is not None:
                         log.info("Waiting for %.0fs to renew lease", renew_at - time.time())
                 pending = asyncio.ensure_future(anext(own_events))
@@ -604,6 +712,33 @@ class EtcdSubnetManager:
     async def close(self) -> None:
         self._closed = True
         await self._conn.close()
+
+
+def _taken_message(lease: Lease, holder: str) -> str:
+    subnets = ", ".join(str(s) for s in (lease.subnet, lease.ipv6_subnet) if s is not None)
+    return (
+        f"the lease on {subnets} expired at {_when(lease.expiration)} while etcd could not be "
+        f"reached to renew it, and {holder} holds {subnets} now; this node's pods are addressed "
+        f"from {subnets}, and taking another subnet would leave them unreachable"
+    )
+
+
+def _log_taken(message: str) -> None:
+    log.error("%s", message)
+    log.error("Lease has been revoked. Shutting down daemon.")
+
+
+def _expired(lease: Lease, slack: float = 0.0) -> bool:
+    return lease.expiration is not None and time.time() >= lease.expiration - slack
+
+
+def _renew_retry(lease: Lease) -> float:
+    """flannel retries a failed renewal after a minute; a lease that runs out sooner (or has)
+    is retried before it does."""
+    if lease.expiration is None:
+        return RENEW_RETRY_SECONDS
+    left = lease.expiration - time.time()
+    return min(RENEW_RETRY_SECONDS, max(RECLAIM_RETRY_SECONDS, left / 2))
 
 
 def _when(expiration: float | None) -> str:

@@ -297,16 +297,37 @@ class EtcdClient:
     async def delete(self, key: bytes) -> None:
         await self.call("/v3/kv/deleterange", {"key": _b64(key)})
 
-    async def create(self, key: bytes, value: bytes, lease: int) -> bool:
-        """Put ``key`` only if it does not exist (a txn on version == 0); False if it did."""
+    async def create(self, key: bytes, value: bytes, lease: int) -> tuple[bool, KeyValue | None]:
+        """Put ``key`` only if it does not exist (a txn on version == 0): (True, None), or
+        (False, what the key holds)."""
+        compare = {"key": _b64(key), "target": "VERSION", "result": "EQUAL", "version": "0"}
+        return await self._put_if(compare, key, value, lease)
+
+    async def replace(
+        self, key: bytes, expected: bytes, value: bytes, lease: int
+    ) -> tuple[bool, KeyValue | None]:
+        """Put ``key`` only if it holds ``expected`` (a txn on its value): (True, None), or
+        (False, what the key holds; None when it does not exist)."""
+        compare = {"key": _b64(key), "target": "VALUE", "result": "EQUAL", "value": _b64(expected)}
+        return await self._put_if(compare, key, value, lease)
+
+    async def _put_if(
+        self, compare: dict[str, str], key: bytes, value: bytes, lease: int
+    ) -> tuple[bool, KeyValue | None]:
+        put = {"key": _b64(key), "value": _b64(value)}
+        if lease:
+            put["lease"] = str(lease)
         request = {
-            "compare": [{"key": _b64(key), "target": "VERSION", "result": "EQUAL", "version": "0"}],
-            "success": [
-                {"request_put": {"key": _b64(key), "value": _b64(value), "lease": str(lease)}}
-            ],
+            "compare": [compare],
+            "success": [{"request_put": put}],
+            "failure": [{"request_range": {"key": _b64(key)}}],
         }
         reply = await self.call("/v3/kv/txn", request)
-        return bool(reply.get("succeeded", False))
+        if reply.get("succeeded", False):
+            return True, None
+        responses = reply.get("responses") or [{}]
+        kvs = responses[0].get("response_range", {}).get("kvs", ())
+        return False, _key_value(kvs[0]) if kvs else None
 
     # -- leases --
 

@@ -406,6 +406,13 @@ class _ConsumerGone(Exception):
     pass
 
 
+class _WatchEnded(Exception):
+    """The server ended the watch with an ERROR event: 410 Gone, or "Too large resource
+    version" from an API server whose history is now another (restored from a backup, a new
+    etcd): either way the resourceVersion is no use any more, so the nodes are listed again
+    (client-go's reflector lists again after any watch error)."""
+
+
 def _spec(cidrs: tuple[str, ...]) -> dict[str, Any]:
     """A node spec from its podCIDR and podCIDRs, as `_NodeWatch` keeps them."""
     spec: dict[str, Any] = {"podCIDR": cidrs[0]} if cidrs[0] else {}
@@ -415,10 +422,12 @@ def _spec(cidrs: tuple[str, ...]) -> dict[str, Any]:
 
 
 class _NodeWatch:
-    """List, then watch from the list's resourceVersion; re-list when the server says 410 Gone.
+    """List, then watch from the list's resourceVersion; re-list when the server says 410 Gone
+    or ends the watch with any other ERROR event.
 
-    Runs in its own thread. Transport failures resume the watch from the last resourceVersion
-    seen, with backoff (100 ms doubling to 5 s, as flannel's etcd watch).
+    Runs in its own thread. Transport failures (a stream broken off, even mid-event) resume the
+    watch from the last resourceVersion seen, with backoff (100 ms doubling to 5 s, as
+    flannel's etcd watch): nothing is lost, the server replays what came after it.
 
     The list is read in pages, and each node kept only as what a lease is made of: its name,
     flannel's annotations and its podCIDRs. The watch asks for metadata only, since a node's
@@ -477,6 +486,10 @@ class _NodeWatch:
                 # As client-go: a watch closed at once with nothing in it is a failure, or a
                 # misbehaving server or proxy would have us reconnect in a tight loop.
                 failure: BaseException = ConnectionError("watch closed immediately")
+            except _WatchEnded as err:
+                log.info("Node watch ended (%s); listing the nodes again", err)
+                resource_version = None
+                continue
             except KubeApiError as err:
                 if err.status == 410:
                     log.info("Node watch expired (%s); listing the nodes again", err.message())
@@ -577,10 +590,8 @@ class _NodeWatch:
                         event = json.loads(line)
                         kind, obj = event["type"], event["object"]
                         if kind == "ERROR":
-                            raise KubeApiError(
-                                int(obj.get("code") or 0),
-                                f"{obj.get('reason')}: {obj.get('message')}",
-                                json.dumps(obj).encode(),
+                            raise _WatchEnded(
+                                f"{obj.get('code')} {obj.get('reason')}: {obj.get('message')}"
                             )
                         if kind != "BOOKMARK":
                             changes.append(self._change(kind, obj))

@@ -45,6 +45,12 @@ class LeaseRevoked(Exception):
     """The own lease was deleted or expired: flanneld shuts down (and exits 0) to re-acquire."""
 
 
+class LeaseTaken(LeaseRevoked):
+    """The own lease ran out (its node could not reach the store to renew it) and another node
+    holds the subnet now: taking another one would renumber the node's pods under them, so the
+    agent shuts down as flanneld does, saying why (``str()``)."""
+
+
 class Unimplemented(NotImplementedError):
     """An operation the lease store does not support; ``str()`` is flannel's ``unimplemented``."""
 

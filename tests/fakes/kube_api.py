@@ -28,10 +28,22 @@ uses, faithfully enough to be driven by the real ``kubernetes`` Python client:
 
 Test-side controls: add/update/delete nodes and pods (``add_node_object`` takes a whole Node,
 as big as real ones), ``compact`` the history (now, or amid a paged list with
-``compact_after_pages``), ``hold_watches`` (an outage of the watch
-endpoint), ``fail_next`` (inject error responses), a record of every request (method, path,
-query, content type, Accept, body bytes, Authorization header) and the bytes sent per kind of
-answer (``bytes_sent``).
+``compact_after_pages``), ``hold_watches`` (an outage of the watch endpoint),
+``cut_next_event`` (a watch stream broken in the middle of an event), ``restart`` (a new
+resourceVersion history, as an API server on a restored or new etcd has), ``fail_next``
+(inject error responses), a record of every request (method, path, query, content type,
+Accept, body bytes, Authorization header) and the bytes sent per kind of answer
+(``bytes_sent``).
+
+Authorization, as RBAC enforces it: with ``tokens`` (bearer token -> a ``Subject``: a user name
+and the rules its roles grant), a request without a known token is 401 Unauthorized and one its
+rules do not allow is 403 Forbidden, with the API server's Status messages. Without ``tokens``
+every request is allowed, as with an anonymous admin. ``FLANNEL_AGENT_RULES`` is the
+least-privilege ClusterRole the README gives the agents.
+
+A watch from a resourceVersion newer than the server's (after a ``restart`` with a lower
+history) waits briefly for it, then carries one ERROR event: 504 Timeout, "Too large resource
+version", cause ResourceVersionTooLarge, as kube-apiserver's watch cache answers.
 """
 
 from __future__ import annotations
@@ -72,6 +84,39 @@ _MERGE_LISTS: dict[tuple[str, ...], str | None] = {
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _QUALIFIED_PREFIX_RE = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
 _QUALIFIED_NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An RBAC PolicyRule of the core API group: these verbs on these resources (a subresource
+    is ``nodes/status``)."""
+
+    resources: frozenset[str]
+    verbs: frozenset[str]
+
+    def allows(self, verb: str, resource: str) -> bool:
+        return resource in self.resources and verb in self.verbs
+
+
+@dataclass(frozen=True)
+class Subject:
+    """Who a bearer token authenticates, and what its roles allow."""
+
+    user: str
+    rules: tuple[Rule, ...]
+
+    def allows(self, verb: str, resource: str) -> bool:
+        return any(rule.allows(verb, resource) for rule in self.rules)
+
+
+# The agents' least-privilege ClusterRole (README, "Kubernetes RBAC"): read and watch the
+# nodes, patch only their status subresource (flannel's annotations and NetworkUnavailable).
+# flannel's own manifest adds pods: get, which only an agent without NODE_NAME needs.
+FLANNEL_AGENT_RULES = (
+    Rule(frozenset({"nodes"}), frozenset({"get", "list", "watch"})),
+    Rule(frozenset({"nodes/status"}), frozenset({"patch"})),
+)
+FLANNEL_AGENT = Subject("system:serviceaccount:kube-flannel:flannel", FLANNEL_AGENT_RULES)
 
 
 @dataclass(frozen=True)
@@ -116,6 +161,39 @@ def _not_found(kind: str, name: str) -> ApiError:
 
 def _expired(requested: int, oldest: int) -> ApiError:
     return ApiError(410, "Expired", f"too old resource version: {requested} ({oldest})")
+
+
+def _too_large(requested: int, current: int) -> ApiError:
+    return ApiError(
+        504,
+        "Timeout",
+        f"Too large resource version: {requested}, current: {current}",
+        {
+            "causes": [
+                {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+            ],
+            "retryAfterSeconds": 1,
+        },
+    )
+
+
+def _unauthorized() -> ApiError:
+    return ApiError(401, "Unauthorized", "Unauthorized")
+
+
+def _forbidden(user: str, verb: str, resource: str, name: str) -> ApiError:
+    kind = resource.partition("/")[0]
+    target = f'{kind} "{name}"' if name else kind
+    details: dict[str, Any] = {"kind": kind}
+    if name:
+        details = {"name": name, **details}
+    return ApiError(
+        403,
+        "Forbidden",
+        f'{target} is forbidden: User "{user}" cannot {verb} resource "{resource}" '
+        'in API group "" at the cluster scope',
+        details,
+    )
 
 
 def _continue_expired() -> ApiError:
@@ -171,6 +249,8 @@ class FakeKubeApi:
         first_resource_version: int = 1000,
         gone_as_http_status: bool = False,
         host: str = "127.0.0.1",
+        tokens: Mapping[str, Subject] | None = None,
+        too_large_wait: float = 3.0,
         tls: ssl.SSLContext | None = None,
     ):
         """``tls``: serve HTTPS with this server-side context (it may require client
@@ -191,7 +271,10 @@ class FakeKubeApi:
         self._stream_generation = 0
         self._open_watches = 0
         self._stopping = False
+        self._cuts = 0
         self.gone_as_http_status = gone_as_http_status
+        self.tokens = dict(tokens) if tokens is not None else None
+        self.too_large_wait = too_large_wait
         self._server = ThreadingHTTPServer((host, 0), _Handler)
         self._scheme = "https" if tls else "http"
         if tls is not None:
@@ -353,6 +436,39 @@ class FakeKubeApi:
             with self._cond:
                 self._held = False
                 self._cond.notify_all()
+
+    def cut_next_event(self, streams: int = 1) -> None:
+        """The next event on each of the next ``streams`` watch streams is broken off half-way:
+        half of its line, then the connection closes (no end of the chunked body)."""
+        with self._cond:
+            self._cuts += streams
+
+    def _take_cut(self) -> bool:
+        with self._cond:
+            if self._cuts <= 0:
+                return False
+            self._cuts -= 1
+            return True
+
+    def restart(self, first_resource_version: int) -> None:
+        """The server restarts on a store with another history: open watch streams end, the
+        history starts again from ``first_resource_version`` (lower or higher than before),
+        and every node gets a resourceVersion of it. Watches from the old history then get 410
+        Gone (older than the new history) or, until it catches up, "Too large resource
+        version" (newer than it)."""
+        with self._cond:
+            self._stream_generation += 1
+            self._history.clear()
+            self._snapshots.clear()
+            self._encoded.clear()
+            self._rv = self._floor = first_resource_version
+            for name in sorted(self._nodes):
+                self._rv += 1
+                # A new object: stored ones are never changed (events and pages share them).
+                node = self._nodes[name]
+                metadata = {**node["metadata"], "resourceVersion": str(self._rv)}
+                self._nodes[name] = {**node, "metadata": metadata}
+            self._cond.notify_all()
 
     def end_watches(self) -> None:
         """End every open watch stream normally, as a server-side timeout would."""
@@ -539,7 +655,24 @@ class FakeKubeApi:
                 raise ApiError(400, "BadRequest", f"invalid resource version: {since}") from None
             if cursor < self._floor:
                 raise _expired(cursor, self._floor)
+            # The watch cache waits a moment for a resourceVersion it has not reached.
+            self._cond.wait_for(lambda: self._rv >= cursor or self._stopping, self.too_large_wait)
+            if cursor > self._rv:
+                raise _too_large(cursor, self._rv)
             return cursor, []
+
+    def _authorize(self, request: RecordedRequest) -> None:
+        """RBAC, when tokens are set: 401 without a known bearer token, 403 when its rules do
+        not allow the request's verb on its resource."""
+        if self.tokens is None:
+            return
+        scheme, _, token = request.authorization.partition(" ")
+        subject = self.tokens.get(token) if scheme.lower() == "bearer" else None
+        if subject is None:
+            raise _unauthorized()
+        verb, resource, name = _access(request)
+        if not subject.allows(verb, resource):
+            raise _forbidden(subject.user, verb, resource, name)
 
     def _watch_next(
         self, cursor: int, generation: int, deadline: float, still_open: Callable[[], bool]
@@ -570,6 +703,25 @@ class FakeKubeApi:
 
 def _rv(event: tuple[int, str, dict[str, Any]]) -> int:
     return event[0]
+
+
+_VERBS = {"GET": "get", "PATCH": "patch", "PUT": "update", "POST": "create", "DELETE": "delete"}
+
+
+def _access(request: RecordedRequest) -> tuple[str, str, str]:
+    """The RBAC verb, resource (``nodes/status`` for the subresource) and object name."""
+    verb = _VERBS.get(request.method, request.method.lower())
+    if request.path == "/api/v1/nodes":
+        watching = request.query.get("watch", [""])[0] in ("true", "1")
+        return ("watch" if watching else "list") if verb == "get" else verb, "nodes", ""
+    node = _NODE_PATH.fullmatch(request.path)
+    if node is not None:
+        resource = "nodes/status" if node.group(2) else "nodes"
+        return verb, resource, unquote(node.group(1))
+    pod = _POD_PATH.fullmatch(request.path)
+    if pod is not None:
+        return verb, "pods", unquote(pod.group(2))
+    return verb, request.path, ""
 
 
 def _typed(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -706,6 +858,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
         injected = self.fake._record(request)
         try:
+            self.fake._authorize(request)
             if injected is not None:
                 raise ApiError(injected, HTTPStatus(injected).phrase.replace(" ", ""), "injected")
             self._route(request)
@@ -791,13 +944,24 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
         self.fake.count_sent("watch", len(data))
 
-    def _event(self, kind: str, obj: dict[str, Any], metadata_only: bool = False) -> None:
+    def _event_line(self, kind: str, obj: dict[str, Any], metadata_only: bool) -> bytes:
         if kind == "ERROR":
             encoded = json.dumps(obj, separators=(",", ":")).encode()
         else:
             with self.fake._cond:
                 encoded = self.fake._encode(obj, metadata_only)
-        self._chunk(b'{"type":"%s","object":%s}\n' % (kind.encode(), encoded))
+        return b'{"type":"%s","object":%s}\n' % (kind.encode(), encoded)
+
+    def _event(self, kind: str, obj: dict[str, Any], metadata_only: bool = False) -> None:
+        self._chunk(self._event_line(kind, obj, metadata_only))
+
+    def _cut(self, kind: str, obj: dict[str, Any], metadata_only: bool) -> None:
+        """Half an event, then the connection goes: no rest, no end of the chunked body."""
+        line = self._event_line(kind, obj, metadata_only)
+        self._chunk(line[: len(line) // 2])
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
 
     def _watch(self, query: Mapping[str, list[str]], metadata_only: bool) -> None:
         fake = self.fake
@@ -806,7 +970,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             cursor, initial = fake._watch_start(query.get("resourceVersion", [None])[0])
         except ApiError as err:
-            if err.code != 410 or fake.gone_as_http_status:
+            if err.code not in (410, 504) or (err.code == 410 and fake.gone_as_http_status):
                 raise
             initial, cursor = [("ERROR", err.status())], -1
         with fake._cond:
@@ -831,6 +995,9 @@ class _Handler(BaseHTTPRequestHandler):
                 if events is None:
                     break
                 for rv, kind, obj in events:
+                    if fake._take_cut():
+                        self._cut(kind, obj, metadata_only)
+                        return
                     self._event(kind, obj, metadata_only)
                     cursor = rv
             self._chunk(b"")

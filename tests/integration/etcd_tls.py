@@ -32,7 +32,7 @@ def _write_cert(path: Path, cert: x509.Certificate) -> str:
 
 
 def _issue(
-    subject: str,
+    subject: str | x509.Name,
     key: ec.EllipticCurvePrivateKey,
     issuer: x509.Certificate | None,
     issuer_key: ec.EllipticCurvePrivateKey,
@@ -40,7 +40,11 @@ def _issue(
     sans: list[x509.GeneralName],
 ) -> x509.Certificate:
     now = datetime.datetime.now(datetime.UTC)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    name = (
+        subject
+        if isinstance(subject, x509.Name)
+        else x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    )
     builder = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -74,10 +78,29 @@ def make_tls_material(directory: Path, host: str = "127.0.0.1") -> EtcdTLS:
     )
     client_key = ec.generate_private_key(ec.SECP256R1())
     client = _issue("pyft-client", client_key, ca, ca_key, [ExtendedKeyUsageOID.CLIENT_AUTH], [])
+    # Kept for gateway_client: throwaway test material only.
+    _write_key(directory / "ca-key.pem", ca_key)
     return EtcdTLS(
         ca_file=_write_cert(directory / "ca.pem", ca),
         server_cert=_write_cert(directory / "server.pem", server),
         server_key=_write_key(directory / "server-key.pem", server_key),
         client_cert=_write_cert(directory / "client.pem", client),
         client_key=_write_key(directory / "client-key.pem", client_key),
+    )
+
+
+def gateway_client(directory: Path, tls: EtcdTLS) -> tuple[str, str]:
+    """A client certificate with no common name, from the same CA: with authentication on,
+    etcd's JSON gateway refuses a client whose certificate names one ("CommonName of client
+    sending a request against gateway will be ignored"), so its clients present a subject
+    without it and a user's token. Returns (certificate, key) paths."""
+    ca = x509.load_pem_x509_certificate(Path(tls.ca_file).read_bytes())
+    ca_key = serialization.load_pem_private_key((directory / "ca-key.pem").read_bytes(), None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "pyflannel")])
+    cert = _issue(subject, key, ca, ca_key, [ExtendedKeyUsageOID.CLIENT_AUTH], [])
+    return (
+        _write_cert(directory / "gateway-client.pem", cert),
+        _write_key(directory / "gateway-client-key.pem", key),
     )

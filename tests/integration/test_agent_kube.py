@@ -1,5 +1,6 @@
 """pyflanneld in kube mode end to end: the Node API test double, agents in host namespaces
-(docs/compatibility.md, "Node annotations")."""
+(docs/compatibility.md, "Node annotations"). The double enforces the README's least-privilege
+RBAC for the agents' token (get, list, watch nodes; patch nodes/status) on every request."""
 
 from __future__ import annotations
 
@@ -11,16 +12,26 @@ from collections.abc import Iterator
 import pytest
 
 from pyflannel_runtime.lab.netns_agents import AgentLab
-from tests.fakes.kube_api import FakeKubeApi
+from tests.fakes.kube_api import FLANNEL_AGENT, FakeKubeApi
 
 pytestmark = pytest.mark.root
 
 PREFIX = "flannel.alpha.coreos.com"
+TOKEN = "pyflannel-agent-token"
+
+
+def agent_lab(hosts: int) -> AgentLab:
+    """Agents in kube mode against the double, which lets their token do what RBAC would."""
+
+    def double(*, host: str) -> FakeKubeApi:
+        return FakeKubeApi(host=host, tokens={TOKEN: FLANNEL_AGENT})
+
+    return AgentLab({"Type": "vxlan"}, hosts=hosts, prefix="pkb", kube_api=double, kube_token=TOKEN)
 
 
 @pytest.fixture
 def lab() -> Iterator[AgentLab]:
-    with AgentLab({"Type": "vxlan"}, hosts=2, prefix="pkb", kube_api=FakeKubeApi) as running:
+    with agent_lab(hosts=2) as running:
         running.start_all()
         yield running
 
@@ -85,7 +96,7 @@ def test_restart_keeps_the_vtep_mac_and_patches_nothing_new(lab: AgentLab) -> No
 
 
 def test_node_without_pod_cidr_exits_one_with_flannels_message() -> None:
-    with AgentLab({"Type": "vxlan"}, hosts=1, prefix="pkb", kube_api=FakeKubeApi) as lab:
+    with agent_lab(hosts=1) as lab:
         assert lab.kube is not None
         host = lab.net.hosts[0]
         lab.kube.update_node(host.ns, lambda node: node["spec"].pop("podCIDR"))
@@ -114,8 +125,8 @@ def test_peers_follow_node_events(lab: AgentLab) -> None:
 
 
 def test_invalid_net_conf_exits_one_with_flannels_message() -> None:
-    with AgentLab({"Type": "vxlan"}, hosts=1, prefix="pkb", kube_api=FakeKubeApi) as lab:
-        lab.net_conf.write_text('{"Network": "fc00::/48", "Backend": {"Type": "vxlan"}}')
+    with agent_lab(hosts=1) as lab:
+        lab.net_conf_path.write_text('{"Network": "fc00::/48", "Backend": {"Type": "vxlan"}}')
         host = lab.net.hosts[0]
         agent = lab.start_agent(host)
         assert agent.process.wait(60) == 1

@@ -26,7 +26,12 @@ from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs
 from pyflannel_runtime.model.subnet_env import SubnetEnv, read_previous_subnets
 from pyflannel_runtime.ops.reset import release_lease
 from pyflannel_runtime.subnet.etcd import ETCD_ERRORS, EtcdError, EtcdSettings, EtcdSubnetManager
-from pyflannel_runtime.subnet.manager import LeaseListing, LeaseRevoked, LeaseWatchBatch
+from pyflannel_runtime.subnet.manager import (
+    LeaseListing,
+    LeaseRevoked,
+    LeaseTaken,
+    LeaseWatchBatch,
+)
 from tests.integration.etcd_tls import make_tls_material
 
 pytestmark = pytest.mark.etcd
@@ -63,6 +68,14 @@ async def acquire(server: EtcdServer, prefix: str, ip: str, **extra: Any) -> Lea
 
 async def next_batch(watch: AsyncIterator[LeaseWatchBatch]) -> LeaseWatchBatch:
     return await asyncio.wait_for(anext(watch), 20)
+
+
+async def still_running(task: asyncio.Task[None]) -> None:
+    """The task has not ended by itself; cancel it."""
+    assert not task.done(), task
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
 
 def subnet_key(prefix: str, subnet: str) -> bytes:
@@ -338,15 +351,94 @@ def test_renewal_keeps_a_short_lease_alive(
                     await asyncio.sleep(0.2)
                 kv = await client.get(key)
                 assert kv is not None and kv.lease != first_lease_id
-                assert not completing.done()
-                completing.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await completing
+                await still_running(completing)
         finally:
             await manager.close()
 
     run(body())
     assert "Lease renewed, new expiration: " in caplog.text
+
+
+def test_renewals_go_on_after_the_first(configured: tuple[EtcdServer, str]) -> None:
+    """The renewal's own put comes back through the own-key watch with no TTL looked up: it
+    must not stop the renewals (the key would lapse one TTL after the first)."""
+    server, prefix = configured
+    short = {"subnet_lease_ttl": 2, "renew_margin_seconds_override": 1.0}
+
+    async def body() -> set[int]:
+        manager = EtcdSubnetManager(settings(server, prefix, **short))
+        try:
+            lease = await manager.acquire_lease(attrs("192.0.2.1"))
+            key = f"{prefix}/subnets/{lease.key()}".encode()
+            completing = asyncio.create_task(manager.complete_lease(lease))
+            seen = set()
+            async with raw_client(server) as client:
+                for _ in range(35):  # 7 s: three TTLs and more
+                    kv = await client.get(key)
+                    assert kv is not None, "the key lapsed"
+                    seen.add(kv.lease)
+                    await asyncio.sleep(0.2)
+            await still_running(completing)
+            return seen
+        finally:
+            await manager.close()
+
+    assert len(run(body())) >= 4  # the first etcd lease and at least three renewals
+
+
+def test_a_key_that_ran_out_is_taken_back_with_the_same_subnet(
+    configured: tuple[EtcdServer, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    server, prefix = configured
+    caplog.set_level(logging.INFO, logger="pyflannel_runtime")
+    # Renewing 1 s after the expiry: the key runs out first, as when etcd cannot be reached.
+    late = {"subnet_lease_ttl": 2, "renew_margin_seconds_override": -1.0}
+
+    async def body() -> None:
+        manager = EtcdSubnetManager(settings(server, prefix, **late))
+        try:
+            lease = await manager.acquire_lease(attrs("192.0.2.1"))
+            key = f"{prefix}/subnets/{lease.key()}".encode()
+            completing = asyncio.create_task(manager.complete_lease(lease))
+            async with raw_client(server) as client:
+                while await client.get(key) is not None:
+                    await asyncio.sleep(0.05)
+                while (kv := await client.get(key)) is None:
+                    assert not completing.done(), completing
+                    await asyncio.sleep(0.05)
+                assert LeaseAttrs.from_json(kv.value) == attrs("192.0.2.1")
+                assert kv.lease != 0
+            await still_running(completing)
+        finally:
+            await manager.close()
+
+    run(body())
+    assert "had expired; took the same subnet again" in caplog.text
+
+
+def test_renewal_never_overwrites_a_lease_another_node_took(
+    configured: tuple[EtcdServer, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """flannel renews with a plain put: after a partition it would take back a subnet that
+    another node was given meanwhile."""
+    server, prefix = configured
+
+    async def body() -> bytes:
+        manager = EtcdSubnetManager(settings(server, prefix))
+        try:
+            lease = await manager.acquire_lease(attrs("192.0.2.1"))
+            key = f"{prefix}/subnets/{lease.key()}".encode()
+            other = attrs("192.0.2.2", "aa:bb:cc:00:00:02").to_json().encode()
+            async with raw_client(server) as client:
+                await client.delete(key)  # ran out ...
+                await client.put(key, other)  # ... and another node took it
+                with pytest.raises(LeaseTaken, match=r"and node 192\.0\.2\.2 holds 10\.244"):
+                    await manager.renew_lease(lease)
+                return (await client.get(key)).value  # type: ignore[no-any-return]
+        finally:
+            await manager.close()
+
+    assert LeaseAttrs.from_json(run(body())).public_ip == IPv4Address("192.0.2.2")
 
 
 @pytest.mark.parametrize("how", ["delete the key", "revoke its etcd lease"])

@@ -9,10 +9,11 @@ from typing import Any
 
 import kubernetes.client
 import pytest
+import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch import Watch
 
-from tests.fakes.kube_api import MERGE_PATCH, STRATEGIC_MERGE, FakeKubeApi
+from tests.fakes.kube_api import FLANNEL_AGENT, MERGE_PATCH, STRATEGIC_MERGE, FakeKubeApi
 
 ANN = "flannel.alpha.coreos.com/"
 
@@ -326,3 +327,96 @@ def test_a_metadata_watch_sends_objects_without_spec_or_status(api, core):
     assert set(event["object"]) == {"kind", "apiVersion", "metadata"}
     assert int(event["object"]["metadata"]["resourceVersion"]) > int(since)
     assert api.bytes_sent("watch") >= len(line)
+
+
+# --- faults and authorization ---------------------------------------------------------------
+
+
+def test_a_cut_event_is_half_a_line_then_the_connection_goes(api, core):
+    since = str(api.resource_version)
+    api.cut_next_event()
+    api.add_node("a")
+    response = core.list_node(watch=True, resource_version=since, _preload_content=False)
+    raw = b""
+    with pytest.raises(urllib3.exceptions.ProtocolError):
+        for segment in response.stream(amt=None, decode_content=False):
+            raw += segment
+    assert raw and b"\n" not in raw and raw.startswith(b'{"type":"ADDED"')
+    # The next stream from the same resourceVersion has the whole event.
+    events = _collect(core, 1, resource_version=since)
+    assert [(e["type"], e["object"].metadata.name) for e in events] == [("ADDED", "a")]
+
+
+@pytest.mark.parametrize(
+    ("first", "code", "reason"), [(10, 504, "Timeout"), (5000, 410, "Expired")]
+)
+def test_a_restart_on_another_history(first: int, code: int, reason: str) -> None:
+    with FakeKubeApi(too_large_wait=0.1) as api:
+        client = kubernetes.client.ApiClient(kubernetes.client.Configuration(host=api.url))
+        core = kubernetes.client.CoreV1Api(client)
+        api.add_node("a")
+        old = str(api.resource_version)
+        api.restart(first_resource_version=first)
+        assert int(core.read_node("a").metadata.resource_version) == first + 1
+        response = core.list_node(watch=True, resource_version=old, _preload_content=False)
+        (line,) = response.data.decode().splitlines()
+        status = json.loads(line)["object"]
+        assert (status["code"], status["reason"]) == (code, reason)
+        if code == 504:
+            assert status["message"] == f"Too large resource version: {old}, current: {first + 1}"
+            assert status["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
+        # The new history's own resourceVersions work.
+        fresh = core.list_node().metadata.resource_version
+        api.add_node("b")
+        assert [e["object"].metadata.name for e in _collect(core, 1, resource_version=fresh)] == [
+            "b"
+        ]
+        client.close()
+
+
+def test_tokens_get_what_their_rules_allow(api):
+    api.tokens = {"agent": FLANNEL_AGENT}
+    api.add_node("n1")
+
+    def client(token: str | None) -> kubernetes.client.CoreV1Api:
+        config = kubernetes.client.Configuration(host=api.url)
+        if token is not None:
+            config.api_key = {"authorization": token}
+            config.api_key_prefix = {"authorization": "Bearer"}
+        return kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(config))
+
+    agent = client("agent")
+    assert [n.metadata.name for n in agent.list_node().items] == ["n1"]
+    assert agent.read_node("n1").metadata.name == "n1"
+    since = str(api.resource_version - 1)
+    assert list(Watch().stream(agent.list_node, resource_version=since, timeout_seconds=1))
+    agent.patch_node_status("n1", {"metadata": {"annotations": {ANN + "public-ip": "192.0.2.1"}}})
+
+    user = FLANNEL_AGENT.user
+    refused = {
+        "patch the node": (
+            lambda: agent.patch_node("n1", {"metadata": {"labels": {"x": "y"}}}),
+            f'nodes "n1" is forbidden: User "{user}" cannot patch resource "nodes" in API '
+            'group "" at the cluster scope',
+        ),
+        "read a pod": (
+            lambda: agent.read_namespaced_pod("p", "kube-flannel"),
+            f'pods "p" is forbidden: User "{user}" cannot get resource "pods" in API group "" '
+            "at the cluster scope",
+        ),
+        "delete the node": (
+            lambda: agent.delete_node("n1"),
+            f'nodes "n1" is forbidden: User "{user}" cannot delete resource "nodes" in API '
+            'group "" at the cluster scope',
+        ),
+    }
+    for what, (call, message) in refused.items():
+        with pytest.raises(ApiException) as err:
+            call()
+        assert err.value.status == 403, what
+        assert json.loads(err.value.body)["message"] == message, what
+    for token in (None, "stolen"):
+        with pytest.raises(ApiException) as err:
+            client(token).list_node()
+        assert err.value.status == 401
+        assert json.loads(err.value.body)["reason"] == "Unauthorized"

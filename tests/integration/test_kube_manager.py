@@ -25,7 +25,7 @@ from pyflannel_runtime.subnet.kube import (
 )
 from pyflannel_runtime.subnet.manager import LeaseWatchBatch, Unimplemented
 from pyflannel_runtime.subnet.watcher import LeaseScope, LeaseWatcher
-from tests.fakes.kube_api import STRATEGIC_MERGE, FakeKubeApi
+from tests.fakes.kube_api import STRATEGIC_MERGE, FakeKubeApi, Rule, Subject
 
 P = "flannel.alpha.coreos.com/"
 NODE = "node-a"
@@ -489,6 +489,11 @@ def test_a_410_relist_removes_peers_that_vanished_while_disconnected(api, net_co
     assert len(lists) == 2
 
 
+def lists(api: FakeKubeApi) -> int:
+    """How often the nodes were listed (not watched)."""
+    return sum("watch" not in r.query for r in api.requests("GET", "/api/v1/nodes"))
+
+
 def test_a_410_as_http_status_also_relists(api, net_conf) -> None:
     api.gone_as_http_status = True
     api.add_node(NODE, pod_cidr="10.244.1.0/24")
@@ -500,8 +505,89 @@ def test_a_410_as_http_status_also_relists(api, net_conf) -> None:
             api.delete_node("b")
             api.compact()
         await peers.until(lambda: peers.subnets() == set())
+        assert sum(batch.snapshot is not None for batch in peers.batches) == 2
 
     asyncio.run(watching(api, net_conf, body))
+    # The first listing, then the one after the 410.
+    assert lists(api) == 2
+
+
+def test_a_watch_cut_mid_event_resumes_and_converges(api, net_conf) -> None:
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+    add_peer(api, "b", 2)
+    add_peer(api, "c", 3)
+
+    async def body(peers: Peers) -> None:
+        await asyncio.to_thread(api.wait_for_watches, 1)
+        api.cut_next_event()
+        api.annotate("c", {P + "public-ip": "192.0.2.133"})
+        await peers.until(
+            lambda: peers.lease_of("10.244.3.0/24").attrs.public_ip == IPv4Address("192.0.2.133")
+        )
+        add_peer(api, "d", 4)
+        await peers.until(lambda: "10.244.4.0/24" in peers.subnets())
+        assert peers.subnets() == {"10.244.2.0/24", "10.244.3.0/24", "10.244.4.0/24"}
+        assert all(event.type is EventType.ADDED for event in peers.events)
+
+    asyncio.run(watching(api, net_conf, body))
+    # The resourceVersion before the cut event is still in the history: the watch resumed from
+    # it (the server replayed the event whole), with no second listing.
+    watches = [r for r in api.requests("GET", "/api/v1/nodes") if "watch" in r.query]
+    assert len(watches) >= 2 and lists(api) == 1
+    assert len({r.query["resourceVersion"][0] for r in watches[:2]}) == 1
+
+
+@pytest.mark.parametrize("history", ["lower", "higher"])
+def test_a_server_restarted_on_another_history_is_listed_again(net_conf, history: str) -> None:
+    """An API server on a restored or new etcd: the agent's resourceVersion means nothing there
+    (too large, or older than the history), so it lists the nodes again and converges, with
+    events only for what differs."""
+    with FakeKubeApi(too_large_wait=0.2) as api:
+        api.add_node(NODE, pod_cidr="10.244.1.0/24")
+        add_peer(api, "b", 2)
+        add_peer(api, "c", 3)
+
+        async def body(peers: Peers) -> None:
+            await asyncio.to_thread(api.wait_for_watches, 1)
+            before = len(peers.events)
+            api.restart(first_resource_version=10 if history == "lower" else 90_000)
+            api.delete_node("b")
+            add_peer(api, "d", 4)
+            await peers.until(lambda: peers.subnets() == {"10.244.3.0/24", "10.244.4.0/24"})
+            changes = {(e.type, str(e.lease.subnet)) for e in peers.events[before:]}
+            assert changes == {
+                (EventType.REMOVED, "10.244.2.0/24"),
+                (EventType.ADDED, "10.244.4.0/24"),
+            }
+            assert sum(batch.snapshot is not None for batch in peers.batches) == 2
+
+        asyncio.run(watching(api, net_conf, body))
+        assert lists(api) == 2
+
+
+def test_a_token_that_may_not_patch_node_status_is_told_so(net_conf) -> None:
+    nodes_only = Subject("reader", (Rule(frozenset({"nodes"}), frozenset({"get", "list"})),))
+    with FakeKubeApi(tokens={"reader": nodes_only}) as api:
+        api.add_node(NODE, pod_cidr="10.244.1.0/24")
+        kubeconfig = net_conf.parent / "kubeconfig"
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters: [{{name: c, cluster: {{server: '{api.url}'}}}}]\n"
+            "users: [{name: u, user: {token: reader}}]\n"
+            "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+        )
+
+        async def scenario() -> None:
+            async with manager(api, net_conf, kubeconfig_file=str(kubeconfig)) as sm:
+                await sm.acquire_lease(ATTRS)
+
+        with pytest.raises(KubeSubnetError) as err:
+            asyncio.run(scenario())
+        assert str(err.value) == (
+            f'timeout contacting kube-api, failed to patch node "{NODE}". Error: nodes "{NODE}" '
+            'is forbidden: User "reader" cannot patch resource "nodes/status" in API group "" '
+            "at the cluster scope"
+        )
 
 
 def test_a_malformed_annotation_skips_that_node_and_keeps_the_others(

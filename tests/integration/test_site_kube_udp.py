@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from pyflannel_runtime.lab.playbook import run_playbook
-from tests.fakes.kube_api import FakeKubeApi
+from tests.fakes.kube_api import FLANNEL_AGENT, FakeKubeApi
 from tests.integration.site_lab import assert_converged, lab_hosts, on_host
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
@@ -50,8 +50,10 @@ def lab() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def kube_api(lab: Any) -> Iterator[FakeKubeApi]:
-    """The TEST DOUBLE of the Node API, where the hosts reach the controller."""
-    with FakeKubeApi(host=str(underlay.gateway(lab.network))) as api:
+    """The TEST DOUBLE of the Node API, where the hosts reach the controller; the kubeconfig's
+    token may do what the agents' ClusterRole allows (README, "Kubernetes RBAC") and no more."""
+    tokens = {TOKEN: FLANNEL_AGENT}
+    with FakeKubeApi(host=str(underlay.gateway(lab.network)), tokens=tokens) as api:
         for name in lab.names():
             api.add_node(name, pod_cidr=pod_cidr(name), annotations=KUBELET_ANNOTATION)
         yield api

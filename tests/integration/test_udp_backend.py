@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from pyflannel_runtime.backend import udp_filter
 from pyflannel_runtime.backend.udp import UdpBackend, UdpNetwork
-from pyflannel_runtime.backend.udp_packet import checksum, ip_header_checksum
+from pyflannel_runtime.lab.flood import inner_packet
 from pyflannel_runtime.lab.netns_lab import (
     LabHost,
     NetLab,
@@ -173,28 +174,13 @@ def _tun_rx_packets(lab: NetLab, ns: str) -> int:
     return int(match.group(1))
 
 
-def _udp_to_pod(src: IPv4Address, dst: IPv4Address) -> bytes:
-    """An inner IPv4/UDP packet with valid checksums, as a peer would send it."""
-    data = b"not from a peer"
-    udp = struct.pack("!HHHH", 4000, 4001, 8 + len(data), 0) + data
-    pseudo = sum(struct.unpack("!4H", src.packed + dst.packed)) + 17 + len(udp)
-    udp = udp[:6] + checksum(udp, pseudo).to_bytes(2, "big") + udp[8:]
-    header = bytearray(
-        struct.pack(
-            "!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0, src.packed, dst.packed
-        )
-    )
-    header[10:12] = ip_header_checksum(header).to_bytes(2, "big")
-    return bytes(header) + udp
-
-
 def test_datagram_from_a_non_peer_is_dropped_and_counted(
-    lab: NetLab, cluster: list[UdpNetwork]
+    lab: NetLab, cluster: list[UdpNetwork], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     host = lab.hosts[0]
     stranger = "192.0.2.99"
     lab.ip(lab.ul, "addr", "add", f"{stranger}/24", "dev", "br-ul")
-    inner = _udp_to_pod(IPv4Address("10.244.2.10"), host.pod_ip)
+    inner = inner_packet(IPv4Address("10.244.2.10"), host.pod_ip, b"not from a peer")
     before = _tun_rx_packets(lab, host.ns)
 
     def send() -> None:
@@ -203,9 +189,21 @@ def test_datagram_from_a_non_peer_is_dropped_and_counted(
             for _ in range(3):
                 sock.sendto(inner, (str(host.underlay_ip), 8285))
 
+    # The socket filter drops them in the kernel, which counts them at the socket.
+    run_in_netns(lab.ul, send)
+    wait_for(lambda: cluster[0].counters()["socket_drops"] >= 3)
+    assert cluster[0].counters()["socket_drops"] == 3
+    assert cluster[0].counters()["foreign_source"] == 0
+    assert _tun_rx_packets(lab, host.ns) == before
+    # Too many peers for the filter: the forwarder drops and counts them itself.
+    monkeypatch.setattr(udp_filter, "MAX_FILTERED_PEERS", 0)
+    peers = [host_lease(h) for h in lab.hosts[1:]]
+    assert asyncio.run(cluster[0].reconcile(peers[1:])) == 1  # a change refilters
+    assert asyncio.run(cluster[0].reconcile(peers)) == 1
     run_in_netns(lab.ul, send)
     wait_for(lambda: cluster[0].counters()["foreign_source"] >= 3)
     assert cluster[0].counters()["foreign_source"] == 3
+    assert cluster[0].counters()["socket_drops"] == 3
     assert _tun_rx_packets(lab, host.ns) == before
     # the same packet from a real peer's address is delivered
     peer = lab.hosts[1]
@@ -394,6 +392,12 @@ def test_super_packets_are_negotiated_per_peer(
     start_socat_peer(lab, h3, h1, processes)
     assert one.super_packet_subnets() == [h2.subnet]
     assert two.super_packet_subnets() == [h1.subnet]
+    # /statusz shows them beside the routes and the drop counters
+    shown = one.published()["udp"]
+    assert isinstance(shown, dict)
+    assert shown["super_packets"] == [str(h2.subnet)]
+    assert set(shown["routes"]) == {str(h2.subnet), str(h3.subnet)}
+    assert {"socket_drops", "super_packets_dropped"} <= set(shown["counters"])
 
     blob = os.urandom(8 << 20)
     at_two, at_three = UdpCapture(h2.ns), UdpCapture(h3.ns)

@@ -523,12 +523,18 @@ def test_create_and_lease_replies_with_omitted_zero_values() -> None:
     header = HEADER % 3
     fake = ReplayServer(
         unary("200 OK", b'{"header":%s,"succeeded":true}' % header.encode()),
-        unary("200 OK", b'{"header":%s}' % header.encode()),  # failed txn: no "succeeded"
+        # a failed txn: no "succeeded"; the range of its failure branch, captured from etcd 3.4
+        unary(
+            "200 OK",
+            b'{"header":%s,"responses":[{"response_range":{"header":{"revision":"3"},'
+            b'"kvs":[{"key":"L2s=","create_revision":"2","mod_revision":"2","version":"1",'
+            b'"value":"dw==","lease":"9"}],"count":"1"}}]}' % header.encode(),
+        ),
         unary("200 OK", b'{"header":%s,"ID":"7587869197706540036","TTL":"60"}' % header.encode()),
         unary("200 OK", b'{"header":%s,"ID":"1","TTL":"-1"}' % header.encode()),
     )
 
-    async def body() -> tuple[bool, bool, tuple[int, int], int]:
+    async def body() -> tuple[Any, ...]:
         async with fake.client() as client:
             return (
                 await client.create(b"/k", b"v", 5),
@@ -537,13 +543,46 @@ def test_create_and_lease_replies_with_omitted_zero_values() -> None:
                 await client.time_to_live(1),
             )
 
-    assert run(body()) == (True, False, (7587869197706540036, 60), -1)
+    assert run(body()) == (
+        (True, None),
+        (False, KeyValue(b"/k", b"w", 9, 2)),
+        (7587869197706540036, 60),
+        -1,
+    )
     txn = fake.requests[0][2]
     assert txn["compare"] == [
         {"key": "L2s=", "target": "VERSION", "result": "EQUAL", "version": "0"}
     ]
     assert txn["success"] == [{"request_put": {"key": "L2s=", "value": "dg==", "lease": "5"}}]
+    assert txn["failure"] == [{"request_range": {"key": "L2s="}}]
     assert fake.requests[2][2] == {"TTL": "60"}
+
+
+def test_replace_compares_the_value_and_tells_an_absent_key() -> None:
+    header = HEADER % 4
+    fake = ReplayServer(
+        unary("200 OK", b'{"header":%s,"succeeded":true}' % header.encode()),
+        unary(
+            "200 OK",
+            b'{"header":%s,"responses":[{"response_range":{"header":{"revision":"4"}}}]}'
+            % header.encode(),
+        ),
+    )
+
+    async def body() -> tuple[Any, ...]:
+        async with fake.client() as client:
+            return (
+                await client.replace(b"/k", b"old", b"new", 7),
+                await client.replace(b"/k", b"old", b"new", 0),
+            )
+
+    assert run(body()) == ((True, None), (False, None))
+    first, second = fake.requests[0][2], fake.requests[1][2]
+    assert first["compare"] == [
+        {"key": "L2s=", "target": "VALUE", "result": "EQUAL", "value": "b2xk"}
+    ]
+    assert first["success"] == [{"request_put": {"key": "L2s=", "value": "bmV3", "lease": "7"}}]
+    assert second["success"] == [{"request_put": {"key": "L2s=", "value": "bmV3"}}]
 
 
 def test_time_to_live_of_a_lease_in_its_last_second_is_zero() -> None:
