@@ -80,8 +80,9 @@ def test_create_only_when_absent(etcd_server: EtcdServer, etcd_prefix: str) -> N
 
     async def body() -> None:
         async with connected(etcd_server) as client:
-            assert await client.create(key, b"first", 0) is True
-            assert await client.create(key, b"second", 0) is False
+            assert await client.create(key, b"first", 0) == (True, None)
+            created, held = await client.create(key, b"second", 0)
+            assert created is False and held is not None and held.value == b"first"
             kv = await client.get(key)
             assert kv is not None and (kv.value, kv.lease) == (b"first", 0)
 
