@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from pyflannel_runtime.netlink.dump import Ownership, owns_route, route_facts
+from pyflannel_runtime.netlink.dump import Ownership, main_route_key, owns_route, route_facts
 from pyflannel_runtime.netlink.encoder import AF_BRIDGE, NTF_SELF, NUD_PERMANENT
 from pyflannel_runtime.netlink.entries import (
     Action,
@@ -75,15 +75,23 @@ def repairs(
     """The writes that undo what `events` (in the order the kernel sent them) did; the last
     word on each entry counts. Order as `netlink.diff`: neighbours, FDB, routes, then deletes
     in the same order."""
-    routes: dict[tuple[IPNetwork, int], tuple[Route, bool] | None] = {}  # (route, flannel's)
+    # What holds each route key now: None when nothing does, else the route (None where it
+    # is not a unicast route through a device, a blackhole say) and whether it is flannel's.
+    routes: dict[tuple[IPNetwork, int], tuple[Route | None, bool] | None] = {}
     neighs: dict[tuple[int, IPAddress], Neigh | None] = {}
     fdbs: dict[Fdb, bool] = {}  # a MAC may have several remotes: each one on its own
     for event in events:
         if isinstance(event, RouteEvent):
+            key = main_route_key(event.route)
+            if key is None:
+                continue
             facts = route_facts(event.route)
-            if facts is not None:
-                owned = owns_route(facts, ownership)
-                routes[facts.route.key] = None if event.deleted else (facts.route, owned)
+            if event.deleted:
+                routes[key] = None
+            elif facts is None:
+                routes[key] = (None, False)
+            else:
+                routes[key] = (facts.route, owns_route(facts, ownership))
             continue
         record = event.neigh
         if record.ifindex not in ownership.devices or record.dst is None:
@@ -113,7 +121,7 @@ def repairs(
     for route_key, route_seen in routes.items():
         want_route = wanted.routes.get(route_key)
         if want_route is None:
-            if route_seen is not None and route_seen[1]:
+            if route_seen is not None and route_seen[0] is not None and route_seen[1]:
                 deletes.append(Op(Action.DELETE, route_seen[0]))
         elif route_seen is None:
             upserts.append(Op(Action.CREATE, want_route))  # never over a route put there since

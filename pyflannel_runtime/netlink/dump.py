@@ -153,6 +153,14 @@ def dump_neighbours(sock: socket.socket, family: int, ifindex: int) -> list[Neig
 # --- ownership --------------------------------------------------------------------------------
 
 
+def main_route_key(record: RouteRecord) -> tuple[IPNetwork, int] | None:
+    """The key (`Route.key`) of a main-table route of any type, a blackhole or unreachable one
+    too: what takes a flannel route's place in the kernel, or gives it back."""
+    if record.table != RT_TABLE_MAIN or record.flags & RTM_F_CLONED:
+        return None
+    return (network(record.family, record.dst, record.dst_len), record.priority or 0)
+
+
 def route_facts(record: RouteRecord) -> RouteFacts | None:
     """None for what can never be a flannel route: multipath, blackhole and friends (no
     output device), and cached exceptions."""

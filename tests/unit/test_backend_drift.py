@@ -34,6 +34,7 @@ NEIGH = Neigh(DEV, IPv4Address("10.244.2.0"), "0a:58:0a:f4:02:00")
 FDB = Fdb(DEV, "0a:58:0a:f4:02:00", IPv4Address("192.0.2.12"))
 WANTED = Wanted.of([NEIGH, FDB, ROUTE])
 RTPROT_STATIC = 4
+RTN_BLACKHOLE = 6  # linux/rtnetlink.h
 
 
 def route_event(route: Route, deleted: bool = False, protocol: int = RTPROT_BOOT) -> RouteEvent:
@@ -79,6 +80,21 @@ def test_changed_entries_are_put_back_where_they_are_flannels() -> None:
 def test_a_route_now_someone_elses_is_left_alone() -> None:
     static = Route(ROUTE.dst, IPv4Address("192.0.2.99"), 2)
     assert repairs(WANTED, [route_event(static, protocol=RTPROT_STATIC)], OWNERSHIP) == []
+
+
+def test_a_blackhole_over_a_wanted_route_is_left_alone_and_its_deletion_repaired() -> None:
+    """`ip route replace blackhole <peer subnet>` then `ip route del`: the route that took the
+    key has no device, yet its going gives the key back to flannel."""
+    blackhole = RouteRecord(
+        2, ROUTE.dst.prefixlen, 254, RTPROT_BOOT, 0, RTN_BLACKHOLE, 0,
+        ROUTE.dst.network_address, None, None, None, False,
+    )  # fmt: skip
+    assert repairs(WANTED, [RouteEvent(False, blackhole)], OWNERSHIP) == []
+    events = [RouteEvent(False, blackhole), RouteEvent(True, blackhole)]
+    assert repairs(WANTED, events, OWNERSHIP) == [Op(Action.CREATE, ROUTE)]
+    # the same in another table is not the main table's key
+    elsewhere = blackhole._replace(table=100)
+    assert repairs(WANTED, [RouteEvent(True, elsewhere)], OWNERSHIP) == []
 
 
 def test_a_second_remote_beside_a_wanted_one_is_deleted() -> None:
