@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from pyflannel_runtime.model.subnet_env import CniSubnetEnv
 
 _SUBNET_ENV_HINT = ". Check the flannel pod log for this node."
+# The bridge plugin's default (plugins/main/bridge/bridge.go: defaultBrName).
+_DEFAULT_BRIDGE = "cni0"
 
 
 def _plain(msg: str) -> CniError:
@@ -82,9 +84,42 @@ def cmd_add(environ: Mapping[str, str], stdin: bytes, stdout: BinaryIO, stderr: 
         )
     except OSError as err:  # the fsync failed: the runtime will DEL, which finds the file
         raise _plain(str(err)) from None
+    except CniError as err:
+        if not _cleared_stale_gateway(err, delegate, subnet_env, stderr):
+            raise
+        # The failed ADD left the container's interface behind; DEL takes it, as a runtime would.
+        exec_plugin("DEL", plugin, config, environ)
+        result, plugin_stderr = exec_plugin("ADD", plugin, config, environ)
     stderr.write(plugin_stderr)
     _check_result(result)
     stdout.write(result)
+
+
+def _cleared_stale_gateway(
+    error: CniError, delegate: dict[str, object], subnet_env: CniSubnetEnv, stderr: BinaryIO
+) -> bool:
+    """True when the bridge delegate failed on the previous subnet's gateway, and it is gone
+    now (`stale_gateway`)."""
+    from pyflannel_runtime.cni.stale_gateway import is_stale_gateway_error, remove_stale_gateways
+
+    if delegate["type"] != "bridge" or not is_stale_gateway_error(error):
+        return False
+    bridge = str(delegate.get("bridge") or _DEFAULT_BRIDGE)
+    subnets = [s for s in (subnet_env.subnet, subnet_env.ipv6_subnet) if s is not None]
+    try:
+        removed = remove_stale_gateways(
+            bridge, [*subnet_env.networks, *subnet_env.ipv6_networks], subnets
+        )
+    except OSError as err:
+        stderr.write(f"removing the previous subnet's gateway from {bridge}: {err}\n".encode())
+        return False
+    if not removed:
+        return False
+    stderr.write(
+        f"{bridge} held the gateway of this node's previous subnet ({', '.join(removed)}):"
+        " removed it, running the delegate again\n".encode()
+    )
+    return True
 
 
 def _check_result(result: bytes) -> None:

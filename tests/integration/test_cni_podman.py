@@ -58,3 +58,34 @@ def test_podman_runs_containers_through_flannel_and_portmap(podman_lab: PodmanLa
     assert lab.leased_ips() == []
     assert lab.saved_configs() == []
     lab.podman("rm", web)
+
+
+def test_a_pod_starts_after_the_nodes_subnet_changed_under_the_bridge(
+    podman_lab: PodmanLab,
+) -> None:
+    """The bridge keeps the previous subnet's gateway (a new SubnetLen, a datastore switch):
+    the plugin removes it and the pod starts; an address outside the Network is never
+    removed (then the bridge plugin's own refusal stands)."""
+    lab = podman_lab
+    lab.podman("run", "--rm", "--network", lab.network, IMAGE, "true")
+    base = lab.gateway.rsplit(".", 1)[0]
+    (lab.root / "subnet.env").write_text(
+        f"FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET={base}.129/25\n"
+        "FLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n"
+    )
+    outside = "192.0.2.201/32"
+    lab.enter(["ip", "addr", "add", outside, "dev", lab.bridge])
+    refused = lab.podman("run", "--rm", "--network", lab.network, IMAGE, "true", check=False)
+    assert refused.returncode != 0
+    assert "already has an IP address different from" in refused.stderr, refused.stderr
+    held = lab.enter(["ip", "-4", "-o", "addr", "show", "dev", lab.bridge]).stdout
+    assert outside in held, held
+
+    lab.enter(["ip", "addr", "del", outside, "dev", lab.bridge])
+    probe = lab.podman(
+        "run", "--rm", "--network", lab.network, IMAGE, "ip", "-4", "-o", "addr", "show", "eth0"
+    ).stdout  # fmt: skip
+    assert f"inet {base}." in probe and "/25" in probe, probe
+    held = lab.enter(["ip", "-4", "-o", "addr", "show", "dev", lab.bridge]).stdout
+    assert held.split()[3] == f"{base}.129/25" and len(held.splitlines()) == 1, held
+    assert lab.leased_ips() == [] and lab.saved_configs() == []
