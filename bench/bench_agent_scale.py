@@ -61,14 +61,14 @@ from sigterm import interrupt_on_sigterm
 
 from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
 from pyflannel_runtime.backend.programmer import FULL_RECONCILE_PERIOD
-from pyflannel_runtime.backend.vxlan_data import parse_vxlan_backend_data, vxlan_backend_data
 from pyflannel_runtime.lab.netns_agents import PREFIX, AgentLab
 from pyflannel_runtime.lab.netns_lab import LabHost
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs, make_subnet_key
 from pyflannel_runtime.netlink.decoder import decode_neigh, decode_route
 from pyflannel_runtime.netlink.diff import desired_state, diff_ops
 from pyflannel_runtime.netlink.dump import Ownership, open_dump_socket, read_owned_state
 from pyflannel_runtime.netlink.netns import run_in_netns
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs, make_subnet_key
+from pyflannel_runtime.wire.vxlan_data import parse_vxlan_backend_data, vxlan_backend_data
 
 NETWORK = IPv4Network("10.244.0.0/16")
 SUBNET_LEN = 29

@@ -89,8 +89,8 @@ from pyflannel_runtime.lab.netns_lab import (
     close_udp_network,
     external_interface,
 )
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs
-from pyflannel_runtime.model.netconf import check_network_config, parse_config
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
+from pyflannel_runtime.wire.netconf import check_network_config, parse_config
 
 PREFIX = "pudpb"
 POD_MTU = 1472

@@ -45,7 +45,7 @@ def _read_net_conf(path: str) -> bytes:
 
 def _config_check(args: argparse.Namespace) -> int:
     from pyflannel_runtime.backend import registry
-    from pyflannel_runtime.model import netconf
+    from pyflannel_runtime.wire import netconf
 
     data = _read_net_conf(args.file)
     try:

@@ -17,9 +17,9 @@ from typing import Any
 
 from pyflannel_runtime.backend.options import UdpOptions, VxlanOptions
 from pyflannel_runtime.backend.peers import VxlanDevices
-from pyflannel_runtime.model.lease import Lease
-from pyflannel_runtime.model.netconf import NetworkConfig
 from pyflannel_runtime.netlink.entries import IPAddress, IPNetwork
+from pyflannel_runtime.wire.lease import Lease
+from pyflannel_runtime.wire.netconf import NetworkConfig
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Self
 
 from pyflannel_runtime.gojson.core import go_kind
 from pyflannel_runtime.gojson.structs import match_field
-from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig
+from pyflannel_runtime.wire.netconf import ConfigError, NetworkConfig
 
 # Go decodes these options into `int`, which is 64 bits on every platform flannel ships for.
 _GO_INT = (-(2**63), 2**63 - 1)

@@ -33,10 +33,10 @@ from pyflannel_runtime.backend.peers import (
     udp_peer_route,
     vxlan_peer_entries,
 )
-from pyflannel_runtime.backend.vxlan_data import advertised_vtep_mac
-from pyflannel_runtime.model.lease import Lease
-from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig
 from pyflannel_runtime.netlink.entries import Entry, IPAddress, IPNetwork
+from pyflannel_runtime.wire.lease import Lease
+from pyflannel_runtime.wire.netconf import ConfigError, NetworkConfig
+from pyflannel_runtime.wire.vxlan_data import advertised_vtep_mac
 
 if TYPE_CHECKING:
     from pyflannel_runtime.backend.base import Backend, DeviceSettings

@@ -44,10 +44,10 @@ from pyflannel_runtime.backend.peers import udp_peer_route
 from pyflannel_runtime.backend.udp_packet import Command, CommandMessage, Peer, encode_command
 from pyflannel_runtime.backend.udp_superpacket import advertises, backend_data
 from pyflannel_runtime.backend.udp_worker import COUNTERS_PER_WORKER, READY, UDP_GRO, Counter
-from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
-from pyflannel_runtime.model.netconf import NetworkConfig
 from pyflannel_runtime.netdev.types import ExternalInterface
 from pyflannel_runtime.netlink.netns import iproute, run_in_netns, write_sysctl
+from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent
+from pyflannel_runtime.wire.netconf import NetworkConfig
 
 log = logging.getLogger("pyflannel.backend.udp")
 

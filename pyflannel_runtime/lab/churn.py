@@ -33,11 +33,11 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
 from typing import Literal, TypeVar
 
-from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
 from pyflannel_runtime.lab.netns_agents import PREFIX, AgentLab
-from pyflannel_runtime.model.lease import LeaseAttrs, make_subnet_key
 from pyflannel_runtime.netlink.netns import run_in_netns
 from pyflannel_runtime.subnet.etcd_client import Endpoint, EtcdClient
+from pyflannel_runtime.wire.lease import LeaseAttrs, make_subnet_key
+from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data
 
 NETWORK = IPv4Network("10.244.0.0/16")
 SUBNET_LEN = 29

@@ -27,8 +27,8 @@ from typing import Any, Protocol
 
 from pyflannel_runtime.lab.etcd_server import EtcdServer, start_etcd
 from pyflannel_runtime.lab.netns_lab import Lab, LabHost, NetLab
-from pyflannel_runtime.model.lease import LeaseAttrs, make_subnet_key
 from pyflannel_runtime.netlink.netns import run_in_netns
+from pyflannel_runtime.wire.lease import LeaseAttrs, make_subnet_key
 
 ETCD_IP = "192.0.2.100"
 HEALTHZ_PORT = 8081

@@ -14,7 +14,7 @@ from typing import Any
 from pyflannel_runtime.backend import registry
 from pyflannel_runtime.model.cluster import ClusterModel, ClusterModelError
 from pyflannel_runtime.model.cluster_settings import NodeOverrides
-from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config
+from pyflannel_runtime.wire.netconf import NetworkConfig, check_network_config
 
 ASSUMED_INTERFACE_MTU = 1500
 _MIN_MTU_IPV4 = 68

@@ -15,7 +15,7 @@ from pyflannel_runtime.model.cluster_settings import (
     BACKEND_SETTINGS,
     ClusterSettings,
 )
-from pyflannel_runtime.model.netconf import ConfigError, check_network_config
+from pyflannel_runtime.wire.netconf import ConfigError, check_network_config
 
 _NODE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 

@@ -40,7 +40,7 @@ from pyflannel_runtime.model.cluster_fields import (
     VxlanVni,
     single_line,
 )
-from pyflannel_runtime.model.netconf import NetworkConfig
+from pyflannel_runtime.wire.netconf import NetworkConfig
 
 DEFAULT_ETCD_PREFIX = "/coreos.com/network"
 

@@ -22,10 +22,10 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import Any
 
 from pyflannel_runtime.backend import registry
-from pyflannel_runtime.model.lease import Lease
-from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, check_network_config
 from pyflannel_runtime.ops.verify import LeaseStore, lease_order, list_leases, store_kind
 from pyflannel_runtime.subnet.manager import LeaseListing, ListedLease, UnreadableLease
+from pyflannel_runtime.wire.lease import Lease
+from pyflannel_runtime.wire.netconf import ConfigError, NetworkConfig, check_network_config
 
 _NO_IPV4 = IPv4Address("0.0.0.0")
 

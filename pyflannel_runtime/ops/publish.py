@@ -21,10 +21,10 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import TypeVar
 
 from pyflannel_runtime.backend import registry
-from pyflannel_runtime.model.lease import LeaseAttrs, LeaseError, make_subnet_key
-from pyflannel_runtime.model.netconf import check_network_config, ip_stack, parse_config
 from pyflannel_runtime.subnet.etcd import EtcdSettings, client_tls, parse_endpoint
 from pyflannel_runtime.subnet.etcd_client import EtcdClient, EtcdUnavailable, KeyValue
+from pyflannel_runtime.wire.lease import LeaseAttrs, LeaseError, make_subnet_key
+from pyflannel_runtime.wire.netconf import check_network_config, ip_stack, parse_config
 
 _T = TypeVar("_T")
 

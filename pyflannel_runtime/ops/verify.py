@@ -25,13 +25,6 @@ from pyflannel_runtime.backend import registry
 from pyflannel_runtime.backend.host import HostDatapath
 from pyflannel_runtime.backend.peers import PeerSkipped
 from pyflannel_runtime.fsutil import read_small_file
-from pyflannel_runtime.model.lease import Lease
-from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig
-from pyflannel_runtime.model.subnet_env import (
-    SubnetEnvError,
-    parse_cni_subnet_env,
-    read_previous_subnets,
-)
 from pyflannel_runtime.netlink.entries import (
     DatapathState,
     Entry,
@@ -43,6 +36,13 @@ from pyflannel_runtime.netlink.entries import (
 )
 from pyflannel_runtime.subnet.manager import LeaseListing, ListedLease, UnreadableLease
 from pyflannel_runtime.subnet.watcher import LeaseScope, LeaseWatcher
+from pyflannel_runtime.wire.lease import Lease
+from pyflannel_runtime.wire.netconf import ConfigError, NetworkConfig
+from pyflannel_runtime.wire.subnet_env import (
+    SubnetEnvError,
+    parse_cni_subnet_env,
+    read_previous_subnets,
+)
 
 if TYPE_CHECKING:
     from pyflannel_runtime.subnet.etcd import EtcdSettings

@@ -17,8 +17,8 @@ from pyflannel_runtime import DEFAULT_SUBNET_FILE
 from pyflannel_runtime.agent.envfile import AGENT_ENV_FILE
 from pyflannel_runtime.model.cluster import ClusterModel
 from pyflannel_runtime.model.cluster_plan import NodePlan, plan_cluster
-from pyflannel_runtime.model.subnet_env import SubnetEnv
 from pyflannel_runtime.ops.files import WantedFile
+from pyflannel_runtime.wire.subnet_env import SubnetEnv
 
 SYSTEMD_UNIT_FILE = "/etc/systemd/system/pyflanneld.service"
 

@@ -17,8 +17,8 @@ from pyflannel_runtime.backend import registry
 from pyflannel_runtime.gojson.core import GoJSONError
 from pyflannel_runtime.gojson.strconv import go_quote
 from pyflannel_runtime.gojson.structs import compact, loads_pairs
-from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent, same_lease
 from pyflannel_runtime.subnet.annotations import Annotations
+from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent, same_lease
 
 log = logging.getLogger(__name__)
 

@@ -31,10 +31,10 @@ import pytest
 
 from pyflannel_runtime.lab.netns_agents import PREFIX, AgentLab
 from pyflannel_runtime.lab.netns_lab import LabHost
-from pyflannel_runtime.model.lease import LeaseAttrs, make_subnet_key
 from pyflannel_runtime.netlink.netns import run_in_netns
 from pyflannel_runtime.ops.lease import NodeLease, release_etcd
 from pyflannel_runtime.subnet.etcd import EtcdSettings
+from pyflannel_runtime.wire.lease import LeaseAttrs, make_subnet_key
 from tests.integration.faults import (
     HANG_GUARD,
     assert_in_sync,

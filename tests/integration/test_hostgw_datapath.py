@@ -17,7 +17,7 @@ from pyflannel_runtime.lab.netns_lab import (
     mesh,
     register_backend,
 )
-from pyflannel_runtime.model.lease import EventType, LeaseAttrs, LeaseEvent
+from pyflannel_runtime.wire.lease import EventType, LeaseAttrs, LeaseEvent
 
 pytestmark = pytest.mark.root
 

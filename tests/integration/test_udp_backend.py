@@ -27,9 +27,9 @@ from pyflannel_runtime.lab.netns_lab import (
     external_interface,
     host_lease,
 )
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs
-from pyflannel_runtime.model.netconf import check_network_config, parse_config
 from pyflannel_runtime.netlink.netns import run_in_netns
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
+from pyflannel_runtime.wire.netconf import check_network_config, parse_config
 
 pytestmark = pytest.mark.root
 

@@ -15,16 +15,16 @@ from pyflannel_runtime.backend import registry
 from pyflannel_runtime.backend.host import HostDatapath
 from pyflannel_runtime.backend.options import HostGwOptions, UdpOptions, VxlanOptions
 from pyflannel_runtime.backend.peers import PeerSkipped, VxlanDevices
-from pyflannel_runtime.backend.vxlan_data import (
+from pyflannel_runtime.model.cluster import ClusterModel
+from pyflannel_runtime.model.cluster_settings import BACKEND_SETTINGS
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs, LeaseError
+from pyflannel_runtime.wire.netconf import ConfigError, NetworkConfig, parse_config
+from pyflannel_runtime.wire.vxlan_data import (
     advertised_vtep_mac,
     parse_vxlan_backend_data,
     vtep_mac,
     vxlan_backend_data,
 )
-from pyflannel_runtime.model.cluster import ClusterModel
-from pyflannel_runtime.model.cluster_settings import BACKEND_SETTINGS
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs, LeaseError
-from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, parse_config
 
 NETWORK = IPv4Network("10.244.0.0/16")
 

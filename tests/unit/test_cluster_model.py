@@ -33,7 +33,7 @@ from pyflannel_runtime.model.cluster_fields import (
 )
 from pyflannel_runtime.model.cluster_plan import PlanError, plan_cluster
 from pyflannel_runtime.model.cluster_settings import NodeOverrides
-from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config
+from pyflannel_runtime.wire.netconf import NetworkConfig, check_network_config
 
 
 def problems_of(data: Any) -> list[str]:

@@ -9,8 +9,8 @@ import yaml
 
 from pyflannel_runtime.backend import registry
 from pyflannel_runtime.model.cluster import load_model
-from pyflannel_runtime.model.netconf import check_network_config, parse_config
 from pyflannel_runtime.render.render import render_node
+from pyflannel_runtime.wire.netconf import check_network_config, parse_config
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pyflannel_runtime.backend import registry
 from pyflannel_runtime.backend.options import UdpOptions, VxlanOptions
-from pyflannel_runtime.model.netconf import (
+from pyflannel_runtime.wire.netconf import (
     ConfigError,
     NetworkConfig,
     check_network_config,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from pyflannel_runtime.gojson.core import GoJSONError
 from pyflannel_runtime.gojson.structs import fold_object, loads_pairs
-from pyflannel_runtime.model.lease import LeaseError
+from pyflannel_runtime.wire.lease import LeaseError
 
 _MAC = re.compile(r"[0-9a-fA-F]{2}(?::[0-9a-fA-F]{2}){5}")
 # The form every flannel writes; matching it directly is ~20x cheaper than the Go-compatible
