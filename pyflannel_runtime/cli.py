@@ -44,7 +44,7 @@ def _read_net_conf(path: str) -> bytes:
 
 
 def _config_check(args: argparse.Namespace) -> int:
-    from pyflannel_runtime.backend import registry
+    from pyflannel_runtime.backend_spec import specs
     from pyflannel_runtime.wire import netconf
 
     data = _read_net_conf(args.file)
@@ -52,7 +52,7 @@ def _config_check(args: argparse.Namespace) -> int:
         cfg = netconf.parse_config(data)
         cfg = netconf.check_network_config(cfg)
         netconf.ip_stack(cfg)
-        registry.validate(cfg)  # the agent's own check of the backend and its options
+        specs.validate(cfg)  # the agent's own check of the backend and its options
     except netconf.ConfigError as err:
         raise CommandError(str(err)) from None
     sys.stdout.write(netconf.encode_config(cfg))

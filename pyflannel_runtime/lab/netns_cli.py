@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.lab.netns_agents import AgentLab
 from pyflannel_runtime.lab.paths import project_root
 
@@ -150,7 +150,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     actions = commands.add_parser("netns", help="the agent-only lab in network namespaces")
     netns = actions.add_subparsers(required=True, metavar="ACTION")
     up_cmd = netns.add_parser("up", help="start the lab and print its state")
-    up_cmd.add_argument("--backend", choices=registry.names(), default="vxlan")
+    up_cmd.add_argument("--backend", choices=specs.names(), default="vxlan")
     up_cmd.add_argument("--hosts", type=int, default=3)
     up_cmd.set_defaults(handler=lambda args: up(args.backend, args.hosts))
     netns.add_parser("down", help="remove the lab").set_defaults(handler=lambda args: down())

@@ -23,8 +23,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from pyflannel_runtime.backend import registry, tx_offload
-from pyflannel_runtime.backend.options import Option, UdpOptions, VxlanOptions
+from pyflannel_runtime.backend import tx_offload
+from pyflannel_runtime.backend_spec import specs
+from pyflannel_runtime.backend_spec.options import Option, UdpOptions, VxlanOptions
 
 _SAFE_PATH = re.compile(r"/[A-Za-z0-9._@+/-]*")
 
@@ -170,8 +171,8 @@ DelegateExtra = Annotated[dict[str, JsonValue], BeforeValidator(_bounded_json)]
 
 
 def _known_backend(value: Any) -> Any:
-    if not isinstance(value, str) or value not in registry.BACKENDS:
-        known = [repr(name) for name in registry.names()]
+    if not isinstance(value, str) or value not in specs.BACKENDS:
+        known = [repr(name) for name in specs.names()]
         choices = f"{', '.join(known[:-1])} or {known[-1]}" if len(known) > 1 else known[0]
         raise PydanticCustomError("literal_error", f"Input should be {choices}")
     return value
@@ -186,7 +187,7 @@ def _option_range(option: Option) -> Any:
 BackendType = Annotated[
     str,
     BeforeValidator(_known_backend),
-    WithJsonSchema({"type": "string", "enum": list(registry.names())}),
+    WithJsonSchema({"type": "string", "enum": list(specs.names())}),
 ]
 VxlanVni = Annotated[StrictInt, _option_range(VxlanOptions.option("VNI"))]
 VxlanPort = Annotated[StrictInt, _option_range(VxlanOptions.option("Port"))]

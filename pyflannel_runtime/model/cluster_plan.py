@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import Any
 
-from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.model.cluster import ClusterModel, ClusterModelError
 from pyflannel_runtime.model.cluster_settings import NodeOverrides
 from pyflannel_runtime.wire.netconf import NetworkConfig, check_network_config
@@ -59,7 +59,7 @@ def _expected_mtu(m: ClusterModel, name: str, node: NodeOverrides) -> tuple[int,
     problems: list[str] = []
     if m.flannel_mtu is not None and node.mtu is not None and m.flannel_mtu > node.mtu:
         problems.append(f"nodes.{name}.mtu: {node.mtu} is smaller than flannel_mtu {m.flannel_mtu}")
-    options = registry.get(m.flannel_backend_type).options.decode(m.backend_options())
+    options = specs.get(m.flannel_backend_type).options.decode(m.backend_options())
     mtu = options.device_mtu(interface_mtu)
     minimum, family = (_MIN_MTU_IPV6, "IPv6") if m.flannel_enable_ipv6 else (_MIN_MTU_IPV4, "IPv4")
     if mtu < minimum:

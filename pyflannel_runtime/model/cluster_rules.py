@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.model.cluster_settings import (
     AGENT_BACKEND_SETTINGS,
     BACKEND_SETTINGS,
@@ -62,7 +62,7 @@ def _backend_problems(m: ClusterSettings) -> list[str]:
         # An explicit default (YAML's `on` for the offload) is no choice of another backend's.
         and getattr(m, setting) != type(m).model_fields[setting].default
     ]
-    if m.flannel_enable_ipv6 and not registry.get(backend).dual_stack:
+    if m.flannel_enable_ipv6 and not specs.get(backend).dual_stack:
         problems.append(f"flannel_enable_ipv6: the {backend} backend carries IPv4 only")
     return problems
 

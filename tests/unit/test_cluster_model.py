@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import StrictInt, TypeAdapter, ValidationError
 
-from pyflannel_runtime.backend import registry
-from pyflannel_runtime.backend.options import Option, UdpOptions, VxlanOptions
+from pyflannel_runtime.backend_spec import specs
+from pyflannel_runtime.backend_spec.options import Option, UdpOptions, VxlanOptions
 from pyflannel_runtime.model.cluster import (
     ClusterModel,
     ClusterModelError,
@@ -838,7 +838,7 @@ def test_an_unknown_backend_is_a_literal_error_listing_the_backends() -> None:
 def test_the_backend_choices_read_well_for_any_number_of_backends(
     monkeypatch: pytest.MonkeyPatch, known: tuple[str, ...], message: str
 ) -> None:
-    monkeypatch.setattr(registry, "BACKENDS", {name: registry.BACKENDS[name] for name in known})
+    monkeypatch.setattr(specs, "BACKENDS", {name: specs.BACKENDS[name] for name in known})
     assert model_problems({"flannel_backend_type": "host-gw"}) == [
         f"flannel_backend_type: {message}"
     ]

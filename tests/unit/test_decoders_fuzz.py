@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.cli import main
 from pyflannel_runtime.cni import plugin
 from pyflannel_runtime.cni.install import isolated_prelude
@@ -135,7 +135,7 @@ def test_net_conf(place: str, document: str) -> None:
     data = utf8(embed(place, document))
     try:
         cfg = parse_config(data)
-        registry.validate(cfg)  # the backend and its options, as the agent checks them
+        specs.validate(cfg)  # the backend and its options, as the agent checks them
         cfg = check_network_config(cfg)
         ip_stack(cfg)
     except ConfigError:

@@ -1,5 +1,5 @@
-"""The backend registry: one spec per backend, one validation of its options, its MTU rule and
-its lease data, asked by everything else."""
+"""The backend specs: one per backend, one validation of its options, its MTU rule and its lease
+data, asked by everything else; and the registry's runtime hooks beside them."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from pyflannel_runtime.backend import registry
 from pyflannel_runtime.backend.host import HostDatapath
-from pyflannel_runtime.backend.options import HostGwOptions, UdpOptions, VxlanOptions
 from pyflannel_runtime.backend.peers import PeerSkipped, VxlanDevices
+from pyflannel_runtime.backend_spec import specs
+from pyflannel_runtime.backend_spec.options import HostGwOptions, UdpOptions, VxlanOptions
 from pyflannel_runtime.model.cluster import ClusterModel
 from pyflannel_runtime.model.cluster_settings import BACKEND_SETTINGS
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs, LeaseError
@@ -34,17 +35,17 @@ def config(backend: dict[str, Any]) -> NetworkConfig:
 
 
 def test_the_supported_backends() -> None:
-    assert registry.names() == ("vxlan", "host-gw", "udp")
-    assert registry.find("wireguard") is None
+    assert specs.names() == ("vxlan", "host-gw", "udp")
+    assert specs.find("wireguard") is None
     with pytest.raises(ConfigError) as err:
-        registry.get("wireguard")
+        specs.get("wireguard")
     assert (
         str(err.value) == "unknown backend type: wireguard (pyflannel supports vxlan, host-gw, udp)"
     )
 
 
 def test_dual_stack_support() -> None:
-    assert [registry.get(n).dual_stack for n in registry.names()] == [True, True, False]
+    assert [specs.get(n).dual_stack for n in specs.names()] == [True, True, False]
 
 
 # --- one validation of the options ----------------------------------------------------------
@@ -102,7 +103,7 @@ UDP_ERROR = "error decoding UDP backend config: "
 )
 def test_bad_vxlan_options_fail_with_one_message(backend: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as err:
-        registry.validate(config({"Type": "vxlan", **backend}))
+        specs.validate(config({"Type": "vxlan", **backend}))
     assert str(err.value) == message
 
 
@@ -125,12 +126,12 @@ def test_bad_vxlan_options_fail_with_one_message(backend: dict[str, Any], messag
 )
 def test_bad_udp_options_fail_with_one_message(backend: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as err:
-        registry.validate(config({"Type": "udp", **backend}))
+        specs.validate(config({"Type": "udp", **backend}))
     assert str(err.value) == message
 
 
 def test_good_options_decode_as_go_would() -> None:
-    opts = registry.validate(
+    opts = specs.validate(
         config(
             {
                 "type": "vxlan",
@@ -145,11 +146,11 @@ def test_good_options_decode_as_go_would() -> None:
         )
     )
     assert opts == VxlanOptions(vni=16777215, port=0, mtu=118, gbp=True)
-    assert registry.validate(config({"Type": "udp"})) == UdpOptions(port=8285, queues=1)
-    assert registry.validate(config({"Type": "udp", "superpackets": True})) == UdpOptions(
+    assert specs.validate(config({"Type": "udp"})) == UdpOptions(port=8285, queues=1)
+    assert specs.validate(config({"Type": "udp", "superpackets": True})) == UdpOptions(
         super_packets=True
     )
-    assert registry.validate(config({"Type": "host-gw", "Port": "x"})) == HostGwOptions()
+    assert specs.validate(config({"Type": "host-gw", "Port": "x"})) == HostGwOptions()
 
 
 @given(st.integers(-(2**70), 2**70))
@@ -178,7 +179,7 @@ def test_every_integer_vni_is_either_accepted_as_is_or_refused(vni: int) -> None
     ],
 )
 def test_backend_mtu(backend: dict[str, Any], iface_mtu: int, expected: int) -> None:
-    assert registry.validate(config(backend)).device_mtu(iface_mtu) == expected
+    assert specs.validate(config(backend)).device_mtu(iface_mtu) == expected
 
 
 # --- the cluster model's settings are the backend's options ---------------------------------
@@ -187,19 +188,19 @@ def test_backend_mtu(backend: dict[str, Any], iface_mtu: int, expected: int) -> 
 def test_cluster_settings_take_their_ranges_from_the_backend_options() -> None:
     schema = ClusterModel.model_json_schema()["properties"]
     for setting, (backend, name) in BACKEND_SETTINGS.items():
-        option = registry.get(backend).options.option(name)
+        option = specs.get(backend).options.option(name)
         (bounds,) = [s for s in schema[setting]["anyOf"] if s["type"] != "null"]
         if option.kind is bool:
             assert bounds == {"type": "boolean"}, setting
         else:
             assert (bounds["minimum"], bounds["maximum"]) == (option.minimum, option.maximum)
-    assert schema["flannel_backend_type"]["enum"] == list(registry.names())
+    assert schema["flannel_backend_type"]["enum"] == list(specs.names())
 
 
 # --- per-peer entries ---------------------------------------------------------------------
 
 
-def test_expected_entries_come_from_the_backend_spec() -> None:
+def test_expected_entries_come_from_the_backend_runtime() -> None:
     lease = Lease(
         IPv4Network("10.244.2.0/24"),
         None,
@@ -270,19 +271,19 @@ def test_stale_devices_are_other_backends_and_other_vnis(
 ) -> None:
     links = ["lo", "eth0", "cni0", "flannel.1", "flannel-v6.1", "flannel-v6.7", "flannel.7"]
     links += ["flannel0", "flannel.x", "flannel", "flannel10a", "vxlan0"]
-    assert registry.stale_devices(links, backend) == [n for n in links if n in stale]
+    assert specs.stale_devices(links, backend) == [n for n in links if n in stale]
 
 
 def test_stale_devices_of_udp_spare_every_tun_the_kernel_may_have_numbered() -> None:
-    assert registry.stale_devices(["flannel0", "flannel3"], {"Type": "udp"}) == []
-    assert registry.stale_devices(["flannel3"], {"Type": "vxlan"}) == ["flannel3"]
+    assert specs.stale_devices(["flannel0", "flannel3"], {"Type": "udp"}) == []
+    assert specs.stale_devices(["flannel3"], {"Type": "vxlan"}) == ["flannel3"]
 
 
 def test_stale_devices_refuse_a_backend_that_does_not_validate() -> None:
     with pytest.raises(ConfigError, match="unknown backend type"):
-        registry.stale_devices(["flannel.1"], {"Type": "wireguard"})
+        specs.stale_devices(["flannel.1"], {"Type": "wireguard"})
     with pytest.raises(ConfigError, match="VNI must be"):
-        registry.stale_devices(["flannel.1"], {"Type": "vxlan", "VNI": -5})
+        specs.stale_devices(["flannel.1"], {"Type": "vxlan", "VNI": -5})
 
 
 def test_the_vxlan_backend_names_its_devices_as_flannel_does() -> None:
@@ -291,4 +292,4 @@ def test_the_vxlan_backend_names_its_devices_as_flannel_does() -> None:
 
 def test_flannel_devices_are_those_of_any_backend_and_any_options() -> None:
     links = ["lo", "eth0", "cni0", "flannel.1", "flannel-v6.42", "flannel3", "flannel", "flannelx"]
-    assert registry.flannel_devices(links) == ["flannel.1", "flannel-v6.42", "flannel3"]
+    assert specs.flannel_devices(links) == ["flannel.1", "flannel-v6.42", "flannel3"]
