@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from ansible_collections.pyflannel.network.plugins.modules import lease as lease_module
 
-from pyflannel_runtime.lab.etcd_server import EtcdServer
+from pyflannel_controller.lab.etcd_server import EtcdServer
 from pyflannel_runtime.ops.lease import LeaseOpError, NodeLease, release_etcd
 from pyflannel_runtime.subnet.annotations import Annotations
 from pyflannel_runtime.subnet.etcd import EtcdSettings

@@ -9,10 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from pyflannel_runtime.backend import registry
-from pyflannel_runtime.backend.base import Network
-from pyflannel_runtime.backend.vxlan import VxlanNetwork
-from pyflannel_runtime.lab.netns_lab import (
+from pyflannel_controller.lab.netns_lab import (
     NetLab,
     added,
     close_all,
@@ -22,6 +19,9 @@ from pyflannel_runtime.lab.netns_lab import (
     mesh,
     register_backend,
 )
+from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend.base import Network
+from pyflannel_runtime.backend.vxlan import VxlanNetwork
 from pyflannel_runtime.wire.lease import EventType, LeaseEvent
 from pyflannel_runtime.wire.vxlan_data import parse_vxlan_backend_data
 

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pyflannel_controller.model.cluster import ClusterModel
+from pyflannel_controller.model.cluster_settings import BACKEND_SETTINGS
 from pyflannel_runtime.backend import registry
 from pyflannel_runtime.backend.host import HostDatapath
 from pyflannel_runtime.backend.peers import PeerSkipped, VxlanDevices
 from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.backend_spec.options import HostGwOptions, UdpOptions, VxlanOptions
-from pyflannel_runtime.model.cluster import ClusterModel
-from pyflannel_runtime.model.cluster_settings import BACKEND_SETTINGS
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs, LeaseError
 from pyflannel_runtime.wire.netconf import ConfigError, NetworkConfig, parse_config
 from pyflannel_runtime.wire.vxlan_data import (

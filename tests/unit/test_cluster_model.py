@@ -14,16 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import StrictInt, TypeAdapter, ValidationError
 
-from pyflannel_runtime.backend_spec import specs
-from pyflannel_runtime.backend_spec.options import Option, UdpOptions, VxlanOptions
-from pyflannel_runtime.model.cluster import (
+from pyflannel_controller.model.cluster import (
     ClusterModel,
     ClusterModelError,
     _describe,
     _field_names_at,
     load_model,
 )
-from pyflannel_runtime.model.cluster_fields import (
+from pyflannel_controller.model.cluster_fields import (
     DELEGATE_EXTRA_MAX_BYTES,
     DELEGATE_EXTRA_MAX_DEPTH,
     _address,
@@ -31,8 +29,10 @@ from pyflannel_runtime.model.cluster_fields import (
     _network,
     _option_range,
 )
-from pyflannel_runtime.model.cluster_plan import PlanError, plan_cluster
-from pyflannel_runtime.model.cluster_settings import NodeOverrides
+from pyflannel_controller.model.cluster_plan import PlanError, plan_cluster
+from pyflannel_controller.model.cluster_settings import NodeOverrides
+from pyflannel_runtime.backend_spec import specs
+from pyflannel_runtime.backend_spec.options import Option, UdpOptions, VxlanOptions
 from pyflannel_runtime.wire.netconf import NetworkConfig, check_network_config
 
 

@@ -23,13 +23,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pyflannel_controller.cli import main as controller_main
+from pyflannel_controller.model.cluster import ClusterModelError, load_model
+from pyflannel_controller.model.model_file import ModelFileError, parse_model_text
 from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.cli import main
 from pyflannel_runtime.cni import plugin
 from pyflannel_runtime.cni.install import isolated_prelude
 from pyflannel_runtime.gojson.core import MAX_DEPTH, MAX_DOCUMENT_BYTES
-from pyflannel_runtime.model.cluster import ClusterModelError, load_model
-from pyflannel_runtime.model.model_file import ModelFileError, parse_model_text
 from pyflannel_runtime.subnet.annotations import (
     AnnotationPrefixError,
     Annotations,
@@ -400,7 +401,9 @@ def test_commands_answer_without_tracebacks(data: st.DataObject, name: str) -> N
             if name == "net-conf.json":
                 status = main(["config", "check", str(path)])
             else:
-                status = main(["render", "--model", str(path), "--node", "n1", "--out", str(out)])
+                status = controller_main(
+                    ["render", "--model", str(path), "--node", "n1", "--out", str(out)]
+                )
         assert status in (0, 1)
         if status == 1:
             assert stderr.getvalue() and "Traceback" not in stderr.getvalue()

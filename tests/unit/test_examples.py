@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pyflannel_controller.model.cluster import load_model
+from pyflannel_controller.render.render import render_node
 from pyflannel_runtime.backend_spec import specs
-from pyflannel_runtime.model.cluster import load_model
-from pyflannel_runtime.render.render import render_node
 from pyflannel_runtime.wire.netconf import check_network_config, parse_config
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

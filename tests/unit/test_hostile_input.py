@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from pyflannel_runtime.cli import main
+from pyflannel_controller.cli import main as controller_main
+from pyflannel_controller.model.cluster import ClusterModelError, load_model
 from pyflannel_runtime.cni.install import isolated_prelude
-from pyflannel_runtime.model.cluster import ClusterModelError, load_model
 from pyflannel_runtime.subnet.annotations import Annotations
 from pyflannel_runtime.subnet.kube_nodes import NodeLeaseTracker
 from pyflannel_runtime.wire.lease import LeaseAttrs, LeaseError
@@ -194,7 +194,9 @@ def test_yaml_alias_bomb_renders_nothing(
     model.write_text(alias_bomb(levels))
     assert model.stat().st_size < 450
     out = tmp_path / "out"
-    assert main(["render", "--model", str(model), "--node", "n1", "--out", str(out)]) == 1
+    assert (
+        controller_main(["render", "--model", str(model), "--node", "n1", "--out", str(out)]) == 1
+    )
     assert capsys.readouterr().err == f"{model}: {problem}\n"
     assert not out.exists()
 

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyflannel_runtime.model.cluster import load_model
-from pyflannel_runtime.model.cluster_plan import plan_cluster
-from pyflannel_runtime.model.cluster_rules import SANDBOX_HIDDEN
-from pyflannel_runtime.render.render import (
+from pyflannel_controller.model.cluster import load_model
+from pyflannel_controller.model.cluster_plan import plan_cluster
+from pyflannel_controller.model.cluster_rules import SANDBOX_HIDDEN
+from pyflannel_controller.render.render import (
     render_agent_env,
     render_conflist,
     render_net_conf,

@@ -18,8 +18,7 @@ from pydantic import (
     field_validator,
 )
 
-from pyflannel_runtime import DEFAULT_SUBNET_FILE
-from pyflannel_runtime.model.cluster_fields import (
+from pyflannel_controller.model.cluster_fields import (
     AbsPath,
     AnyAddress,
     BackendType,
@@ -40,6 +39,7 @@ from pyflannel_runtime.model.cluster_fields import (
     VxlanVni,
     single_line,
 )
+from pyflannel_runtime import DEFAULT_SUBNET_FILE
 from pyflannel_runtime.wire.netconf import NetworkConfig
 
 DEFAULT_ETCD_PREFIX = "/coreos.com/network"

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import Any
 
+from pyflannel_controller.model.cluster import ClusterModel, ClusterModelError
+from pyflannel_controller.model.cluster_settings import NodeOverrides
 from pyflannel_runtime.backend_spec import specs
-from pyflannel_runtime.model.cluster import ClusterModel, ClusterModelError
-from pyflannel_runtime.model.cluster_settings import NodeOverrides
 from pyflannel_runtime.wire.netconf import NetworkConfig, check_network_config
 
 ASSUMED_INTERFACE_MTU = 1500

@@ -16,9 +16,9 @@ from ipaddress import IPv4Address, IPv4Network
 
 from pydantic import BaseModel
 
+from pyflannel_controller.lab import underlay
+from pyflannel_controller.lab.errors import LabError
 from pyflannel_runtime.connectivity import responder
-from pyflannel_runtime.lab import underlay
-from pyflannel_runtime.lab.errors import LabError
 
 PORT = 7472
 ADDRESS_OFFSET = 2  # the bridge has the slot's first address, the hosts start at the 11th

@@ -39,9 +39,9 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from pyflannel_runtime.model.cluster import ClusterModel, ClusterModelError, load_model
-from pyflannel_runtime.model.cluster_plan import ClusterPlan, NodePlan, plan_cluster
-from pyflannel_runtime.model.model_file import ModelFileError, parse_model_text
+from pyflannel_controller.model.cluster import ClusterModel, ClusterModelError, load_model
+from pyflannel_controller.model.cluster_plan import ClusterPlan, NodePlan, plan_cluster
+from pyflannel_controller.model.model_file import ModelFileError, parse_model_text
 from pyflannel_runtime.netdev.selection import select_on_view
 from pyflannel_runtime.netdev.types import (
     ExternalInterface,

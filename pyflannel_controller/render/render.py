@@ -13,10 +13,10 @@ from typing import Any
 
 import jinja2
 
+from pyflannel_controller.model.cluster import ClusterModel
+from pyflannel_controller.model.cluster_plan import NodePlan, plan_cluster
 from pyflannel_runtime import DEFAULT_SUBNET_FILE
 from pyflannel_runtime.agent.envfile import AGENT_ENV_FILE
-from pyflannel_runtime.model.cluster import ClusterModel
-from pyflannel_runtime.model.cluster_plan import NodePlan, plan_cluster
 from pyflannel_runtime.ops.files import WantedFile
 from pyflannel_runtime.wire.subnet_env import SubnetEnv
 

@@ -30,15 +30,15 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from pyflannel_controller.lab import inventory, rootns, underlay
+from pyflannel_controller.lab import outside as stand_in
+from pyflannel_controller.lab.errors import LabError
+from pyflannel_controller.lab.locking import locked, locked_dir
+from pyflannel_controller.lab.paths import LabPaths, cache_dir
+from pyflannel_controller.lab.podman import Podman
+from pyflannel_controller.lab.rootfs import ADMIN_USER, DEFAULT_RELEASE, check_release, ensure_image
+from pyflannel_controller.lab.ssh import SSH_FAILED, SshTarget, check_control_dir, generate_key
 from pyflannel_runtime.fsutil import write_atomic
-from pyflannel_runtime.lab import inventory, rootns, underlay
-from pyflannel_runtime.lab import outside as stand_in
-from pyflannel_runtime.lab.errors import LabError
-from pyflannel_runtime.lab.locking import locked, locked_dir
-from pyflannel_runtime.lab.paths import LabPaths, cache_dir
-from pyflannel_runtime.lab.podman import Podman
-from pyflannel_runtime.lab.rootfs import ADMIN_USER, DEFAULT_RELEASE, check_release, ensure_image
-from pyflannel_runtime.lab.ssh import SSH_FAILED, SshTarget, check_control_dir, generate_key
 
 log = logging.getLogger(__name__)
 

@@ -9,12 +9,12 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from pyflannel_runtime.backend_spec import specs
-from pyflannel_runtime.model.cluster_settings import (
+from pyflannel_controller.model.cluster_settings import (
     AGENT_BACKEND_SETTINGS,
     BACKEND_SETTINGS,
     ClusterSettings,
 )
+from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.wire.netconf import ConfigError, check_network_config
 
 _NODE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")

@@ -16,8 +16,8 @@ from typing import Any
 from pydantic import ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
-from pyflannel_runtime.model.cluster_rules import cross_field_problems
-from pyflannel_runtime.model.cluster_settings import ClusterSettings, NodeOverrides
+from pyflannel_controller.model.cluster_rules import cross_field_problems
+from pyflannel_controller.model.cluster_settings import ClusterSettings, NodeOverrides
 
 
 class ClusterModelError(ValueError):
