@@ -1,7 +1,7 @@
 """One pyflanneld (vxlan) against 5 000 peer leases in a real etcd: programming time, event
 latency, memory and steady-state writes.
 
-Lab: an AgentLab with one host (pyflannel_runtime/lab/netns_agents.py), the cluster config
+Lab: an AgentLab with one host (pyflannel_controller/lab/netns_agents.py), the cluster config
 changed to SubnetLen 29 so 5 000 peers fit in 10.244.0.0/16, the host's lease reserved as
 10.244.0.8/29.
 Peer leases are put into etcd before the agent starts (aetcd transactions, from a helper
@@ -59,16 +59,16 @@ from ipaddress import IPv4Address, IPv4Network
 from bench_netlink import iproute2, make_host
 from sigterm import interrupt_on_sigterm
 
+from pyflannel_controller.lab.netns_agents import PREFIX, AgentLab
+from pyflannel_controller.lab.netns_lab import LabHost
 from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
 from pyflannel_runtime.backend.programmer import FULL_RECONCILE_PERIOD
-from pyflannel_runtime.backend.vxlan_data import parse_vxlan_backend_data, vxlan_backend_data
-from pyflannel_runtime.lab.netns_agents import PREFIX, AgentLab
-from pyflannel_runtime.lab.netns_lab import LabHost
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs, make_subnet_key
 from pyflannel_runtime.netlink.decoder import decode_neigh, decode_route
 from pyflannel_runtime.netlink.diff import desired_state, diff_ops
 from pyflannel_runtime.netlink.dump import Ownership, open_dump_socket, read_owned_state
 from pyflannel_runtime.netlink.netns import run_in_netns
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs, make_subnet_key
+from pyflannel_runtime.wire.vxlan_data import parse_vxlan_backend_data, vxlan_backend_data
 
 NETWORK = IPv4Network("10.244.0.0/16")
 SUBNET_LEN = 29

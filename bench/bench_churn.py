@@ -2,7 +2,7 @@
 churn (60 lease changes a second by default: new peers, peers leaving, peers changing their VTEP
 MAC, a third each) for ten minutes.
 
-Lab and churn: pyflannel_runtime/lab/churn.py (an AgentLab with one host, /29 subnets in
+Lab and churn: pyflannel_controller/lab/churn.py (an AgentLab with one host, /29 subnets in
 10.244.0.0/16, the changes sent on schedule from the underlay with the agent's own etcd client;
 a peer changes again only 2 s after its last change, so every change reaches the kernel as
 such). The agent runs with flanneld's resync period, a reconcile every 10 s. A netlink monitor
@@ -44,7 +44,7 @@ from collections.abc import Callable
 from bench_agent_scale import Change, KernelMonitor, percentile
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_runtime.lab.churn import (
+from pyflannel_controller.lab.churn import (
     RECONCILE_INTERVAL,
     LeaseChurn,
     Op,
@@ -57,7 +57,7 @@ from pyflannel_runtime.lab.churn import (
     process_facts,
     with_etcd,
 )
-from pyflannel_runtime.lab.netns_agents import AgentLab
+from pyflannel_controller.lab.netns_agents import AgentLab
 from pyflannel_runtime.subnet.etcd_client import EtcdClient, prefix_range_end
 
 SUBNETS = b"/coreos.com/network/subnets/"

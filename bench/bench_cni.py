@@ -105,7 +105,7 @@ def inner(work: Path, pod_netns: str, iterations: int) -> None:
 def _write_configs(work: Path, tag: str) -> None:
     from pyflannel_runtime.cni.delegate import build_delegate, encode_delegate
     from pyflannel_runtime.cni.plugin_config import parse_netconf
-    from pyflannel_runtime.model.subnet_env import parse_cni_subnet_env
+    from pyflannel_runtime.wire.subnet_env import parse_cni_subnet_env
 
     subnet_env = "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.9.1/24\n"
     subnet_env += "FLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n"

@@ -32,7 +32,7 @@ from pyflannel_runtime.cni.delegate import build_delegate, encode_delegate
 from pyflannel_runtime.cni.install import install_plugin
 from pyflannel_runtime.cni.plugin_config import parse_netconf
 from pyflannel_runtime.cni.state import save_config
-from pyflannel_runtime.model.subnet_env import parse_cni_subnet_env
+from pyflannel_runtime.wire.subnet_env import parse_cni_subnet_env
 
 PLUGINS = "/usr/lib/cni"
 SUBNET_ENV = "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.8.1/23\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n"

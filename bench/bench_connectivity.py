@@ -19,8 +19,8 @@ import sys
 
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_runtime.lab import hosts
-from pyflannel_runtime.lab.playbook import run_playbook
+from pyflannel_controller.lab import hosts
+from pyflannel_controller.lab.playbook import run_playbook
 
 VERIFY = ("--tags", "flannel_preflight,flannel_verify")
 

@@ -52,9 +52,9 @@ from bench_agent_scale import (
 )
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_runtime.backend.vxlan_data import parse_vxlan_backend_data
-from pyflannel_runtime.lab.netns_agents import AgentLab
-from pyflannel_runtime.model.lease import Lease
+from pyflannel_controller.lab.netns_agents import AgentLab
+from pyflannel_runtime.wire.lease import Lease
+from pyflannel_runtime.wire.vxlan_data import parse_vxlan_backend_data
 
 try:
     from tests.fakes.kube_api import FakeKubeApi, partial

@@ -26,11 +26,11 @@ from ipaddress import IPv4Address, IPv4Network
 from sigterm import interrupt_on_sigterm
 
 from pyflannel_runtime.backend import registry
-from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data as backend_data
-from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
-from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config
 from pyflannel_runtime.netdev.types import ExternalInterface
 from pyflannel_runtime.netlink.dump import Ownership, open_dump_socket, read_owned_state
+from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent
+from pyflannel_runtime.wire.netconf import NetworkConfig, check_network_config
+from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data as backend_data
 
 NETWORK = IPv4Network("10.244.0.0/16")
 SUBNET_LEN = 29  # 8 192 subnets: room for 5 000 peers

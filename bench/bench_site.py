@@ -1,7 +1,7 @@
 """site.yml on a fresh 3-host lab: the first run, the idempotent re-run, and how many modules
 the re-run starts on each host.
 
-Lab: ``pyflannel_runtime.lab`` podman hosts reached over SSH (the image cache is reused when
+Lab: ``pyflannel_controller.lab`` podman hosts reached over SSH (the image cache is reused when
 present; the wheelhouse cache too, so the first run measures provisioning, not pip wheel).
 Modules per host are counted from the ssh commands Ansible starts (with pipelining, one per
 module run on that host; controller-side work such as certificate generation is not counted).
@@ -17,8 +17,8 @@ import sys
 
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_runtime.lab import hosts
-from pyflannel_runtime.lab.playbook import run_playbook
+from pyflannel_controller.lab import hosts
+from pyflannel_controller.lab.playbook import run_playbook
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 """Pod-to-pod TCP throughput through the agent-programmed datapath vs the same topology
 programmed by hand, for vxlan and host-gw.
 
-  * agent: an AgentLab (pyflannel_runtime/lab/netns_agents.py): real etcd, pyflanneld on both
+  * agent: an AgentLab (pyflannel_controller/lab/netns_agents.py): real etcd, pyflanneld on both
     hosts (no --ip-masq, as flanneld's default), which install flannel's FORWARD accept rules;
   * by hand: a plain NetLab programmed with the `ip` / `bridge` commands flanneld's backends
     amount to (docs/compatibility.md, "VXLAN device and per-peer entries" and "host-gw
@@ -44,8 +44,8 @@ import time
 
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_runtime.lab.netns_agents import AgentLab
-from pyflannel_runtime.lab.netns_lab import NetLab
+from pyflannel_controller.lab.netns_agents import AgentLab
+from pyflannel_controller.lab.netns_lab import NetLab
 
 MTU = {"vxlan": 1450, "host-gw": 1500}
 CPUS = (0, 1)

@@ -1,7 +1,7 @@
 """udp backend throughput vs a C per-packet TUN<->UDP forwarder (socat) and vs kernel vxlan,
 pod to pod.
 
-Topology (pyflannel_runtime/lab/netns_lab.py): 2 netns hosts on a bridge underlay (MTU 1500),
+Topology (pyflannel_controller/lab/netns_lab.py): 2 netns hosts on a bridge underlay (MTU 1500),
 one pod each behind cni0. Setups (`--setups A B` measures A / B):
 
   * ours: pyflannel's udp backend, flannel's framing on UDP 8285 (a send and a receive worker
@@ -82,15 +82,15 @@ from pathlib import Path
 from bench_throughput import program_by_hand
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_runtime.backend.udp import UdpBackend, UdpNetwork
-from pyflannel_runtime.lab.netns_lab import (
+from pyflannel_controller.lab.netns_lab import (
     LabHost,
     NetLab,
     close_udp_network,
     external_interface,
 )
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs
-from pyflannel_runtime.model.netconf import check_network_config, parse_config
+from pyflannel_runtime.backend.udp import UdpBackend, UdpNetwork
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
+from pyflannel_runtime.wire.netconf import check_network_config, parse_config
 
 PREFIX = "pudpb"
 POD_MTU = 1472

@@ -4,7 +4,7 @@ sends them.
 
 Lab: an AgentLab with two hosts running pyflanneld with the udp backend (real etcd), the pods'
 MTU at FLANNEL_MTU (1472), and an outside namespace on the underlay bridge at 192.0.2.99, which
-no lease names (pyflannel_runtime/lab/flood.py). Each datagram is a valid inner IPv4/UDP packet
+no lease names (pyflannel_controller/lab/flood.py). Each datagram is a valid inner IPv4/UDP packet
 for pod 2, so only its outer source tells it from a peer's; host 2's udp backend drops and
 counts every one (its socket filter in the kernel; the forwarder for any that get by).
 
@@ -36,9 +36,9 @@ from ipaddress import IPv4Address
 
 from sigterm import interrupt_on_sigterm
 
+from pyflannel_controller.lab.flood import Flood, Outsider, flooding, inner_packet, outsider
+from pyflannel_controller.lab.netns_agents import AgentLab
 from pyflannel_runtime.connectivity.snmp import UDP_BUFFER_ERRORS, read_counters
-from pyflannel_runtime.lab.flood import Flood, Outsider, flooding, inner_packet, outsider
-from pyflannel_runtime.lab.netns_agents import AgentLab
 
 POD_MTU = 1472
 STRANGER = IPv4Address("192.0.2.99")

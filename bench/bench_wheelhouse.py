@@ -2,7 +2,7 @@
 
 What a first site.yml run on a new controller pays before any node is touched: the runtime's
 own wheel, then its dependencies' binary wheels downloaded for the node interpreter's tags
-(pyflannel_runtime.ops.wheelhouse), once per distinct interpreter of the play. The reference is
+(pyflannel_controller.wheelhouse), once per distinct interpreter of the play. The reference is
 a cached build of the same target, what every later run pays. Needs the package index.
 
 Finishes with `metric: value` lines:
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_runtime.ops.wheelhouse import build_wheelhouse, target_of
+from pyflannel_controller.wheelhouse import build_wheelhouse, target_of
 
 ROOT = Path(__file__).resolve().parents[1]
 # Debian 12 and 13 on x86_64, as node_facts reports their system Python.

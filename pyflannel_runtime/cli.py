@@ -1,4 +1,5 @@
-"""``pyflannel``: the operator's command line.
+"""``pyflannel``: the node's operator command line (the controller's own commands are
+``python -m pyflannel_controller``, pyflannel_controller/cli.py).
 
 Each command is one small function; adding a command means adding a ``_register_*`` function
 to ``COMMANDS``. Heavy imports happen inside the command that needs them, so ``pyflannel
@@ -23,7 +24,7 @@ Handler = Callable[[argparse.Namespace], int]
 Subparsers = Any  # argparse's _SubParsersAction, which typeshed keeps private
 
 
-def _add_command(
+def add_command(
     subparsers: Subparsers, name: str, handler: Handler, help: str, description: str
 ) -> Any:
     parser = subparsers.add_parser(name, help=help, description=description)
@@ -44,15 +45,15 @@ def _read_net_conf(path: str) -> bytes:
 
 
 def _config_check(args: argparse.Namespace) -> int:
-    from pyflannel_runtime.backend import registry
-    from pyflannel_runtime.model import netconf
+    from pyflannel_runtime.backend_spec import specs
+    from pyflannel_runtime.wire import netconf
 
     data = _read_net_conf(args.file)
     try:
         cfg = netconf.parse_config(data)
         cfg = netconf.check_network_config(cfg)
         netconf.ip_stack(cfg)
-        registry.validate(cfg)  # the agent's own check of the backend and its options
+        specs.validate(cfg)  # the agent's own check of the backend and its options
     except netconf.ConfigError as err:
         raise CommandError(str(err)) from None
     sys.stdout.write(netconf.encode_config(cfg))
@@ -64,7 +65,7 @@ def _register_config(subparsers: Subparsers) -> None:
         "config", help="work with net-conf.json", description="Work with net-conf.json."
     )
     actions = config.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    check = _add_command(
+    check = add_command(
         actions,
         "check",
         _config_check,
@@ -73,7 +74,7 @@ def _register_config(subparsers: Subparsers) -> None:
         "on error print flannel's message and exit 1.",
     )
     check.add_argument("file", metavar="FILE", help="the net-conf.json to check")
-    publish = _add_command(
+    publish = add_command(
         actions,
         "publish",
         _config_publish,
@@ -129,83 +130,6 @@ def _config_publish(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- render -----------------------------------------------------------------------------------
-
-
-def _read_model_file(path: str) -> str:
-    from pyflannel_runtime.fsutil import read_small_file
-
-    try:
-        return read_small_file(path).decode("utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise CommandError(f"{path}: cannot read the cluster model: {err}") from None
-
-
-def _render(args: argparse.Namespace) -> int:
-    from pyflannel_runtime.ops.files import FilesError, sync_files
-
-    try:  # the controller extra, which nodes do not install
-        from pyflannel_runtime.model.cluster import ClusterModelError, load_model
-        from pyflannel_runtime.model.model_file import ModelFileError, parse_model_text
-        from pyflannel_runtime.render.render import render_node
-    except ImportError as err:
-        raise CommandError(
-            f"pyflannel render runs on the controller: it needs {err.name}, which "
-            "pip install 'pyflannel[controller]' brings"
-        ) from None
-
-    text = _read_model_file(args.model)
-    is_json = args.model.endswith(".json")
-    try:
-        data = parse_model_text(text, is_json=is_json)
-    except ModelFileError as err:
-        kind = "JSON" if is_json else "YAML"
-        raise CommandError(f"{args.model}: not valid {kind}: {err}") from None
-    # Everything is validated and rendered before the first byte is written.
-    try:
-        files = render_node(load_model(data), args.node)
-    except ClusterModelError as err:
-        problems = "\n".join(f"  {line}" for line in err.problems)
-        raise CommandError(f"{args.model}: invalid cluster model:\n{problems}") from None
-    # All of the node's files are written, or none is changed.
-    try:
-        plan = sync_files(files, root=args.out)
-    except FilesError as err:
-        raise CommandError(f"cannot write the files: {err}") from None
-    if not args.quiet:
-        for file in plan.files:
-            print(f"{file.target}: {', '.join(file.reasons) or 'unchanged'}")
-    return 0
-
-
-def _register_render(subparsers: Subparsers) -> None:
-    render = _add_command(
-        subparsers,
-        "render",
-        _render,
-        "write one node's files from the cluster model",
-        "Write one node's files below DIR: the CNI conflist, the agent's environment file, "
-        "the systemd unit, net-conf.json with the kubernetes datastore (with etcd the agent "
-        "reads <prefix>/config instead: see pyflannel config publish), and subnet.env when "
-        "the node's subnet is pinned. Nothing is written unless the whole model is valid, and "
-        "then all of the files are written or none is changed. Prints each file with what "
-        "changed (created, content, mode) or 'unchanged'.",
-    )
-    render.add_argument(
-        "--model", required=True, metavar="FILE", help="cluster model, YAML or JSON"
-    )
-    render.add_argument("--node", required=True, metavar="NAME", help="the node to render for")
-    render.add_argument(
-        "--out",
-        required=True,
-        metavar="DIR",
-        help="root the files go under, e.g. / or a staging dir",
-    )
-    render.add_argument(
-        "-q", "--quiet", action="store_true", help="print nothing; the exit status tells"
-    )
-
-
 # --- cni install ------------------------------------------------------------------------------
 
 
@@ -225,7 +149,7 @@ def _register_cni(subparsers: Subparsers) -> None:
         "cni", help="manage the flannel CNI plugin", description="Manage the flannel CNI plugin."
     )
     actions = cni.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    install = _add_command(
+    install = add_command(
         actions,
         "install",
         _cni_install,
@@ -244,7 +168,7 @@ def _register_status(subparsers: Subparsers) -> None:
     # status imports its lease stores and pyroute2 only when it runs.
     from pyflannel_runtime import status
 
-    parser = _add_command(subparsers, "status", status.command, status.HELP, status.DESCRIPTION)
+    parser = add_command(subparsers, "status", status.command, status.HELP, status.DESCRIPTION)
     status.add_arguments(parser)
 
 
@@ -254,7 +178,7 @@ def _register_status(subparsers: Subparsers) -> None:
 def _register_ipam(subparsers: Subparsers) -> None:
     from pyflannel_runtime.ipam import cli as ipam
 
-    parser = _add_command(subparsers, "ipam", ipam.command, ipam.HELP, ipam.DESCRIPTION)
+    parser = add_command(subparsers, "ipam", ipam.command, ipam.HELP, ipam.DESCRIPTION)
     ipam.add_arguments(parser)
 
 
@@ -264,7 +188,7 @@ def _register_ipam(subparsers: Subparsers) -> None:
 def _register_connectivity(subparsers: Subparsers) -> None:
     from pyflannel_runtime.connectivity import cli as connectivity
 
-    parser = _add_command(
+    parser = add_command(
         subparsers,
         "connectivity",
         connectivity.command,
@@ -278,7 +202,6 @@ def _register_connectivity(subparsers: Subparsers) -> None:
 
 COMMANDS: list[Callable[[Subparsers], None]] = [
     _register_config,
-    _register_render,
     _register_cni,
     _register_status,
     _register_ipam,
@@ -311,7 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    return run(build_parser(), argv)
+
+
+def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    """Parse `argv` and run the command it names: its exit status, 2 for a usage error."""
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # --help, or a usage error argparse already printed

@@ -40,7 +40,6 @@ from pyflannel_runtime.ipam.node import (
     usage_dict,
     usage_text,
 )
-from pyflannel_runtime.model.lease import Lease
 from pyflannel_runtime.ops.agent import AgentHealth, agent_endpoint, duration
 from pyflannel_runtime.ops.agent_settings import lease_store
 from pyflannel_runtime.ops.leases import iso_time, lease_fields, vtep_macs
@@ -66,6 +65,7 @@ from pyflannel_runtime.ops.verify import (
     describe,
     verify,
 )
+from pyflannel_runtime.wire.lease import Lease
 
 HELP = "show the agent's health, the leases, and whether this host's datapath holds every peer"
 DESCRIPTION = (

@@ -11,7 +11,7 @@ from ansible_collections.pyflannel.network.plugins.plugin_utils.cluster import (
 )
 
 if TYPE_CHECKING:
-    from pyflannel_runtime.ops.inventory import InventoryPlan
+    from pyflannel_controller.inventory import InventoryPlan
 
 
 def _node_fact(checked: InventoryPlan, host: str) -> dict[str, Any] | None:

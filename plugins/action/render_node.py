@@ -1,4 +1,4 @@
-"""Action plugin: one node's files rendered on the controller by pyflannel_runtime.render.
+"""Action plugin: one node's files rendered on the controller by pyflannel_controller.render.
 
 Rendering needs pydantic and jinja2, which nodes do not get; the result feeds
 pyflannel.network.files, which writes the contents on the node.
@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 from ansible_collections.pyflannel.network.plugins.plugin_utils.cluster import ClusterAction
 
 if TYPE_CHECKING:
-    from pyflannel_runtime.ops.inventory import InventoryPlan
+    from pyflannel_controller.inventory import InventoryPlan
 
 KINDS = ("conflist", "net_conf", "agent_env", "systemd_unit", "subnet_env", "kubeconfig")
 
 
 def _paths(model: Any) -> dict[str, str]:
-    from pyflannel_runtime.render.render import AGENT_ENV_FILE, SYSTEMD_UNIT_FILE
+    from pyflannel_controller.render.render import AGENT_ENV_FILE, SYSTEMD_UNIT_FILE
 
     return {
         "conflist": f"{model.flannel_cni_conf_dir}/{model.flannel_cni_conf_file}",
@@ -44,7 +44,7 @@ class ActionModule(ClusterAction):
     def act(
         self, checked: InventoryPlan, args: dict[str, Any], task_vars: dict[str, Any]
     ) -> dict[str, Any]:
-        from pyflannel_runtime.render.render import render_net_conf, render_node
+        from pyflannel_controller.render.render import render_net_conf, render_node
 
         rendered = render_node(checked.model, task_vars["inventory_hostname"])
         selected = {path for kind, path in _paths(checked.model).items() if kind in args["files"]}

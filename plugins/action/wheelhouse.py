@@ -1,5 +1,5 @@
 """Action plugin: the agent's wheelhouses on the controller, one per distinct interpreter of the
-play's nodes, built once and cached (pyflannel_runtime.ops.wheelhouse), or a prebuilt one checked."""
+play's nodes, built once and cached (pyflannel_controller.wheelhouse), or a prebuilt one checked."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class ActionModule(ActionBase):
             mutually_exclusive=[("source", "archive")],
         )
         require_runtime()
-        from pyflannel_runtime.ops.wheelhouse import (
+        from pyflannel_controller.wheelhouse import (
             WheelhouseError,
             build_for_hosts,
             load_wheelhouse,

@@ -62,9 +62,9 @@ def stale_backend_devices(
     link_names: Iterable[str], cluster: Mapping[str, Any] | None
 ) -> list[str]:
     try:
-        from pyflannel_runtime.backend.registry import flannel_devices, stale_devices
-        from pyflannel_runtime.model.cluster_settings import backend_options
-        from pyflannel_runtime.model.netconf import ConfigError
+        from pyflannel_controller.model.cluster_settings import backend_options
+        from pyflannel_runtime.backend_spec.specs import flannel_devices, stale_devices
+        from pyflannel_runtime.wire.netconf import ConfigError
     except ImportError as why:
         raise AnsibleFilterError(
             f"pyflannel.network needs the pyflannel_runtime package on the controller: {why}"

@@ -1,5 +1,5 @@
 """Controller side: the flannel nodes' variables and facts out of Ansible's hostvars, checked
-through pyflannel_runtime.ops.inventory (imported from the controller's environment).
+through pyflannel_controller.inventory (imported from the controller's environment).
 
 A limited run (``--limit``) still checks every node of the group: a host outside the play has
 no ``_flannel_settings`` fact, so its settings are computed here as the preflight role would
@@ -26,8 +26,7 @@ from ansible_collections.pyflannel.network.plugins.plugin_utils.role_values impo
 )
 
 try:
-    from pyflannel_runtime.fsutil import read_small_file
-    from pyflannel_runtime.ops.inventory import (
+    from pyflannel_controller.inventory import (
         KUBECONFIG_LIMIT,
         KUBECONFIG_SOURCE,
         InventoryError,
@@ -35,6 +34,7 @@ try:
         ReadSource,
         check_inventory,
     )
+    from pyflannel_runtime.fsutil import read_small_file
 except ImportError as err:  # pragma: no cover - depends on the controller's environment
     _IMPORT_ERROR: ImportError | None = err
 else:

@@ -1,5 +1,5 @@
 """The agent's environment file: the FLANNELD_* settings its systemd unit hands to pyflanneld
-(``EnvironmentFile=``), as ``pyflannel render`` writes them.
+(``EnvironmentFile=``), as ``python -m pyflannel_controller render`` writes them.
 
 ``pyflannel status`` and ``pyflannel config publish`` read it, so that on a node they reach
 the lease store, the health server and the subnet file exactly as the agent does.

@@ -30,14 +30,15 @@ from pyflannel_runtime.agent.stores import build_subnet_manager, previous_subnet
 from pyflannel_runtime.agent.traffic import install_traffic_rules
 from pyflannel_runtime.backend import registry
 from pyflannel_runtime.backend.base import BackendError, DeviceSettings, PublishesState
+from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.fsutil import os_error_text, unlink_quietly, write_atomic, write_temp
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs
-from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, ip_stack
-from pyflannel_runtime.model.subnet_env import PreviousSubnets, SubnetEnv
 from pyflannel_runtime.netdev import InterfaceError, select_external_interface
 from pyflannel_runtime.subnet.allocation import OutOfSubnets
 from pyflannel_runtime.subnet.manager import LeaseRevoked, LeaseTaken, SubnetManager
 from pyflannel_runtime.subnet.watcher import LeaseScope
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
+from pyflannel_runtime.wire.netconf import ConfigError, NetworkConfig, ip_stack
+from pyflannel_runtime.wire.subnet_env import PreviousSubnets, SubnetEnv
 
 log = logging.getLogger("pyflannel.agent")
 
@@ -244,7 +245,7 @@ class Agent:
         try:
             # Before anything is created or deleted: flannel finds a bad option only after it
             # has replaced the existing device.
-            registry.validate(config)
+            specs.validate(config)
         except ConfigError as err:
             raise StartupError(f"Error registering network: {err}") from err
         self._check_br_netfilter(config)

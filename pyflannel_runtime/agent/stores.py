@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from pyflannel_runtime.agent.flags import Options
 from pyflannel_runtime.fsutil import read_small_file
-from pyflannel_runtime.model.subnet_env import PreviousSubnets, read_previous_subnets
 from pyflannel_runtime.subnet.manager import SubnetManager
+from pyflannel_runtime.wire.subnet_env import PreviousSubnets, read_previous_subnets
 
 if TYPE_CHECKING:
     from pyflannel_runtime.subnet.etcd import EtcdSettings

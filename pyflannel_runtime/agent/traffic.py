@@ -13,9 +13,9 @@ from pyflannel_runtime.agent.flags import Options
 from pyflannel_runtime.firewall.blackhole import keep_blackhole_routes
 from pyflannel_runtime.firewall.command import FirewallError
 from pyflannel_runtime.firewall.manager import start_traffic_manager
-from pyflannel_runtime.model.lease import Lease
-from pyflannel_runtime.model.netconf import NetworkConfig
-from pyflannel_runtime.model.subnet_env import PreviousSubnets
+from pyflannel_runtime.wire.lease import Lease
+from pyflannel_runtime.wire.netconf import NetworkConfig
+from pyflannel_runtime.wire.subnet_env import PreviousSubnets
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from pyflannel_runtime.backend.tx_offload import AUTO_VERDICT_FILE, DEFAULT_MODE
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs, LeaseEvent
-from pyflannel_runtime.model.netconf import NetworkConfig
 from pyflannel_runtime.netdev.types import ExternalInterface
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs, LeaseEvent
+from pyflannel_runtime.wire.netconf import NetworkConfig
 
 AcquireLease = Callable[[LeaseAttrs], Awaitable[Lease]]
 

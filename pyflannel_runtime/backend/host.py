@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Network
 from typing import Any
 
-from pyflannel_runtime.backend.options import UdpOptions, VxlanOptions
 from pyflannel_runtime.backend.peers import VxlanDevices
-from pyflannel_runtime.model.lease import Lease
-from pyflannel_runtime.model.netconf import NetworkConfig
+from pyflannel_runtime.backend_spec.options import UdpOptions, VxlanOptions
 from pyflannel_runtime.netlink.entries import IPAddress, IPNetwork
+from pyflannel_runtime.wire.lease import Lease
+from pyflannel_runtime.wire.netconf import NetworkConfig
 
 
 @dataclass(frozen=True)

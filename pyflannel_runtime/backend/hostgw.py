@@ -11,14 +11,14 @@ from collections.abc import Sequence
 from ipaddress import IPv4Address
 
 from pyflannel_runtime.backend.base import AcquireLease, BackendError
-from pyflannel_runtime.backend.options import HostGwOptions
 from pyflannel_runtime.backend.peers import hostgw_peer_entries
 from pyflannel_runtime.backend.programmer import PeerProgrammer
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs
-from pyflannel_runtime.model.netconf import NetworkConfig
+from pyflannel_runtime.backend_spec.options import HostGwOptions
 from pyflannel_runtime.netdev.types import ExternalInterface
 from pyflannel_runtime.netlink.dump import Ownership
 from pyflannel_runtime.netlink.entries import Entry
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
+from pyflannel_runtime.wire.netconf import NetworkConfig
 
 NAT_MESSAGE = (
     "your PublicIP differs from interface IP, meaning that probably you're on a NAT, "

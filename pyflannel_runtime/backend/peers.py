@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
 
-from pyflannel_runtime.backend.vxlan_data import vtep_mac
-from pyflannel_runtime.model.lease import Lease, LeaseError
 from pyflannel_runtime.netlink.entries import Entry, Fdb, IPAddress, IPNetwork, Neigh, Route
+from pyflannel_runtime.wire.lease import Lease, LeaseError
+from pyflannel_runtime.wire.vxlan_data import vtep_mac
 
 
 class PeerSkipped(Exception):

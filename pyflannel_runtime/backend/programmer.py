@@ -28,7 +28,6 @@ from pyroute2 import IPRoute
 
 from pyflannel_runtime.backend.drift import Wanted, repairs
 from pyflannel_runtime.backend.peers import PeerSkipped
-from pyflannel_runtime.model.lease import EventType, Lease, LeaseEvent
 from pyflannel_runtime.netlink.batch import BatchSender, OpFailure
 from pyflannel_runtime.netlink.diff import desired_state, diff_ops, removal_ops
 from pyflannel_runtime.netlink.dump import Ownership, owned_kernel_routes, owned_state
@@ -45,6 +44,7 @@ from pyflannel_runtime.netlink.monitor import (
     parse_events,
 )
 from pyflannel_runtime.netlink.netns import iproute
+from pyflannel_runtime.wire.lease import EventType, Lease, LeaseEvent
 
 log = logging.getLogger("pyflannel.backend")
 

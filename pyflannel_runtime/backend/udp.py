@@ -39,15 +39,15 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pyflannel_runtime.backend import udp_filter
 from pyflannel_runtime.backend.base import AcquireLease, BackendError
 from pyflannel_runtime.backend.host import UDP_WORKER_MODULE, UDP_WORKER_ROLES
-from pyflannel_runtime.backend.options import UdpOptions
 from pyflannel_runtime.backend.peers import udp_peer_route
 from pyflannel_runtime.backend.udp_packet import Command, CommandMessage, Peer, encode_command
 from pyflannel_runtime.backend.udp_superpacket import advertises, backend_data
 from pyflannel_runtime.backend.udp_worker import COUNTERS_PER_WORKER, READY, UDP_GRO, Counter
-from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
-from pyflannel_runtime.model.netconf import NetworkConfig
+from pyflannel_runtime.backend_spec.options import UdpOptions
 from pyflannel_runtime.netdev.types import ExternalInterface
 from pyflannel_runtime.netlink.netns import iproute, run_in_netns, write_sysctl
+from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent
+from pyflannel_runtime.wire.netconf import NetworkConfig
 
 log = logging.getLogger("pyflannel.backend.udp")
 

@@ -20,10 +20,8 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from pyflannel_runtime.backend.base import AcquireLease, BackendError, DeviceSettings
 from pyflannel_runtime.backend.host import direct_oif
-from pyflannel_runtime.backend.options import VxlanOptions
 from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
 from pyflannel_runtime.backend.programmer import PeerProgrammer
-from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
 from pyflannel_runtime.backend.vxlan_device import (
     Device,
     VxlanDeviceSpec,
@@ -33,12 +31,14 @@ from pyflannel_runtime.backend.vxlan_device import (
     random_vtep_mac,
     verify_mac,
 )
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs
-from pyflannel_runtime.model.netconf import NetworkConfig
+from pyflannel_runtime.backend_spec.options import VxlanOptions
 from pyflannel_runtime.netdev.types import ExternalInterface
 from pyflannel_runtime.netlink.dump import Ownership
 from pyflannel_runtime.netlink.entries import Entry, IPAddress, IPNetwork
 from pyflannel_runtime.netlink.monitor import LinkEvent
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
+from pyflannel_runtime.wire.netconf import NetworkConfig
+from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data
 
 log = logging.getLogger("pyflannel.backend.vxlan")
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import BinaryIO
 
-    from pyflannel_runtime.model.subnet_env import CniSubnetEnv
+    from pyflannel_runtime.wire.subnet_env import CniSubnetEnv
 
 _SUBNET_ENV_HINT = ". Check the flannel pod log for this node."
 # The bridge plugin's default (plugins/main/bridge/bridge.go: defaultBrName).
@@ -30,7 +30,7 @@ def _plain(msg: str) -> CniError:
 
 def load_subnet_env(path: str) -> CniSubnetEnv:
     from pyflannel_runtime.fsutil import read_small_file
-    from pyflannel_runtime.model.subnet_env import parse_cni_subnet_env
+    from pyflannel_runtime.wire.subnet_env import parse_cni_subnet_env
 
     try:
         text = read_small_file(path).decode("utf-8", errors="replace")

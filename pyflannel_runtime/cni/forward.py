@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from pyflannel_runtime.cni.plugin_config import FlannelNetConf
-    from pyflannel_runtime.model.subnet_env import CniSubnetEnv
+    from pyflannel_runtime.wire.subnet_env import CniSubnetEnv
 
 
 def _version_key(version: str) -> tuple[int, ...] | None:

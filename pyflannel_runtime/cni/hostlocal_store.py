@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from _socket import AF_INET, AF_INET6, inet_ntop, inet_pton
 
-from pyflannel_runtime.model.subnet_env import _Record
+from pyflannel_runtime.wire.subnet_env import _Record
 
 DEFAULT_DATA_DIR = "/var/lib/cni/networks"
 LINE_BREAK = "\r\n"

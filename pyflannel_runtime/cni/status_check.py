@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from typing import BinaryIO
 
     from pyflannel_runtime.cni.plugin_config import FlannelNetConf
-    from pyflannel_runtime.model.subnet_env import CniSubnetEnv
+    from pyflannel_runtime.wire.subnet_env import CniSubnetEnv
 
 ERR_NOT_AVAILABLE = 50
 ERR_LIMITED_CONNECTIVITY = 51

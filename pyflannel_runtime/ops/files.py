@@ -1,6 +1,6 @@
 """Put a node's rendered files on disk: compare, then write only what differs, all or nothing.
 
-`pyflannel render` and the collection's files module both call this. ``plan_files`` reads what
+`python -m pyflannel_controller render` and the collection's files module both call this. ``plan_files`` reads what
 is on disk and says, per file, what would change; ``apply_files`` makes those changes so that
 either every file of the set is new or none is changed; ``sync_files`` is the two in one, with
 check mode. Each file's content, exact mode (the umask plays no part) and optionally owner and

@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
-from pyflannel_runtime.model.lease import LeaseAttrs, LeaseError, parse_subnet_key
 from pyflannel_runtime.ops.publish import Reservation, publish, with_client
 from pyflannel_runtime.subnet.annotations import Annotations
 from pyflannel_runtime.subnet.etcd import EtcdSettings
@@ -41,6 +40,7 @@ from pyflannel_runtime.subnet.kube import (
 )
 from pyflannel_runtime.subnet.kube_client import KubeApiError
 from pyflannel_runtime.subnet.kube_nodes import node_annotations
+from pyflannel_runtime.wire.lease import LeaseAttrs, LeaseError, parse_subnet_key
 
 _NO_IPV4 = IPv4Network("0.0.0.0/0")
 _UNSET_IP = IPv4Address(0)

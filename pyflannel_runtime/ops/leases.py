@@ -21,11 +21,11 @@ from datetime import UTC, datetime
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import Any
 
-from pyflannel_runtime.backend import registry
-from pyflannel_runtime.model.lease import Lease
-from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, check_network_config
+from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.ops.verify import LeaseStore, lease_order, list_leases, store_kind
 from pyflannel_runtime.subnet.manager import LeaseListing, ListedLease, UnreadableLease
+from pyflannel_runtime.wire.lease import Lease
+from pyflannel_runtime.wire.netconf import ConfigError, NetworkConfig, check_network_config
 
 _NO_IPV4 = IPv4Address("0.0.0.0")
 
@@ -209,7 +209,7 @@ def read_leases(store: LeaseStore, hosts: Sequence[InventoryHost]) -> LeasesRepo
 
 def vtep_macs(lease: Lease) -> tuple[str, str]:
     """The VTEP MACs (IPv4, IPv6) a lease advertises; empty for backends without one."""
-    spec = registry.find(lease.attrs.backend_type)
+    spec = specs.find(lease.attrs.backend_type)
     if spec is None or spec.advertised_mac is None:
         return "", ""
     return spec.advertised_mac(lease.attrs.backend_data), spec.advertised_mac(

@@ -15,9 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pyflannel_runtime.backend import tx_offload
-from pyflannel_runtime.backend.options import VxlanOptions
-from pyflannel_runtime.model.lease import Lease
-from pyflannel_runtime.model.subnet_env import parse_dotenv
+from pyflannel_runtime.backend_spec.options import VxlanOptions
 from pyflannel_runtime.ops.agent import AgentEndpoint, AgentHealth, AgentState, probe_agent
 from pyflannel_runtime.ops.leases import lease_fields
 from pyflannel_runtime.ops.verify import (
@@ -30,6 +28,8 @@ from pyflannel_runtime.ops.verify import (
     require_netns,
     verify,
 )
+from pyflannel_runtime.wire.lease import Lease
+from pyflannel_runtime.wire.subnet_env import parse_dotenv
 
 # The agent answers its health server at once; the lease store bounds its own requests.
 DEFAULT_TIMEOUT = 10.0

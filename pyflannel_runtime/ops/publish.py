@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import TypeVar
 
-from pyflannel_runtime.backend import registry
-from pyflannel_runtime.model.lease import LeaseAttrs, LeaseError, make_subnet_key
-from pyflannel_runtime.model.netconf import check_network_config, ip_stack, parse_config
+from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.subnet.etcd import EtcdSettings, client_tls, parse_endpoint
 from pyflannel_runtime.subnet.etcd_client import EtcdClient, EtcdUnavailable, KeyValue
+from pyflannel_runtime.wire.lease import LeaseAttrs, LeaseError, make_subnet_key
+from pyflannel_runtime.wire.netconf import check_network_config, ip_stack, parse_config
 
 _T = TypeVar("_T")
 
@@ -71,7 +71,7 @@ def validate_config(text: str) -> None:
     try:
         config = check_network_config(parse_config(text))
         ip_stack(config)
-        registry.validate(config)  # the agent's own check of the backend and its options
+        specs.validate(config)  # the agent's own check of the backend and its options
     except ValueError as err:  # ConfigError, and LeaseError/ValueError from the decoders
         raise PublishError(f"invalid network config: {err}") from None
 

@@ -20,7 +20,6 @@ from pyflannel_runtime.firewall.command import CommandRunner, FirewallError
 from pyflannel_runtime.firewall.iptables import IPTablesManager
 from pyflannel_runtime.firewall.nftables import NFTablesManager
 from pyflannel_runtime.ipam.node import IpamError, load_target
-from pyflannel_runtime.model.subnet_env import read_previous_subnets
 from pyflannel_runtime.netlink.batch import BatchSender
 from pyflannel_runtime.netlink.dump import Ownership, open_dump_socket, owned_routes
 from pyflannel_runtime.netlink.entries import Action, IPNetwork, Op, Route
@@ -31,6 +30,7 @@ from pyflannel_runtime.subnet.etcd import (
     EtcdSubnetManager,
     describe_etcd_error,
 )
+from pyflannel_runtime.wire.subnet_env import read_previous_subnets
 
 _IPTABLES = {4: "iptables", 6: "ip6tables"}
 

@@ -25,13 +25,6 @@ from pyflannel_runtime.backend import registry
 from pyflannel_runtime.backend.host import HostDatapath
 from pyflannel_runtime.backend.peers import PeerSkipped
 from pyflannel_runtime.fsutil import read_small_file
-from pyflannel_runtime.model.lease import Lease
-from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig
-from pyflannel_runtime.model.subnet_env import (
-    SubnetEnvError,
-    parse_cni_subnet_env,
-    read_previous_subnets,
-)
 from pyflannel_runtime.netlink.entries import (
     DatapathState,
     Entry,
@@ -43,6 +36,13 @@ from pyflannel_runtime.netlink.entries import (
 )
 from pyflannel_runtime.subnet.manager import LeaseListing, ListedLease, UnreadableLease
 from pyflannel_runtime.subnet.watcher import LeaseScope, LeaseWatcher
+from pyflannel_runtime.wire.lease import Lease
+from pyflannel_runtime.wire.netconf import ConfigError, NetworkConfig
+from pyflannel_runtime.wire.subnet_env import (
+    SubnetEnvError,
+    parse_cni_subnet_env,
+    read_previous_subnets,
+)
 
 if TYPE_CHECKING:
     from pyflannel_runtime.subnet.etcd import EtcdSettings
@@ -430,7 +430,7 @@ class _Kernel:
 
 
 def _read_kernel(
-    spec: registry.BackendSpec,
+    backend: registry.BackendRuntime,
     config: NetworkConfig,
     own: Lease,
     leases: Sequence[Lease],
@@ -446,12 +446,12 @@ def _read_kernel(
             mtus = {link["index"]: link.get_attr("IFLA_MTU") for link in ipr.get_links()}
             public = own.attrs.public_ip if config.enable_ipv4 else own.attrs.public_ipv6
             holders = ipr.get_addr(address=str(public)) if public is not None else []
-            host = spec.inspect_host(ipr, config, own, leases) if spec.inspect_host else None
+            host = backend.inspect_host(ipr, config, own, leases) if backend.inspect_host else None
     except OSError as err:
         raise VerifyError(f"cannot read the kernel's devices: {err}") from None
     expected = None
     if holders and holders[0]["index"] in mtus:
-        expected = spec.options.of(config).device_mtu(mtus[holders[0]["index"]])
+        expected = backend.spec.options.of(config).device_mtu(mtus[holders[0]["index"]])
     if host is None:
         return _Kernel(expected)
     host = replace(host, forwarder=forwarder)
@@ -522,14 +522,16 @@ def _verify(store: LeaseStore, host: Host | None) -> VerifyReport:
         problem = f"no lease belongs to this host ({named}); the datapath was not checked"
         return report(problems=[problem])
     try:
-        spec = registry.get(config.backend_type)
-        spec.options.of(config)
+        backend = registry.get(config.backend_type)
+        backend.spec.options.of(config)
     except ConfigError as err:
         return report(own, problems=[f"the network config is not usable: {err}"])
     notes: list[str] = []
-    if spec.inspect_host is None:
+    if backend.inspect_host is None:
         notes.append(f"the {config.backend_type} backend's datapath is not checked")
-    kernel = _read_kernel(spec, config, own, [row.lease for row in listing.leases], host.forwarder)
+    kernel = _read_kernel(
+        backend, config, own, [row.lease for row in listing.leases], host.forwarder
+    )
     if host.subnet_file is None:
         notes.append("subnet.env is not checked (no subnet file given)")
         return report(own, kernel, notes=notes)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Network
 from typing import TypeVar
 
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs
-from pyflannel_runtime.model.netconf import NetworkConfig
-from pyflannel_runtime.model.subnet_env import PreviousSubnets
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
+from pyflannel_runtime.wire.netconf import NetworkConfig
+from pyflannel_runtime.wire.subnet_env import PreviousSubnets
 
 log = logging.getLogger(__name__)
 

@@ -45,17 +45,6 @@ from ipaddress import IPv4Network, IPv6Network
 from typing import TypeVar
 
 from pyflannel_runtime.fsutil import os_error_text
-from pyflannel_runtime.model.lease import (
-    EventType,
-    Lease,
-    LeaseAttrs,
-    LeaseError,
-    LeaseEvent,
-    make_subnet_key,
-    parse_subnet_key,
-)
-from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config, parse_config
-from pyflannel_runtime.model.subnet_env import PreviousSubnets
 from pyflannel_runtime.subnet.allocation import choose_new_subnets, find_own_lease, lease_fits
 from pyflannel_runtime.subnet.endpoint_url import split_http_url
 from pyflannel_runtime.subnet.etcd_client import (
@@ -77,6 +66,17 @@ from pyflannel_runtime.subnet.manager import (
     ListedLease,
     UnreadableLease,
 )
+from pyflannel_runtime.wire.lease import (
+    EventType,
+    Lease,
+    LeaseAttrs,
+    LeaseError,
+    LeaseEvent,
+    make_subnet_key,
+    parse_subnet_key,
+)
+from pyflannel_runtime.wire.netconf import NetworkConfig, check_network_config, parse_config
+from pyflannel_runtime.wire.subnet_env import PreviousSubnets
 
 log = logging.getLogger(__name__)
 

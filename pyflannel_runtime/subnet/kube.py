@@ -21,11 +21,8 @@ from urllib.parse import quote
 
 import urllib3
 
-from pyflannel_runtime.backend.vxlan_data import advertised_vtep_mac
 from pyflannel_runtime.fsutil import read_small_file
 from pyflannel_runtime.gojson.strconv import go_quote
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs
-from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, parse_config
 from pyflannel_runtime.subnet import kube_nodes
 from pyflannel_runtime.subnet.annotations import DEFAULT_PREFIX, Annotations
 from pyflannel_runtime.subnet.kube_client import (
@@ -44,6 +41,9 @@ from pyflannel_runtime.subnet.manager import (
     UnreadableLease,
 )
 from pyflannel_runtime.subnet.node_queue import NodeChanges, NodeQueue, NodeSnapshot
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
+from pyflannel_runtime.wire.netconf import ConfigError, NetworkConfig, parse_config
+from pyflannel_runtime.wire.vxlan_data import advertised_vtep_mac
 
 log = logging.getLogger(__name__)
 

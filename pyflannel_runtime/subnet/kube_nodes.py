@@ -13,12 +13,12 @@ from datetime import UTC, datetime
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_network
 from typing import Any, TypeVar
 
-from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.gojson.core import GoJSONError
 from pyflannel_runtime.gojson.strconv import go_quote
 from pyflannel_runtime.gojson.structs import compact, loads_pairs
-from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent, same_lease
 from pyflannel_runtime.subnet.annotations import Annotations
+from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent, same_lease
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ def own_lease(
             )
         ipv6_subnet = v6
     # A dual-stack backend's own lease keeps the config's families; the others are forced to v4.
-    spec = registry.find(backend_type)
+    spec = specs.find(backend_type)
     if spec is not None and spec.dual_stack:
         flags = (subnet is not None, ipv6_subnet is not None)
     else:

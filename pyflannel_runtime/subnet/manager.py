@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs, LeaseEvent
-from pyflannel_runtime.model.netconf import NetworkConfig
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs, LeaseEvent
+from pyflannel_runtime.wire.netconf import NetworkConfig
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network
 
-from pyflannel_runtime.model.lease import EventType, Lease, LeaseEvent, same_lease
-from pyflannel_runtime.model.netconf import NetworkConfig
 from pyflannel_runtime.subnet.manager import LeaseWatchBatch
+from pyflannel_runtime.wire.lease import EventType, Lease, LeaseEvent, same_lease
+from pyflannel_runtime.wire.netconf import NetworkConfig
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from ipaddress import IPv4Network
 from pathlib import Path
 
+from pyflannel_controller.lab import hosts, underlay
 from pyflannel_runtime.fsutil import write_atomic
-from pyflannel_runtime.lab import hosts, underlay
 from tests.fakes.kube_api import FakeKubeApi
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import aetcd
 import pytest
 
-from pyflannel_runtime.lab.etcd_server import EtcdServer, free_port
+from pyflannel_controller.lab.etcd_server import EtcdServer, free_port
 from pyflannel_runtime.subnet.etcd_client import (
     Endpoint,
     EtcdClient,

@@ -20,10 +20,7 @@ from typing import Any, TypeVar
 import aetcd
 import pytest
 
-from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
-from pyflannel_runtime.lab.etcd_server import EtcdServer, free_port
-from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs
-from pyflannel_runtime.model.subnet_env import SubnetEnv, read_previous_subnets
+from pyflannel_controller.lab.etcd_server import EtcdServer, free_port
 from pyflannel_runtime.ops.reset import release_lease
 from pyflannel_runtime.subnet.etcd import ETCD_ERRORS, EtcdError, EtcdSettings, EtcdSubnetManager
 from pyflannel_runtime.subnet.manager import (
@@ -32,6 +29,9 @@ from pyflannel_runtime.subnet.manager import (
     LeaseTaken,
     LeaseWatchBatch,
 )
+from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs
+from pyflannel_runtime.wire.subnet_env import SubnetEnv, read_previous_subnets
+from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data
 from tests.integration.etcd_tls import make_tls_material
 
 pytestmark = pytest.mark.etcd

@@ -15,8 +15,8 @@ from ipaddress import IPv4Network
 
 import pytest
 
-from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
-from pyflannel_runtime.lab.netns_agents import AgentLab
+from pyflannel_controller.lab.netns_agents import AgentLab
+from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data
 from tests.fakes.kube_api import FLANNEL_AGENT, FakeKubeApi
 from tests.integration.faults import (
     assert_in_sync,

@@ -8,8 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pyflannel_runtime.backend.base import Network
-from pyflannel_runtime.lab.netns_lab import (
+from pyflannel_controller.lab.netns_lab import (
     NetLab,
     added,
     close_all,
@@ -17,7 +16,8 @@ from pyflannel_runtime.lab.netns_lab import (
     mesh,
     register_backend,
 )
-from pyflannel_runtime.model.lease import EventType, LeaseAttrs, LeaseEvent
+from pyflannel_runtime.backend.base import Network
+from pyflannel_runtime.wire.lease import EventType, LeaseAttrs, LeaseEvent
 
 pytestmark = pytest.mark.root
 

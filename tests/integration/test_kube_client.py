@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import urllib3
 
-from pyflannel_runtime.lab.etcd_server import EtcdTLS
+from pyflannel_controller.lab.etcd_server import EtcdTLS
 from pyflannel_runtime.subnet import kube_client
 from pyflannel_runtime.subnet.kube_client import (
     KubeApiError,

@@ -15,8 +15,6 @@ from typing import Any
 
 import pytest
 
-from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
-from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.subnet.kube import (
     LIST_PAGE,
     KubeSettings,
@@ -25,6 +23,8 @@ from pyflannel_runtime.subnet.kube import (
 )
 from pyflannel_runtime.subnet.manager import LeaseWatchBatch, Unimplemented
 from pyflannel_runtime.subnet.watcher import LeaseScope, LeaseWatcher
+from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent
+from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data
 from tests.fakes.kube_api import STRATEGIC_MERGE, FakeKubeApi, Rule, Subject
 
 P = "flannel.alpha.coreos.com/"

@@ -18,7 +18,7 @@ import pytest
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 
-NETNS_LAB = [sys.executable, "-m", "pyflannel_runtime.lab", "netns"]
+NETNS_LAB = [sys.executable, "-m", "pyflannel_controller.lab", "netns"]
 SUMMARY = "3 leases, 2 peers programmed, 0 missing, 0 stale; agent ready"
 
 

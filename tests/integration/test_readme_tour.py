@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from pyflannel_runtime.lab.etcd_server import EtcdServer, start_etcd
+from pyflannel_controller.lab.etcd_server import EtcdServer, start_etcd
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 
@@ -44,7 +44,7 @@ def test_the_tour_is_a_list_of_commands_covering_the_cli() -> None:
     used = {" ".join(w[:3]) for w in words if w[0] == "pyflannel"}
     for expected in ("pyflannel config check", "pyflannel config publish", "pyflannel status"):
         assert any(u.startswith(expected) for u in used), expected
-    assert any(w[:2] == ["pyflannel", "render"] for w in words)
+    assert any(w[:4] == ["python", "-m", "pyflannel_controller", "render"] for w in words)
     assert any(w[0] == "pyflanneld" for w in words)
     # Only the example files that ship with the repository are read.
     for path in re.findall(r"examples/\S+", "\n".join(commands)):

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
+from pyflannel_controller.lab.playbook import ROOT, PlaybookRun, run_playbook
 from pyflannel_runtime import __version__
-from pyflannel_runtime.lab.playbook import ROOT, PlaybookRun, run_playbook
 from tests.integration.site_lab import assert_converged, lab_hosts, on_host
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]

@@ -17,19 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from pyflannel_runtime.backend import udp_filter
-from pyflannel_runtime.backend.udp import UdpBackend, UdpNetwork
-from pyflannel_runtime.lab.flood import inner_packet
-from pyflannel_runtime.lab.netns_lab import (
+from pyflannel_controller.lab.flood import inner_packet
+from pyflannel_controller.lab.netns_lab import (
     LabHost,
     NetLab,
     close_udp_network,
     external_interface,
     host_lease,
 )
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs
-from pyflannel_runtime.model.netconf import check_network_config, parse_config
+from pyflannel_runtime.backend import udp_filter
+from pyflannel_runtime.backend.udp import UdpBackend, UdpNetwork
 from pyflannel_runtime.netlink.netns import run_in_netns
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
+from pyflannel_runtime.wire.netconf import check_network_config, parse_config
 
 pytestmark = pytest.mark.root
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from pyflannel_controller.lab.flood import flooding, inner_packet, outsider
+from pyflannel_controller.lab.netns_agents import AgentLab
 from pyflannel_runtime.connectivity.snmp import UDP_BUFFER_ERRORS, read_counters
-from pyflannel_runtime.lab.flood import flooding, inner_packet, outsider
-from pyflannel_runtime.lab.netns_agents import AgentLab
 from tests.integration.faults import report, status, wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]

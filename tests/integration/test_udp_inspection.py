@@ -12,9 +12,9 @@ from ipaddress import IPv4Address, IPv4Network
 import pytest
 
 from pyflannel_runtime.backend.host import inspect_udp
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs
-from pyflannel_runtime.model.netconf import check_network_config, parse_config
 from pyflannel_runtime.netlink.netns import iproute
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
+from pyflannel_runtime.wire.netconf import check_network_config, parse_config
 
 pytestmark = pytest.mark.root
 

@@ -9,11 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from pyflannel_runtime.backend import registry
-from pyflannel_runtime.backend.base import Network
-from pyflannel_runtime.backend.vxlan import VxlanNetwork
-from pyflannel_runtime.backend.vxlan_data import parse_vxlan_backend_data
-from pyflannel_runtime.lab.netns_lab import (
+from pyflannel_controller.lab.netns_lab import (
     NetLab,
     added,
     close_all,
@@ -23,7 +19,11 @@ from pyflannel_runtime.lab.netns_lab import (
     mesh,
     register_backend,
 )
-from pyflannel_runtime.model.lease import EventType, LeaseEvent
+from pyflannel_runtime.backend import registry
+from pyflannel_runtime.backend.base import Network
+from pyflannel_runtime.backend.vxlan import VxlanNetwork
+from pyflannel_runtime.wire.lease import EventType, LeaseEvent
+from pyflannel_runtime.wire.vxlan_data import parse_vxlan_backend_data
 
 pytestmark = pytest.mark.root
 
@@ -230,8 +230,8 @@ def test_mixed_cluster_with_a_go_flanneld_host(lab: NetLab) -> None:
         try:
             await mesh(networks)
             go_lease = lease_acquirer(lab.hosts[2])
-            from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
-            from pyflannel_runtime.model.lease import LeaseAttrs
+            from pyflannel_runtime.wire.lease import LeaseAttrs
+            from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data
 
             lease3 = await go_lease(
                 LeaseAttrs(lab.hosts[2].underlay_ip, None, "vxlan", vxlan_backend_data(1, go_mac))

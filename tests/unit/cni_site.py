@@ -16,7 +16,7 @@ from pyflannel_runtime.cni.hostlocal_store import parse_address
 from pyflannel_runtime.cni.plugin import run
 from pyflannel_runtime.cni.plugin_config import parse_netconf
 from pyflannel_runtime.cni.state import save_config
-from pyflannel_runtime.model.subnet_env import parse_cni_subnet_env
+from pyflannel_runtime.wire.subnet_env import parse_cni_subnet_env
 
 PLUGINS = Path("/usr/lib/cni")
 SUBNET_ENV = (

@@ -10,9 +10,9 @@ from ipaddress import IPv4Address, IPv4Network
 import pytest
 
 from pyflannel_runtime.agent.datapath import DatapathLoop
-from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.subnet.manager import LeaseWatchBatch
 from pyflannel_runtime.subnet.watcher import LeaseScope
+from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 
 SCOPE = LeaseScope(IPv4Network("10.244.0.0/16"))
 

@@ -1,12 +1,12 @@
-"""The agent's environment file reads back exactly what `pyflannel render` writes into it."""
+"""The agent's environment file reads back exactly what `python -m pyflannel_controller render` writes into it."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pyflannel_controller.render.render import _env_value
 from pyflannel_runtime.agent.envfile import parse_env_file
-from pyflannel_runtime.render.render import _env_value
 
 # One line of text, as the cluster model allows in any value.
 values = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r\0"))

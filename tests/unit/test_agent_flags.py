@@ -25,8 +25,8 @@ from pyflannel_runtime.agent.flags import (
 )
 from pyflannel_runtime.agent.main import main, write_subnet_file
 from pyflannel_runtime.cli import main as pyflannel
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs
-from pyflannel_runtime.model.netconf import check_network_config, parse_config
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
+from pyflannel_runtime.wire.netconf import check_network_config, parse_config
 
 
 def test_defaults_match_flanneld() -> None:

@@ -11,9 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs
-from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config
-from pyflannel_runtime.model.subnet_env import PreviousSubnets
 from pyflannel_runtime.subnet.allocation import (
     MAX_CANDIDATES,
     OutOfSubnets,
@@ -26,6 +23,9 @@ from pyflannel_runtime.subnet.allocation import (
     lease_fits,
     subnet_fits,
 )
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
+from pyflannel_runtime.wire.netconf import NetworkConfig, check_network_config
+from pyflannel_runtime.wire.subnet_env import PreviousSubnets
 
 
 def v4_config(network: str, subnet_len: int = 0) -> NetworkConfig:

@@ -7,13 +7,13 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
 import pytest
 
-from pyflannel_runtime.model.lease import LeaseAttrs
 from pyflannel_runtime.subnet.annotations import (
     AnnotationPrefixError,
     Annotations,
     normalize_prefix,
 )
 from pyflannel_runtime.subnet.kube_nodes import is_flannel_node, node_to_lease
+from pyflannel_runtime.wire.lease import LeaseAttrs
 
 
 @pytest.mark.parametrize(

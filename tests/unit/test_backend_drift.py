@@ -11,7 +11,6 @@ import pytest
 
 from pyflannel_runtime.backend import programmer
 from pyflannel_runtime.backend.drift import Wanted, repairs
-from pyflannel_runtime.model.lease import EventType, LeaseEvent
 from pyflannel_runtime.netlink.decoder import NeighRecord, RouteRecord
 from pyflannel_runtime.netlink.dump import Ownership
 from pyflannel_runtime.netlink.encoder import (
@@ -25,6 +24,7 @@ from pyflannel_runtime.netlink.encoder import (
 )
 from pyflannel_runtime.netlink.entries import Action, Fdb, Neigh, Op, Route
 from pyflannel_runtime.netlink.monitor import NeighEvent, RouteEvent, parse_events
+from pyflannel_runtime.wire.lease import EventType, LeaseEvent
 from tests.unit.test_backend_programmer import DEV, ModelNetwork, entries_of, peer
 
 NET = IPv4Network("10.244.0.0/16")

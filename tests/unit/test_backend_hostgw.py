@@ -9,9 +9,9 @@ import pytest
 
 from pyflannel_runtime.backend import registry
 from pyflannel_runtime.backend.base import BackendError
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs
-from pyflannel_runtime.model.netconf import NetworkConfig
 from pyflannel_runtime.netdev.types import ExternalInterface
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
+from pyflannel_runtime.wire.netconf import NetworkConfig
 
 CONFIG = NetworkConfig(network=IPv4Network("10.244.0.0/16"), subnet_len=24, backend_type="host-gw")
 

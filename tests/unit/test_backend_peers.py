@@ -16,10 +16,10 @@ from pyflannel_runtime.backend.peers import (
     udp_peer_route,
     vxlan_peer_entries,
 )
-from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs
 from pyflannel_runtime.netlink.dump import Ownership, RouteFacts, owns_route
 from pyflannel_runtime.netlink.entries import Fdb, Neigh, Route
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
+from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data
 
 MAC = "0a:58:0a:f4:02:00"
 

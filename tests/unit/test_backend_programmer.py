@@ -10,11 +10,11 @@ from typing import TypeVar
 
 from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
 from pyflannel_runtime.backend.programmer import PeerProgrammer
-from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data as data
-from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.netlink.batch import OpFailure
 from pyflannel_runtime.netlink.dump import Ownership
 from pyflannel_runtime.netlink.entries import Action, DatapathState, Entry, Fdb, Op, Route
+from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent
+from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data as data
 from tests.unit.test_netlink_diff import FakeKernel
 
 T = TypeVar("T")

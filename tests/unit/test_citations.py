@@ -25,7 +25,9 @@ def _functions(path: Path) -> set[str]:
     }
 
 
-REPOSITORY_PATH = re.compile(r"`((?:pyflannel_runtime|tests|bench|docs|scripts)/[\w./-]*)`")
+REPOSITORY_PATH = re.compile(
+    r"`((?:pyflannel_runtime|pyflannel_controller|tests|bench|docs|scripts)/[\w./-]*)`"
+)
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=[d.name for d in DOCS])

@@ -14,16 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import StrictInt, TypeAdapter, ValidationError
 
-from pyflannel_runtime.backend import registry
-from pyflannel_runtime.backend.options import Option, UdpOptions, VxlanOptions
-from pyflannel_runtime.model.cluster import (
+from pyflannel_controller.model.cluster import (
     ClusterModel,
     ClusterModelError,
     _describe,
     _field_names_at,
     load_model,
 )
-from pyflannel_runtime.model.cluster_fields import (
+from pyflannel_controller.model.cluster_fields import (
     DELEGATE_EXTRA_MAX_BYTES,
     DELEGATE_EXTRA_MAX_DEPTH,
     _address,
@@ -31,9 +29,11 @@ from pyflannel_runtime.model.cluster_fields import (
     _network,
     _option_range,
 )
-from pyflannel_runtime.model.cluster_plan import PlanError, plan_cluster
-from pyflannel_runtime.model.cluster_settings import NodeOverrides
-from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config
+from pyflannel_controller.model.cluster_plan import PlanError, plan_cluster
+from pyflannel_controller.model.cluster_settings import NodeOverrides
+from pyflannel_runtime.backend_spec import specs
+from pyflannel_runtime.backend_spec.options import Option, UdpOptions, VxlanOptions
+from pyflannel_runtime.wire.netconf import NetworkConfig, check_network_config
 
 
 def problems_of(data: Any) -> list[str]:
@@ -838,7 +838,7 @@ def test_an_unknown_backend_is_a_literal_error_listing_the_backends() -> None:
 def test_the_backend_choices_read_well_for_any_number_of_backends(
     monkeypatch: pytest.MonkeyPatch, known: tuple[str, ...], message: str
 ) -> None:
-    monkeypatch.setattr(registry, "BACKENDS", {name: registry.BACKENDS[name] for name in known})
+    monkeypatch.setattr(specs, "BACKENDS", {name: specs.BACKENDS[name] for name in known})
     assert model_problems({"flannel_backend_type": "host-gw"}) == [
         f"flannel_backend_type: {message}"
     ]

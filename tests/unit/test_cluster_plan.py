@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from pyflannel_runtime.model.cluster import ClusterModelError, load_model
-from pyflannel_runtime.model.cluster_plan import PlanError, plan_cluster
+from pyflannel_controller.model.cluster import ClusterModelError, load_model
+from pyflannel_controller.model.cluster_plan import PlanError, plan_cluster
 
 IPV6 = {"flannel_enable_ipv6": True, "flannel_ipv6_network": "fd00:10:244::/56"}
 ETCD = {"flannel_datastore": "etcd", "flannel_etcd_endpoints": ["https://127.0.0.1:2379"]}

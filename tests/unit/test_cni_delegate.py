@@ -16,7 +16,7 @@ from pyflannel_runtime.cni.delegate import (
 from pyflannel_runtime.cni.plugin_config import NetConfError, parse_netconf, saved_delegate_type
 from pyflannel_runtime.gojson.core import GoJSONError, decode
 from pyflannel_runtime.gojson.encode import marshal
-from pyflannel_runtime.model.subnet_env import parse_cni_subnet_env
+from pyflannel_runtime.wire.subnet_env import parse_cni_subnet_env
 
 MANIFEST_ENV = (
     "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\n"

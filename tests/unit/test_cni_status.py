@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pyflannel_runtime.cni.status_check import is_flannel_device, lease_mismatch
-from pyflannel_runtime.model.subnet_env import parse_cni_subnet_env
+from pyflannel_runtime.wire.subnet_env import parse_cni_subnet_env
 from tests.unit.cni_site import CniSite, install_fake_delegate
 
 SUBNET_ENV = "FLANNEL_NETWORK=10.6.0.0/16\nFLANNEL_SUBNET=10.6.4.1/29\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n"

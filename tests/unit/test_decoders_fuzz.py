@@ -23,32 +23,33 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyflannel_runtime.backend import registry
-from pyflannel_runtime.backend.vxlan_data import advertised_vtep_mac, parse_vxlan_backend_data
+from pyflannel_controller.cli import main as controller_main
+from pyflannel_controller.model.cluster import ClusterModelError, load_model
+from pyflannel_controller.model.model_file import ModelFileError, parse_model_text
+from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.cli import main
 from pyflannel_runtime.cni import plugin
 from pyflannel_runtime.cni.install import isolated_prelude
 from pyflannel_runtime.gojson.core import MAX_DEPTH, MAX_DOCUMENT_BYTES
-from pyflannel_runtime.model.cluster import ClusterModelError, load_model
-from pyflannel_runtime.model.lease import LeaseAttrs, LeaseError, parse_subnet_key
-from pyflannel_runtime.model.model_file import ModelFileError, parse_model_text
-from pyflannel_runtime.model.netconf import (
-    ConfigError,
-    check_network_config,
-    ip_stack,
-    parse_config,
-)
-from pyflannel_runtime.model.subnet_env import (
-    SubnetEnvError,
-    parse_cni_subnet_env,
-    read_previous_subnets,
-)
 from pyflannel_runtime.subnet.annotations import (
     AnnotationPrefixError,
     Annotations,
     normalize_prefix,
 )
 from pyflannel_runtime.subnet.kube_nodes import NodeLeaseError, NodeLeaseTracker, node_to_lease
+from pyflannel_runtime.wire.lease import LeaseAttrs, LeaseError, parse_subnet_key
+from pyflannel_runtime.wire.netconf import (
+    ConfigError,
+    check_network_config,
+    ip_stack,
+    parse_config,
+)
+from pyflannel_runtime.wire.subnet_env import (
+    SubnetEnvError,
+    parse_cni_subnet_env,
+    read_previous_subnets,
+)
+from pyflannel_runtime.wire.vxlan_data import advertised_vtep_mac, parse_vxlan_backend_data
 
 FUZZ = settings(max_examples=120)
 KEYS = Annotations.for_prefix()
@@ -135,7 +136,7 @@ def test_net_conf(place: str, document: str) -> None:
     data = utf8(embed(place, document))
     try:
         cfg = parse_config(data)
-        registry.validate(cfg)  # the backend and its options, as the agent checks them
+        specs.validate(cfg)  # the backend and its options, as the agent checks them
         cfg = check_network_config(cfg)
         ip_stack(cfg)
     except ConfigError:
@@ -400,7 +401,9 @@ def test_commands_answer_without_tracebacks(data: st.DataObject, name: str) -> N
             if name == "net-conf.json":
                 status = main(["config", "check", str(path)])
             else:
-                status = main(["render", "--model", str(path), "--node", "n1", "--out", str(out)])
+                status = controller_main(
+                    ["render", "--model", str(path), "--node", "n1", "--out", str(out)]
+                )
         assert status in (0, 1)
         if status == 1:
             assert stderr.getvalue() and "Traceback" not in stderr.getvalue()

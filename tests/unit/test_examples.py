@@ -7,17 +7,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pyflannel_runtime.backend import registry
-from pyflannel_runtime.model.cluster import load_model
-from pyflannel_runtime.model.netconf import check_network_config, parse_config
-from pyflannel_runtime.render.render import render_node
+from pyflannel_controller.model.cluster import load_model
+from pyflannel_controller.render.render import render_node
+from pyflannel_runtime.backend_spec import specs
+from pyflannel_runtime.wire.netconf import check_network_config, parse_config
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_the_net_conf_is_one_the_agent_accepts() -> None:
     config = check_network_config(parse_config((EXAMPLES / "net-conf.json").read_bytes()))
-    registry.validate(config)
+    specs.validate(config)
 
 
 @pytest.mark.parametrize(("name", "datastore"), [("cluster-etcd.yml", "etcd"),

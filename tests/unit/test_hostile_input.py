@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from pyflannel_runtime.cli import main
+from pyflannel_controller.cli import main as controller_main
+from pyflannel_controller.model.cluster import ClusterModelError, load_model
 from pyflannel_runtime.cni.install import isolated_prelude
-from pyflannel_runtime.model.cluster import ClusterModelError, load_model
-from pyflannel_runtime.model.lease import LeaseAttrs, LeaseError
-from pyflannel_runtime.model.netconf import ConfigError, parse_config
-from pyflannel_runtime.model.subnet_env import SubnetEnvError, parse_cni_subnet_env
 from pyflannel_runtime.subnet.annotations import Annotations
 from pyflannel_runtime.subnet.kube_nodes import NodeLeaseTracker
+from pyflannel_runtime.wire.lease import LeaseAttrs, LeaseError
+from pyflannel_runtime.wire.netconf import ConfigError, parse_config
+from pyflannel_runtime.wire.subnet_env import SubnetEnvError, parse_cni_subnet_env
 
 DEEP = "[" * 1200 + "]" * 1200
 SUBNET_ENV = "FLANNEL_NETWORK=10.1.0.0/16\nFLANNEL_SUBNET=10.1.17.1/24\nFLANNEL_MTU=1472\nFLANNEL_IPMASQ=true\n"
@@ -194,7 +194,9 @@ def test_yaml_alias_bomb_renders_nothing(
     model.write_text(alias_bomb(levels))
     assert model.stat().st_size < 450
     out = tmp_path / "out"
-    assert main(["render", "--model", str(model), "--node", "n1", "--out", str(out)]) == 1
+    assert (
+        controller_main(["render", "--model", str(model), "--node", "n1", "--out", str(out)]) == 1
+    )
     assert capsys.readouterr().err == f"{model}: {problem}\n"
     assert not out.exists()
 
@@ -244,7 +246,7 @@ def test_cni_errors_read_as_gos_not_pythons(tmp_path: Path) -> None:
 
 def test_long_subnet_keys_cannot_stall_the_parser() -> None:
     code = (
-        "from pyflannel_runtime.model.lease import LeaseError, parse_subnet_key\n"
+        "from pyflannel_runtime.wire.lease import LeaseError, parse_subnet_key\n"
         "try:\n    parse_subnet_key('1.' + '1' * 20000 + '-24x')\n"
         "except LeaseError as err:\n    print(str(err)[:40])\n"
     )

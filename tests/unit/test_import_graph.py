@@ -1,5 +1,5 @@
-"""No import cycles in pyflannel_runtime, counting every import: module level, inside
-functions (lazy) and under TYPE_CHECKING alike."""
+"""No import cycles in pyflannel_runtime and pyflannel_controller, counting every import: module
+level, inside functions (lazy) and under TYPE_CHECKING alike."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGE = "pyflannel_runtime"
+PACKAGES = (PACKAGE, "pyflannel_controller")
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def modules() -> dict[str, Path]:
     found = {}
-    for path in (ROOT / PACKAGE).rglob("*.py"):
+    for path in (path for package in PACKAGES for path in (ROOT / package).rglob("*.py")):
         parts = list(path.relative_to(ROOT).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.subnet.annotations import Annotations
 from pyflannel_runtime.subnet.kube_nodes import (
     NodeLeaseError,
@@ -25,6 +24,7 @@ from pyflannel_runtime.subnet.kube_nodes import (
     own_lease,
     own_pod_cidrs,
 )
+from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 
 KEYS = Annotations.for_prefix()
 P = "flannel.alpha.coreos.com/"

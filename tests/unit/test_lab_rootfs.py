@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pyflannel_runtime.lab import rootfs
-from pyflannel_runtime.lab.errors import LabError
-from pyflannel_runtime.lab.hosts import host_releases
+from pyflannel_controller.lab import rootfs
+from pyflannel_controller.lab.errors import LabError
+from pyflannel_controller.lab.hosts import host_releases
 
 
 def test_the_key_follows_the_recipe(monkeypatch: pytest.MonkeyPatch) -> None:

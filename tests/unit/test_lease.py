@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
-from pyflannel_runtime.model.lease import (
+from pyflannel_runtime.wire.lease import (
     Lease,
     LeaseAttrs,
     LeaseError,
     make_subnet_key,
     parse_subnet_key,
 )
+from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data
 
 RESERVATIONS_EXAMPLE = (
     '{"PublicIP":"192.168.64.3","PublicIPv6":null,"BackendType":"vxlan",'

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from pyflannel_runtime.gojson.core import MAX_DEPTH, MAX_DOCUMENT_BYTES
-from pyflannel_runtime.model.model_file import (
+from pyflannel_controller.model.model_file import (
     MAX_EXPANDED_NODES,
     ModelFileError,
     parse_model_text,
 )
+from pyflannel_runtime.gojson.core import MAX_DEPTH, MAX_DOCUMENT_BYTES
 
 
 def error_of(text: str, *, is_json: bool = False) -> str:

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyflannel_runtime.backend import registry
-from pyflannel_runtime.backend.options import UdpOptions, VxlanOptions
-from pyflannel_runtime.model.netconf import (
+from pyflannel_runtime.backend_spec import specs
+from pyflannel_runtime.backend_spec.options import UdpOptions, VxlanOptions
+from pyflannel_runtime.wire.netconf import (
     ConfigError,
     NetworkConfig,
     check_network_config,
@@ -90,13 +90,13 @@ def test_backend_without_type_is_unknown() -> None:
     cfg = parse_config('{"Network":"10.244.0.0/16","Backend":{}}')
     assert cfg.backend_type == ""
     with pytest.raises(ConfigError, match=r"^unknown backend type: "):
-        registry.validate(cfg)
+        specs.validate(cfg)
 
 
 def test_unsupported_backend_names_the_supported_ones() -> None:
     cfg = parse_config('{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard"}}')
     with pytest.raises(ConfigError) as err:
-        registry.validate(cfg)
+        specs.validate(cfg)
     assert "unknown backend type: wireguard" in str(err.value)
     assert "vxlan, host-gw, udp" in str(err.value)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pyflannel_runtime.ops.inventory import InventoryError, check_inventory
+from pyflannel_controller.inventory import InventoryError, check_inventory
 
 HOSTS = ("h1", "h2", "h3")
 ETCD = {

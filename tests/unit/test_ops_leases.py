@@ -9,9 +9,6 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_add
 import pytest
 from hypothesis import given, settings
 
-from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs
-from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, parse_config
 from pyflannel_runtime.ops.leases import (
     InventoryHost,
     block_count,
@@ -24,6 +21,9 @@ from pyflannel_runtime.ops.leases import (
 )
 from pyflannel_runtime.subnet.allocation import free_blocks
 from pyflannel_runtime.subnet.manager import LeaseListing, ListedLease, UnreadableLease
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
+from pyflannel_runtime.wire.netconf import ConfigError, NetworkConfig, parse_config
+from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data
 
 from .test_allocation import scans
 

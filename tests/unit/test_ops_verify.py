@@ -7,9 +7,6 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Network, ip_address
 
 from pyflannel_runtime.backend.host import HostDatapath
 from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
-from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs
-from pyflannel_runtime.model.netconf import NetworkConfig
 from pyflannel_runtime.netlink.entries import Action, DatapathState, Neigh, Op, Route
 from pyflannel_runtime.ops.repair import plan_repair
 from pyflannel_runtime.ops.verify import (
@@ -18,6 +15,9 @@ from pyflannel_runtime.ops.verify import (
     subnet_env_differences,
 )
 from pyflannel_runtime.subnet.manager import ListedLease
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
+from pyflannel_runtime.wire.netconf import NetworkConfig
+from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data
 
 DEV = 4
 HOST = HostDatapath("vxlan", devices=VxlanDevices(DEV, None), names={DEV: "flannel.1"})

@@ -12,11 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyflannel_runtime.model.cluster import load_model
-from pyflannel_runtime.model.cluster_plan import plan_cluster
-from pyflannel_runtime.model.cluster_rules import SANDBOX_HIDDEN
-from pyflannel_runtime.model.netconf import check_network_config, parse_config
-from pyflannel_runtime.render.render import (
+from pyflannel_controller.model.cluster import load_model
+from pyflannel_controller.model.cluster_plan import plan_cluster
+from pyflannel_controller.model.cluster_rules import SANDBOX_HIDDEN
+from pyflannel_controller.render.render import (
     render_agent_env,
     render_conflist,
     render_net_conf,
@@ -24,6 +23,7 @@ from pyflannel_runtime.render.render import (
     render_subnet_env,
     render_systemd_unit,
 )
+from pyflannel_runtime.wire.netconf import check_network_config, parse_config
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 

@@ -3,8 +3,8 @@ With etcd the config lives under <prefix>/config instead (ops/publish.py)."""
 
 from __future__ import annotations
 
-from pyflannel_runtime.model.cluster import load_model
-from pyflannel_runtime.render.render import render_node
+from pyflannel_controller.model.cluster import load_model
+from pyflannel_controller.render.render import render_node
 
 
 def test_net_conf_is_rendered_for_the_kubernetes_datastore_only() -> None:

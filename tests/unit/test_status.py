@@ -14,9 +14,7 @@ from pyflannel_runtime.agent.cli_flags import AgentFlagsError, agent_environment
 from pyflannel_runtime.agent.flags import Options
 from pyflannel_runtime.backend.host import HostDatapath
 from pyflannel_runtime.backend.peers import VxlanDevices, hostgw_peer_entries, vxlan_peer_entries
-from pyflannel_runtime.backend.vxlan_data import vxlan_backend_data
 from pyflannel_runtime.ipam.node import FamilyUsage, PodAddresses
-from pyflannel_runtime.model.lease import Lease, LeaseAttrs
 from pyflannel_runtime.netlink.entries import (
     DatapathState,
     Fdb,
@@ -43,6 +41,8 @@ from pyflannel_runtime.status import (
 )
 from pyflannel_runtime.subnet.manager import ListedLease, UnreadableLease
 from pyflannel_runtime.subnet.watcher import LeaseScope
+from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
+from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data
 
 DEV, ETH0 = 4, 2
 NAMES = {DEV: "flannel.1", ETH0: "eth0"}

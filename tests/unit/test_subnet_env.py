@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from pyflannel_runtime.model.subnet_env import (
+from pyflannel_runtime.wire.subnet_env import (
     CniSubnetEnv,
     PreviousSubnets,
     SubnetEnv,

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyflannel_runtime.model.lease import EventType, Lease, LeaseAttrs, LeaseEvent
-from pyflannel_runtime.model.netconf import NetworkConfig, check_network_config
 from pyflannel_runtime.subnet.manager import LeaseWatchBatch
 from pyflannel_runtime.subnet.watcher import LeaseScope, LeaseWatcher, PeerId, peer_id
+from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent
+from pyflannel_runtime.wire.netconf import NetworkConfig, check_network_config
 
 SCOPE = LeaseScope(IPv4Network("10.244.0.0/16"), IPv6Network("fd00::/48"))
 OWN = Lease(

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyflannel_runtime.ops.wheelhouse import (
+from pyflannel_controller.wheelhouse import (
     WheelhouseError,
     build_for_hosts,
     build_wheelhouse,

@@ -1,6 +1,6 @@
 """Every role documents each of its defaults in meta/argument_specs.yml with the same default,
 the preflight role's defaults are the cluster model's own, and its backend choices are the
-runtime's backend registry."""
+runtime's backend specs."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
-from pyflannel_runtime.backend import registry, tx_offload
-from pyflannel_runtime.model.cluster import ClusterModel
-from pyflannel_runtime.model.cluster_settings import AGENT_BACKEND_SETTINGS, BACKEND_SETTINGS
-from pyflannel_runtime.ops.inventory import CLUSTER_VARIABLES, NODE_VARIABLES
+from pyflannel_controller.inventory import CLUSTER_VARIABLES, NODE_VARIABLES
+from pyflannel_controller.model.cluster import ClusterModel
+from pyflannel_controller.model.cluster_settings import AGENT_BACKEND_SETTINGS, BACKEND_SETTINGS
+from pyflannel_runtime.backend import tx_offload
+from pyflannel_runtime.backend_spec import specs
 
 ROLES = Path(__file__).resolve().parents[3] / "roles"
 
@@ -43,12 +44,12 @@ def test_preflight_defaults_are_the_models() -> None:
 
 
 def test_preflight_offers_exactly_the_registered_backends_and_their_settings() -> None:
-    """A backend is registered once, in pyflannel_runtime.backend.registry; the role's choices
+    """A backend is registered once, in pyflannel_runtime.backend_spec.specs; the role's choices
     must follow it (ansible-core checks them before the model sees the inventory)."""
     spec = load(ROLES / "preflight/meta/argument_specs.yml")["argument_specs"]["main"]["options"]
-    assert sorted(spec["flannel_backend_type"]["choices"]) == sorted(registry.names())
+    assert sorted(spec["flannel_backend_type"]["choices"]) == sorted(specs.names())
     assert set(BACKEND_SETTINGS) | set(AGENT_BACKEND_SETTINGS) <= set(spec)
-    assert {backend for backend, _ in BACKEND_SETTINGS.values()} <= set(registry.names())
-    assert set(AGENT_BACKEND_SETTINGS.values()) <= set(registry.names())
+    assert {backend for backend, _ in BACKEND_SETTINGS.values()} <= set(specs.names())
+    assert set(AGENT_BACKEND_SETTINGS.values()) <= set(specs.names())
     offload = spec["flannel_vxlan_tx_checksum_offload"]
     assert offload["choices"] == list(tx_offload.MODES)

@@ -15,7 +15,7 @@ from ansible_collections.pyflannel.network.plugins.plugin_utils.cluster import c
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyflannel_runtime.ops.inventory import InventoryError
+from pyflannel_controller.inventory import InventoryError
 
 from .test_role_specs import ROLES, load
 

@@ -9,7 +9,7 @@ from ansible_collections.pyflannel.network.plugins.filter.stale_backend_devices 
     stale_backend_devices,
 )
 
-from pyflannel_runtime.model.cluster import ClusterModel
+from pyflannel_controller.model.cluster import ClusterModel
 
 LINKS = ["lo", "eth0", "cni0", "flannel.1", "flannel-v6.1", "flannel.7", "flannel0"]
 

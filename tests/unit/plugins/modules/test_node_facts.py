@@ -9,8 +9,8 @@ import subprocess
 import pytest
 from ansible_collections.pyflannel.network.plugins.modules import node_facts
 
-from pyflannel_runtime.ops.inventory import NodeFacts
-from pyflannel_runtime.ops.wheelhouse import local_target, target_of
+from pyflannel_controller.inventory import NodeFacts
+from pyflannel_controller.wheelhouse import local_target, target_of
 
 from ..conftest import RunModule
 
