@@ -67,7 +67,8 @@ def stale_backend_devices(
         from pyflannel_runtime.wire.netconf import ConfigError
     except ImportError as why:
         raise AnsibleFilterError(
-            f"pyflannel.network needs the pyflannel_runtime package on the controller: {why}"
+            f"pyflannel.network needs the pyflannel project (pyflannel_runtime and pyflannel_controller) "
+            f"on the controller: {why}"
         ) from why
     if cluster is None:
         return flannel_devices(list(link_names))

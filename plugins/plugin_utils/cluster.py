@@ -54,8 +54,8 @@ _ROLES = Path(__file__).resolve().parents[2] / "roles"
 def require_runtime() -> None:
     if _IMPORT_ERROR is not None:
         raise AnsibleActionFail(
-            "pyflannel.network needs the pyflannel_runtime package on the controller "
-            f"(pip install the pyflannel project into ansible's environment): {_IMPORT_ERROR}"
+            "pyflannel.network needs the pyflannel_controller package on the controller (pip "
+            f"install 'pyflannel[controller]' into ansible's environment): {_IMPORT_ERROR}"
         )
 
 

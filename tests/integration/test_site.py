@@ -540,12 +540,15 @@ def test_the_installed_tarballs_playbooks_provision_the_lab_from_outside(
     assert_converged(first, lab.names())
     for name in lab.names():
         assert ssh(lab, name, "systemctl is-active pyflanneld").strip() == "active"
-        # Built from the tarball's copy of the runtime, which leaves the lab harness out (a
-        # wheel built from this checkout has it).
+        # Built from the tarball's copy of pyflannel_runtime alone: no controller code, no lab.
+        site_packages = ssh(lab, name, "ls /opt/pyflannel/venv/lib/python3*/site-packages")
+        assert "pyflannel_runtime" in site_packages.split(), site_packages
+        assert "pyflannel_controller" not in site_packages.split(), site_packages
         runtime = ssh(
             lab, name, "ls /opt/pyflannel/venv/lib/python3*/site-packages/pyflannel_runtime"
         )
-        assert "agent" in runtime.split() and "lab" not in runtime.split(), runtime
+        assert "agent" in runtime.split(), runtime
+        assert not {"lab", "model", "render"} & set(runtime.split()), runtime
 
     again = play_outside(work, installed, "-i", "inventory", "pyflannel.network.site", "-e", cache)
     assert_converged(again, lab.names())
