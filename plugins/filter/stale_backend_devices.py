@@ -62,9 +62,9 @@ def stale_backend_devices(
     link_names: Iterable[str], cluster: Mapping[str, Any] | None
 ) -> list[str]:
     try:
+        from pyflannel_runtime import PyflannelError
         from pyflannel_runtime.backend.registry import flannel_devices, stale_devices
         from pyflannel_runtime.model.cluster_settings import backend_options
-        from pyflannel_runtime.model.netconf import ConfigError
     except ImportError as why:
         raise AnsibleFilterError(
             f"pyflannel.network needs the pyflannel_runtime package on the controller: {why}"
@@ -73,7 +73,7 @@ def stale_backend_devices(
         return flannel_devices(list(link_names))
     try:
         return stale_devices(list(link_names), backend_options(cluster))
-    except (ConfigError, KeyError) as why:
+    except (PyflannelError, KeyError) as why:
         raise AnsibleFilterError(f"stale_backend_devices: {why}") from why
 
 

@@ -16,11 +16,12 @@ from typing import Any
 from pydantic import ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.model.cluster_rules import cross_field_problems
 from pyflannel_runtime.model.cluster_settings import ClusterSettings, NodeOverrides
 
 
-class ClusterModelError(ValueError):
+class ClusterModelError(PyflannelError, ValueError):
     """Invalid cluster model; ``problems`` holds one ``<path>: <message>`` line each."""
 
     def __init__(self, problems: Sequence[str]) -> None:

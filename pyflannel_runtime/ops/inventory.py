@@ -39,6 +39,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.model.cluster import ClusterModel, ClusterModelError, load_model
 from pyflannel_runtime.model.cluster_plan import ClusterPlan, NodePlan, plan_cluster
 from pyflannel_runtime.model.model_file import ModelFileError, parse_model_text
@@ -88,7 +89,7 @@ _VARIABLE_PREFIX = "flannel_"
 _NODE_PATH = re.compile(r"\bnodes\.([A-Za-z0-9._-]+?)(?:\.([a-z_0-9]+))?(?=: | |$|,)")
 
 
-class InventoryError(ValueError):
+class InventoryError(PyflannelError, ValueError):
     """The inventory cannot be deployed; ``problems`` holds ``<host>: <variable>: <why>`` lines."""
 
     def __init__(self, problems: Sequence[str]) -> None:

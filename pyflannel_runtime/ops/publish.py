@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import TypeVar
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.backend import registry
 from pyflannel_runtime.model.lease import LeaseAttrs, LeaseError, make_subnet_key
 from pyflannel_runtime.model.netconf import check_network_config, ip_stack, parse_config
@@ -29,7 +30,7 @@ from pyflannel_runtime.subnet.etcd_client import EtcdClient, EtcdUnavailable, Ke
 _T = TypeVar("_T")
 
 
-class PublishError(Exception):
+class PublishError(PyflannelError):
     """The change cannot be made: an invalid config, or a subnet another node holds."""
 
 
