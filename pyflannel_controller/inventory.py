@@ -42,6 +42,7 @@ from pydantic import SecretStr
 from pyflannel_controller.model.cluster import ClusterModel, ClusterModelError, load_model
 from pyflannel_controller.model.cluster_plan import ClusterPlan, NodePlan, plan_cluster
 from pyflannel_controller.model.model_file import ModelFileError, parse_model_text
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.netdev.selection import select_on_view
 from pyflannel_runtime.netdev.types import (
     ExternalInterface,
@@ -88,7 +89,7 @@ _VARIABLE_PREFIX = "flannel_"
 _NODE_PATH = re.compile(r"\bnodes\.([A-Za-z0-9._-]+?)(?:\.([a-z_0-9]+))?(?=: | |$|,)")
 
 
-class InventoryError(ValueError):
+class InventoryError(PyflannelError, ValueError):
     """The inventory cannot be deployed; ``problems`` holds ``<host>: <variable>: <why>`` lines."""
 
     def __init__(self, problems: Sequence[str]) -> None:

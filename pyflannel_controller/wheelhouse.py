@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyflannel_runtime import PyflannelError
+
 ARCHIVE_NAME = "wheelhouse.tar"
 PROJECT = "pyflannel"
 _SOURCE_FILES = ("pyproject.toml", "README.md")
@@ -35,7 +37,7 @@ _OLDEST_GLIBC_MINOR = 5
 _LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
 
 
-class WheelhouseError(Exception):
+class WheelhouseError(PyflannelError):
     """The wheelhouse could not be built; ``str()`` holds pip's last lines."""
 
 

@@ -13,10 +13,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.agent.cli_flags import ETCD_FLAGS, add_agent_flags
 
 
-class CommandError(Exception):
+class CommandError(PyflannelError):
     """Ends the command with exit status 1; ``str()`` goes to stderr as it is."""
 
 

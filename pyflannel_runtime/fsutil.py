@@ -14,12 +14,13 @@ from __future__ import annotations
 import errno
 import os
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.gojson.core import MAX_DOCUMENT_BYTES
 
 _READ_CHUNK = 1 << 16
 
 
-class PathError(OSError):
+class PathError(PyflannelError, OSError):
     """An OSError whose ``str()`` is Go's *PathError text: ``<op> <path>: <reason>``."""
 
     def __init__(self, op: str, path: str, err: OSError) -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from ipaddress import ip_address
 from typing import Any
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.agent.cli_flags import (
     ETCD_FLAGS,
     AgentFlagsError,
@@ -400,7 +401,7 @@ def target_host(args: argparse.Namespace, opts: Options, environ: Mapping[str, s
     return Host(netns=args.netns, public_ip=public_ip, subnet_file=subnet_file)
 
 
-class StatusFailed(Exception):
+class StatusFailed(PyflannelError):
     """The settings are unusable, or the leases or the kernel could not be read; `agent` is
     the agent's health when it was asked before."""
 

@@ -31,10 +31,8 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         _validated, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         require_runtime()
-        from pyflannel_runtime.ops.etcd_auth import AuthSetup, ensure_auth
-        from pyflannel_runtime.ops.publish import PublishError
-        from pyflannel_runtime.subnet.etcd import EtcdError, EtcdSettings
-        from pyflannel_runtime.subnet.etcd_client import EtcdClientError
+        from pyflannel_runtime import PyflannelError
+        from pyflannel_runtime.ops.etcd_auth import AuthSetup, EtcdSettings, ensure_auth
 
         settings = EtcdSettings(
             endpoints=tuple(args["etcd_endpoints"]),
@@ -52,7 +50,7 @@ class ActionModule(ActionBase):
         )
         try:
             changes = ensure_auth(settings, setup, check=bool(self._task.check_mode))
-        except (PublishError, EtcdError, EtcdClientError, OSError) as err:
+        except (PyflannelError, OSError) as err:
             return {**result, "failed": True, "msg": str(err) or type(err).__name__}
         result.update(changed=bool(changes), changes=changes)
         return result

@@ -63,8 +63,8 @@ def stale_backend_devices(
 ) -> list[str]:
     try:
         from pyflannel_controller.model.cluster_settings import backend_options
+        from pyflannel_runtime import PyflannelError
         from pyflannel_runtime.backend_spec.specs import flannel_devices, stale_devices
-        from pyflannel_runtime.wire.netconf import ConfigError
     except ImportError as why:
         raise AnsibleFilterError(
             f"pyflannel.network needs the pyflannel project (pyflannel_runtime and pyflannel_controller) "
@@ -74,7 +74,7 @@ def stale_backend_devices(
         return flannel_devices(list(link_names))
     try:
         return stale_devices(list(link_names), backend_options(cluster))
-    except (ConfigError, KeyError) as why:
+    except (PyflannelError, KeyError) as why:
         raise AnsibleFilterError(f"stale_backend_devices: {why}") from why
 
 

@@ -63,7 +63,7 @@ def agent_settings(module, names):
     """pyflanneld's settings (pyflannel_runtime.agent.flags.Options) for the module: the options
     `names` as given, else the agent's own settings (its environment file, ``agent_env``), else
     pyflanneld's defaults. Fails the module on a value the agent would refuse."""
-    from pyflannel_runtime.agent.cli_flags import AgentFlagsError
+    from pyflannel_runtime import PyflannelError
     from pyflannel_runtime.ops.agent_settings import agent_settings as resolve
 
     params = module.params
@@ -72,15 +72,15 @@ def agent_settings(module, names):
         given["kube_subnet_mgr"] = params["datastore"] == "kubernetes"
     try:
         return resolve(given, params["agent_env"], os.environ)
-    except AgentFlagsError as err:
+    except PyflannelError as err:
         module.fail_json(msg=f"the agent's settings: {err}")
 
 
 def etcd_settings(params):
     """The etcd connection (pyflannel_runtime's EtcdSettings) from the etcd options in `params`,
     over the agent's own settings. Raises AgentFlagsError for a value the agent would refuse."""
-    from pyflannel_runtime.agent.stores import etcd_settings as settings
     from pyflannel_runtime.ops.agent_settings import agent_settings as resolve
+    from pyflannel_runtime.ops.agent_settings import etcd_settings
 
     given = {name: params[name] for name in ETCD_ARGUMENT_SPEC if name != "agent_env"}
-    return settings(resolve(given, params["agent_env"], os.environ))
+    return etcd_settings(resolve(given, params["agent_env"], os.environ))

@@ -108,7 +108,12 @@ def _link_diff(path, before, after):
 
 
 def install(module, plugin, recorded):
-    from pyflannel_runtime.cni.install import LinkError, launcher_script, make_links, plan_install
+    from pyflannel_runtime.ops.cni_install import (
+        LinkError,
+        launcher_script,
+        make_links,
+        plan_install,
+    )
     from pyflannel_runtime.ops.files import FilesError, WantedFile, sync_files
 
     params = module.params
@@ -134,7 +139,7 @@ def install(module, plugin, recorded):
 
 
 def remove(module, plugin, recorded):
-    from pyflannel_runtime.cni.install import removal
+    from pyflannel_runtime.ops.cni_install import removal
 
     links, paths = removal(plugin, module.params["record"], recorded)
     diffs = [_link_diff(path, os.readlink(path) + "\n", "") for path in links]
@@ -151,7 +156,7 @@ def remove(module, plugin, recorded):
 def main():
     module = build_module()
     require_runtime(module)
-    from pyflannel_runtime.cni.install import PLUGIN_NAME, LinkRecord
+    from pyflannel_runtime.ops.cni_install import PLUGIN_NAME, LinkRecord
 
     plugin = os.path.join(module.params["bin_dir"], PLUGIN_NAME)
     try:

@@ -197,7 +197,7 @@ def build_module():
 def main():
     module = build_module()
     require_runtime(module)
-    from pyflannel_runtime.ipam.node import IpamError, manage_leaks
+    from pyflannel_runtime.ops.ipam import IpamError, manage_leaks
 
     params = module.params
     try:

@@ -179,8 +179,8 @@ def _node(params):
 
 
 def _run(module):
-    from pyflannel_runtime.agent.stores import etcd_settings, kube_settings
     from pyflannel_runtime.ops import lease
+    from pyflannel_runtime.ops.agent_settings import lease_store
 
     params = module.params
     opts = agent_settings(module, STORE_OPTIONS)
@@ -190,15 +190,15 @@ def _run(module):
                 msg="state=present: with the kubernetes datastore a node's subnet is its podCIDR, "
                 "which the cluster assigns; there is no reservation to pin"
             )
-        return lease.release_kube(kube_settings(opts), params["node_name"], check=module.check_mode)
+        return lease.release_kube(lease_store(opts), params["node_name"], check=module.check_mode)
     try:
         node = _node(params)
     except ValueError as err:
         module.fail_json(msg=f"public_ip, public_ipv6, subnet, ipv6_subnet: {err}")
     if params["state"] == "present":
-        return lease.pin_etcd(etcd_settings(opts), node, check=module.check_mode)
+        return lease.pin_etcd(lease_store(opts), node, check=module.check_mode)
     return lease.release_etcd(
-        etcd_settings(opts),
+        lease_store(opts),
         node,
         release_reservation=params["release_reservation"],
         check=module.check_mode,
@@ -208,25 +208,11 @@ def _run(module):
 def main():
     module = build_module()
     require_runtime(module)
-    from pyflannel_runtime.ops.lease import LeaseOpError
-    from pyflannel_runtime.ops.publish import PublishError
-    from pyflannel_runtime.subnet.annotations import AnnotationPrefixError
-    from pyflannel_runtime.subnet.etcd import EtcdError
-    from pyflannel_runtime.subnet.etcd_client import EtcdClientError
-    from pyflannel_runtime.subnet.kube import KubeSubnetError
+    from pyflannel_runtime import PyflannelError
 
-    failures = (
-        LeaseOpError,
-        PublishError,
-        EtcdError,
-        EtcdClientError,
-        KubeSubnetError,
-        AnnotationPrefixError,
-        OSError,
-    )
     try:
         done = _run(module)
-    except failures as err:
+    except (PyflannelError, OSError) as err:
         module.fail_json(msg=str(err) or type(err).__name__)
     keys = [
         {"key": c.key, "before": c.before, "after": c.after, "changed": c.changed}

@@ -135,10 +135,8 @@ def _reservation(entry):
 def main():
     module = build_module()
     require_runtime(module)
-    from pyflannel_runtime.agent.cli_flags import AgentFlagsError
-    from pyflannel_runtime.ops.publish import PublishError, publish
-    from pyflannel_runtime.subnet.etcd import EtcdError
-    from pyflannel_runtime.subnet.etcd_client import EtcdClientError
+    from pyflannel_runtime import PyflannelError
+    from pyflannel_runtime.ops.publish import publish
 
     try:
         reservations = [_reservation(entry) for entry in module.params["reservations"]]
@@ -151,7 +149,7 @@ def main():
             reservations,
             check=module.check_mode,
         )
-    except (AgentFlagsError, PublishError, EtcdError, EtcdClientError, OSError) as err:
+    except (PyflannelError, OSError) as err:
         module.fail_json(msg=str(err) or type(err).__name__)
     keys = [
         {"key": c.key, "before": c.before, "after": c.after, "changed": c.changed} for c in changes

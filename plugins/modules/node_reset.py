@@ -108,7 +108,7 @@ def main():
     require_runtime(module)
     from ipaddress import ip_network
 
-    from pyflannel_runtime.agent.stores import etcd_settings
+    from pyflannel_runtime.ops.agent_settings import etcd_settings
     from pyflannel_runtime.ops.reset import ResetError, release_lease, remove_leftovers
 
     params = module.params

@@ -1,5 +1,7 @@
 """The lab's one error type: its message is what the command line prints."""
 
+from pyflannel_runtime import PyflannelError
 
-class LabError(Exception):
+
+class LabError(PyflannelError):
     pass

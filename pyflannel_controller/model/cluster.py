@@ -18,9 +18,10 @@ from pydantic_core import PydanticCustomError
 
 from pyflannel_controller.model.cluster_rules import cross_field_problems
 from pyflannel_controller.model.cluster_settings import ClusterSettings, NodeOverrides
+from pyflannel_runtime import PyflannelError
 
 
-class ClusterModelError(ValueError):
+class ClusterModelError(PyflannelError, ValueError):
     """Invalid cluster model; ``problems`` holds one ``<path>: <message>`` line each."""
 
     def __init__(self, problems: Sequence[str]) -> None:

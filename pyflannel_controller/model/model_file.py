@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.gojson.core import MAX_DEPTH, MAX_DOCUMENT_BYTES, GoJSONError
 from pyflannel_runtime.gojson.structs import loads_pairs, to_plain
 
@@ -21,7 +22,7 @@ from pyflannel_runtime.gojson.structs import loads_pairs, to_plain
 MAX_EXPANDED_NODES = MAX_DOCUMENT_BYTES // 2
 
 
-class ModelFileError(ValueError):
+class ModelFileError(PyflannelError, ValueError):
     """The text is not a well-formed, bounded YAML or JSON document; ``str()`` says why."""
 
 

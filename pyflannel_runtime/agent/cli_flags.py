@@ -14,6 +14,7 @@ import argparse
 import os
 from collections.abc import Mapping, Sequence
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.agent.envfile import AGENT_ENV_FILE, EnvFileError, read_env_file
 from pyflannel_runtime.agent.flags import (
     FLAGS,
@@ -37,7 +38,7 @@ ETCD_FLAGS = (
 )
 
 
-class AgentFlagsError(Exception):
+class AgentFlagsError(PyflannelError):
     """The agent's settings are unusable; ``str()`` says what and why."""
 
 

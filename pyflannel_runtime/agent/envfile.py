@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.fsutil import read_small_file
 
 AGENT_ENV_FILE = "/etc/pyflannel/pyflanneld.env"
@@ -19,7 +20,7 @@ _ASSIGNMENT = re.compile(r"[ \t]*([A-Za-z_][A-Za-z0-9_]*)[ \t]*=[ \t]*(.*?)[ \t\
 _ESCAPED = re.compile(r'\\([\\"`$])')
 
 
-class EnvFileError(Exception):
+class EnvFileError(PyflannelError):
     """The file could not be read; ``str()`` says which and why."""
 
 

@@ -1,5 +1,7 @@
 """Errors that end pyflanneld's startup."""
 
+from pyflannel_runtime import PyflannelError
 
-class StartupError(Exception):
+
+class StartupError(PyflannelError):
     """A startup step failed; flanneld logs the message and exits 1."""

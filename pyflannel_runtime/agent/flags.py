@@ -21,14 +21,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from pyflannel_runtime import DEFAULT_SUBNET_FILE
+from pyflannel_runtime import DEFAULT_SUBNET_FILE, PyflannelError
 from pyflannel_runtime.backend import tx_offload
 from pyflannel_runtime.gojson.strconv import go_quote
 from pyflannel_runtime.subnet.annotations import normalize_prefix
 from pyflannel_runtime.subnet.endpoint_url import split_http_url
 
 
-class FlagError(ValueError):
+class FlagError(PyflannelError, ValueError):
     pass
 
 

@@ -13,7 +13,7 @@ import os
 import signal
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -29,10 +29,11 @@ from pyflannel_runtime.agent.pidfile import pid_file_for, remove_pid_file, write
 from pyflannel_runtime.agent.stores import build_subnet_manager, previous_subnets
 from pyflannel_runtime.agent.traffic import install_traffic_rules
 from pyflannel_runtime.backend import registry
-from pyflannel_runtime.backend.base import BackendError, DeviceSettings, PublishesState
+from pyflannel_runtime.backend.base import BackendError, DeviceSettings, Network, PublishesState
+from pyflannel_runtime.backend.registry import BackendRuntime
 from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.fsutil import os_error_text, unlink_quietly, write_atomic, write_temp
-from pyflannel_runtime.netdev import InterfaceError, select_external_interface
+from pyflannel_runtime.netdev import ExternalInterface, InterfaceError, select_external_interface
 from pyflannel_runtime.subnet.allocation import OutOfSubnets
 from pyflannel_runtime.subnet.manager import LeaseRevoked, LeaseTaken, SubnetManager
 from pyflannel_runtime.subnet.watcher import LeaseScope
@@ -137,6 +138,29 @@ def renumbered_note(previous: PreviousSubnets, lease: Lease) -> str | None:
     )
 
 
+@contextlib.contextmanager
+def startup_step(*errors: type[Exception], prefix: str = "") -> Iterator[None]:
+    """A startup step whose `errors` end the agent: flanneld logs `prefix` and the error and
+    exits 1."""
+    try:
+        yield
+    except errors as err:
+        raise StartupError(f"{prefix}{err}") from err
+
+
+def resolve_backend(config: NetworkConfig) -> tuple[BackendRuntime, tuple[bool, bool]]:
+    """The backend and the IP families (ipv4, ipv6) the network config asks for, with its
+    options checked before anything is created or deleted: flannel finds a bad option only
+    after it has replaced the existing device."""
+    with startup_step(ConfigError):
+        stack = ip_stack(config)
+    with startup_step(ConfigError, prefix="Error fetching backend: "):
+        spec = registry.get(config.backend_type)
+    with startup_step(ConfigError, prefix="Error registering network: "):
+        specs.validate(config)
+    return spec, stack
+
+
 class Agent:
     def __init__(self, opts: Options) -> None:
         self.opts = opts
@@ -230,47 +254,47 @@ class Agent:
         if opts.healthz_port > 0:
             self._health = HealthServer(opts.healthz_ip, opts.healthz_port)
             await self._health.start()
-
         config = await self._get_config(sm)
         if config is None:
             return EXIT_OK
-        try:
-            ipv4, ipv6 = ip_stack(config)
-        except ConfigError as err:
-            raise StartupError(str(err)) from err
-        try:
-            spec = registry.get(config.backend_type)
-        except ConfigError as err:
-            raise StartupError(f"Error fetching backend: {err}") from err
-        try:
-            # Before anything is created or deleted: flannel finds a bad option only after it
-            # has replaced the existing device.
-            specs.validate(config)
-        except ConfigError as err:
-            raise StartupError(f"Error registering network: {err}") from err
+        spec, stack = resolve_backend(config)
         self._check_br_netfilter(config)
+        ext = await self._choose_interface(sm, stack)
+        network = await self._register(sm, spec, config, ext, previous)
+        return await self._supervise(sm, config, network)
 
-        public_ip, public_ipv6 = opts.public_ip, opts.public_ipv6
+    async def _choose_interface(
+        self, sm: SubnetManager, stack: tuple[bool, bool]
+    ) -> ExternalInterface:
+        """The external interface from the flags, preferring the public IPs the store kept for
+        this node over the flags' (flanneld's order)."""
+        opts = self.opts
         try:
             stored_ip, stored_ipv6 = await sm.get_stored_public_ip()
         except Exception as err:
             log.warning("could not read the stored public IP: %s", err)
             stored_ip, stored_ipv6 = "", ""
-        public_ip, public_ipv6 = stored_ip or public_ip, stored_ipv6 or public_ipv6
-
-        try:
-            ext = await asyncio.to_thread(
+        with startup_step(InterfaceError):
+            return await asyncio.to_thread(
                 select_external_interface,
                 list(opts.iface),
                 list(opts.iface_regex),
                 opts.iface_can_reach,
-                public_ip,
-                public_ipv6,
-                ipv4,
-                ipv6,
+                stored_ip or opts.public_ip,
+                stored_ipv6 or opts.public_ipv6,
+                *stack,
             )
-        except InterfaceError as err:
-            raise StartupError(str(err)) from err
+
+    async def _register(
+        self,
+        sm: SubnetManager,
+        spec: BackendRuntime,
+        config: NetworkConfig,
+        ext: ExternalInterface,
+        previous: PreviousSubnets,
+    ) -> Network:
+        """The lease and the datapath for it, the traffic rules and subnet.env; then ready."""
+        opts = self.opts
 
         async def acquire(attrs: LeaseAttrs) -> Lease:
             try:
@@ -279,13 +303,14 @@ class Agent:
                 self._note(no_lease_note(err))
                 raise BackendError(f"failed to acquire lease: {err}") from err
 
-        try:
+        registering = startup_step(
+            BackendError, ConfigError, OSError, ValueError, prefix="Error registering network: "
+        )
+        with registering:
             settings = DeviceSettings(vxlan_tx_checksum_offload=opts.vxlan_tx_checksum_offload)
             backend = spec.create(None, settings)
             stored_macs = await sm.get_stored_mac_addresses()
             network = await backend.register_network(config, ext, acquire, stored_macs)
-        except (BackendError, ConfigError, OSError, ValueError) as err:
-            raise StartupError(f"Error registering network: {err}") from err
         lease = network.lease
         self._note(renumbered_note(previous, lease), problem=False)
 
@@ -299,14 +324,20 @@ class Agent:
             self._health.ready = True
         log.info("Wrote subnet file to %s", opts.subnet_file)
         log.info("Running backend.")
+        return network
 
+    async def _supervise(self, sm: SubnetManager, config: NetworkConfig, network: Network) -> int:
+        """Keep the datapath in step with the leases and the own lease renewed until a signal
+        (exit 0), a revoked lease (0: the supervisor restarts the agent to re-acquire) or a
+        failure of either (1)."""
+        opts = self.opts
         scope = LeaseScope.of(config, check_lengths=not opts.kube_subnet_mgr)
         datapath = asyncio.create_task(
             DatapathLoop(sm, network, scope, opts.reconcile_interval).run(), name="datapath"
         )
         sdnotify.notify("READY=1")
 
-        complete = asyncio.create_task(sm.complete_lease(lease), name="complete-lease")
+        complete = asyncio.create_task(sm.complete_lease(network.lease), name="complete-lease")
         stop = asyncio.create_task(self._stop.wait(), name="stop")
         self._tasks += [datapath, complete, stop]
         watched = {datapath, complete, stop}

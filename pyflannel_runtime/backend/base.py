@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.backend.tx_offload import AUTO_VERDICT_FILE, DEFAULT_MODE
 from pyflannel_runtime.netdev.types import ExternalInterface
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs, LeaseEvent
@@ -23,7 +24,7 @@ class DeviceSettings:
     auto_verdict_file: str = AUTO_VERDICT_FILE
 
 
-class BackendError(Exception):
+class BackendError(PyflannelError):
     """Registering or running the network failed; str(err) is flannel's message."""
 
 

@@ -6,12 +6,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.netlink.entries import Entry, Fdb, IPAddress, IPNetwork, Neigh, Route
 from pyflannel_runtime.wire.lease import Lease, LeaseError
 from pyflannel_runtime.wire.vxlan_data import vtep_mac
 
 
-class PeerSkipped(Exception):
+class PeerSkipped(PyflannelError):
     """The lease is not one this backend programs; str(err) says why (for the log)."""
 
 

@@ -7,6 +7,7 @@ serialise in field order with zero values left out, while every map has sorted k
 
 from __future__ import annotations
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.gojson.core import fold_fields, go_kind
 from pyflannel_runtime.gojson.encode import GoStruct, marshal
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from pyflannel_runtime.wire.subnet_env import CniSubnetEnv
 
 
-class DelegateError(ValueError):
+class DelegateError(PyflannelError, ValueError):
     pass
 
 

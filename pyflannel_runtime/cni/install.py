@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import pyflannel_runtime
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.fsutil import read_small_file, write_atomic
 
 PLUGIN_NAME = "flannel"
@@ -118,7 +119,7 @@ class LinkPlan:
     record: LinkRecord  # every link of ours once ``make`` is done
 
 
-class LinkError(ValueError):
+class LinkError(PyflannelError, ValueError):
     """A reference plugin to link is not there."""
 
 

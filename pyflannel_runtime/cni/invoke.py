@@ -13,6 +13,7 @@ import errno
 import os
 import time
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.cni.skel import CniError
 from pyflannel_runtime.gojson.core import GoJSONError, decode
 from pyflannel_runtime.gojson.strconv import go_quote
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 _TEXT_BUSY_RETRIES = 5
 
 
-class InvokeError(Exception):
+class InvokeError(PyflannelError):
     """A failure before the plugin ran (libcni returns these as plain errors)."""
 
 

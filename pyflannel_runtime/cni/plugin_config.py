@@ -6,7 +6,7 @@ its default, and a value of the wrong JSON kind is an error with Go's wording.
 
 from __future__ import annotations
 
-from pyflannel_runtime import DEFAULT_SUBNET_FILE
+from pyflannel_runtime import DEFAULT_SUBNET_FILE, PyflannelError
 from pyflannel_runtime.gojson.core import GoJSONError, decode, fold_fields, go_kind
 
 TYPE_CHECKING = False
@@ -40,7 +40,7 @@ _DNS_FIELDS = {
 }
 
 
-class NetConfError(ValueError):
+class NetConfError(PyflannelError, ValueError):
     pass
 
 

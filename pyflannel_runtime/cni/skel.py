@@ -5,6 +5,7 @@ Environment checks, network-config checks, version negotiation and the JSON erro
 
 from __future__ import annotations
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.gojson.core import GoJSONError, decode, go_kind, lookup
 from pyflannel_runtime.gojson.encode import marshal
 from pyflannel_runtime.gojson.strconv import go_quote
@@ -41,7 +42,7 @@ _NAME_REST = _NAME_FIRST | frozenset("_.-")
 _MAX_IFNAME = 15
 
 
-class CniError(Exception):
+class CniError(PyflannelError):
     """A CNI error result: printed as JSON on stdout, with a non-zero exit."""
 
     def __init__(self, code: int, msg: str, details: str = "") -> None:

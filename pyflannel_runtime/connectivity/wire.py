@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address
 from typing import Any
 
+from pyflannel_runtime import PyflannelError
+
 ECHO_REQUEST = b"PFQ1"
 ECHO_REPLY = b"PFR1"
 BURST = b"PFB1"
@@ -35,7 +37,7 @@ GO = "GO"
 MAX_LINE = 4096
 
 
-class WireError(ValueError):
+class WireError(PyflannelError, ValueError):
     """A message that is not the suite's, or not the one expected."""
 
 

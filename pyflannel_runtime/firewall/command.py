@@ -6,8 +6,10 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pyflannel_runtime import PyflannelError
 
-class FirewallError(RuntimeError):
+
+class FirewallError(PyflannelError, RuntimeError):
     """A firewall command failed or its output could not be understood."""
 
 

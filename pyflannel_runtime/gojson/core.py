@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import _json
 
+from pyflannel_runtime import PyflannelError
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -48,7 +50,7 @@ _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
 _OPENERS = b"[{"
 
 
-class GoJSONError(ValueError):
+class GoJSONError(PyflannelError, ValueError):
     """A decoding error with Go's message text. ``offset`` is the index of the byte where Go
     stopped (the document's length when it ran out), or None when no byte is to blame."""
 

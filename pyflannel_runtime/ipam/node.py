@@ -17,6 +17,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.cni.gc import GcReport, GcTarget, collect_garbage, saved_container_ids
 from pyflannel_runtime.cni.hostlocal_store import Allocation, address_pool, read_allocations
 from pyflannel_runtime.cni.plugin_config import NetConfError
@@ -29,7 +30,7 @@ DEFAULT_CNI_PATH = "/opt/cni/bin"
 _MAX_CONFLIST_SIZE = 1 << 20
 
 
-class IpamError(Exception):
+class IpamError(PyflannelError):
     """The node's flannel network cannot be read; ``str()`` says what and why."""
 
 

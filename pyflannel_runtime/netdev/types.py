@@ -8,14 +8,16 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address
 from typing import Protocol
 
+from pyflannel_runtime import PyflannelError
+
 IPAddress = IPv4Address | IPv6Address
 
 
-class InterfaceError(Exception):
+class InterfaceError(PyflannelError):
     """Interface selection failed; str(err) is flannel's message."""
 
 
-class NetViewError(Exception):
+class NetViewError(PyflannelError):
     """A kernel query failed; str(err) is the Go-style reason flannel wraps into its message."""
 
 

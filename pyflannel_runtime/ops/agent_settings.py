@@ -3,6 +3,10 @@ module, else the agent's own (FLANNELD_* in the module's environment, then the a
 environment file, as ``pyflannel status`` reads them), else pyflanneld's defaults. On a node the
 roles provisioned, a module therefore needs no options to reach what the agent reaches.
 
+The lease store's settings come from here too (`lease_store` for the store the settings name,
+`etcd_settings` and `kube_settings` for one of them), so a module reaches the runtime through
+ops alone.
+
 Module options are named as pyflanneld's flags with underscores (``etcd_endpoints`` is
 ``--etcd-endpoints``): a list is joined with commas, a bool is ``true`` or ``false``, and None
 is an option not given.
@@ -14,7 +18,17 @@ from collections.abc import Mapping, Sequence
 
 from pyflannel_runtime.agent.cli_flags import environment_with_file, resolve_options
 from pyflannel_runtime.agent.flags import Options
+from pyflannel_runtime.agent.stores import etcd_settings, kube_settings
 from pyflannel_runtime.ops.verify import LeaseStore
+
+__all__ = [
+    "OptionValue",
+    "agent_settings",
+    "etcd_settings",
+    "kube_settings",
+    "lease_store",
+    "module_flags",
+]
 
 OptionValue = str | int | bool | Sequence[str] | None
 
@@ -44,10 +58,10 @@ def agent_settings(
     return resolve_options(module_flags(options), environment_with_file(env_file, environ))
 
 
-def lease_store(opts: Options, timeout: float) -> LeaseStore:
-    """The lease store the agent's settings name: the Kubernetes API or etcd."""
-    from pyflannel_runtime.agent.stores import etcd_settings, kube_settings
-
+def lease_store(opts: Options, timeout: float | None = None) -> LeaseStore:
+    """The settings of the lease store the agent's settings name, the Kubernetes API or etcd,
+    with `timeout` for each request (None: the store's default)."""
+    extra = {} if timeout is None else {"request_timeout": timeout}
     if opts.kube_subnet_mgr:
-        return kube_settings(opts, request_timeout=timeout)
-    return etcd_settings(opts, request_timeout=timeout)
+        return kube_settings(opts, **extra)
+    return etcd_settings(opts, **extra)

@@ -27,6 +27,17 @@ from pyflannel_runtime.subnet.etcd_client import (
     prefix_range_end,
 )
 
+# EtcdSettings too: the action plugin builds the connection from its arguments.
+__all__ = [
+    "ROLE",
+    "ROOT",
+    "AuthSetup",
+    "EtcdAuthError",
+    "EtcdSettings",
+    "certificate_users",
+    "ensure_auth",
+]
+
 ROOT = "root"
 ROLE = "pyflannel"
 _READWRITE = "READWRITE"

@@ -41,13 +41,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.fsutil import fsync_directory, os_error_text, unlink_quietly, write_temp
 
 _DIRECTORY_MODE = 0o755
 _OBSTACLES = {stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symbolic link"}
 
 
-class FilesError(Exception):
+class FilesError(PyflannelError):
     """The files could not be (or were not) put in place; ``str()`` says which and why."""
 
 

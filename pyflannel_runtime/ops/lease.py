@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.ops.publish import Reservation, publish, with_client
 from pyflannel_runtime.subnet.annotations import Annotations
 from pyflannel_runtime.subnet.etcd import EtcdSettings
@@ -46,7 +47,7 @@ _NO_IPV4 = IPv4Network("0.0.0.0/0")
 _UNSET_IP = IPv4Address(0)
 
 
-class LeaseOpError(Exception):
+class LeaseOpError(PyflannelError):
     """The change cannot be made: nothing names the node, or its subnet is another node's."""
 
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.cni.invoke import InvokeError, exec_plugin, find_in_path
 from pyflannel_runtime.cni.skel import CniError
 
@@ -21,7 +22,7 @@ NETNS_DIR = Path("/run/netns")
 _IFNAME = "eth0"
 
 
-class ProbeError(Exception):
+class ProbeError(PyflannelError):
     """The probe pod could not be wired or removed; ``str()`` says why."""
 
 

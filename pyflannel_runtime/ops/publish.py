@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import TypeVar
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.subnet.etcd import EtcdSettings, client_tls, parse_endpoint
 from pyflannel_runtime.subnet.etcd_client import EtcdClient, EtcdUnavailable, KeyValue
@@ -29,7 +30,7 @@ from pyflannel_runtime.wire.netconf import check_network_config, ip_stack, parse
 _T = TypeVar("_T")
 
 
-class PublishError(Exception):
+class PublishError(PyflannelError):
     """The change cannot be made: an invalid config, or a subnet another node holds."""
 
 

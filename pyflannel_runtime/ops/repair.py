@@ -14,6 +14,7 @@ import errno
 import os
 from collections.abc import Mapping, Sequence
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.netlink.batch import BatchSender, OpFailure
 from pyflannel_runtime.netlink.diff import desired_state, diff_ops
 from pyflannel_runtime.netlink.entries import Action, Op
@@ -21,7 +22,7 @@ from pyflannel_runtime.netlink.netns import NETNS_RUN_DIR
 from pyflannel_runtime.ops.verify import Host, VerifyReport, describe
 
 
-class RepairError(Exception):
+class RepairError(PyflannelError):
     """Some writes failed: ``writes`` were made, ``failures`` say which were not and why."""
 
     def __init__(self, writes: int, failures: Sequence[str]) -> None:

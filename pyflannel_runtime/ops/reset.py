@@ -16,6 +16,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.firewall.command import CommandRunner, FirewallError
 from pyflannel_runtime.firewall.iptables import IPTablesManager
 from pyflannel_runtime.firewall.nftables import NFTablesManager
@@ -35,7 +36,7 @@ from pyflannel_runtime.wire.subnet_env import read_previous_subnets
 _IPTABLES = {4: "iptables", 6: "ip6tables"}
 
 
-class ResetError(Exception):
+class ResetError(PyflannelError):
     """Something of ours could not be found or removed; ``str()`` says what and why."""
 
 

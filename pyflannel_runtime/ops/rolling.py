@@ -12,12 +12,14 @@ import enum
 import re
 from collections.abc import Mapping
 
+from pyflannel_runtime import PyflannelError
+
 VARIABLE = "flannel_agent_restart_batch"
 _PERCENT = re.compile(r"([0-9]+)%")
 _COUNT = re.compile(r"[0-9]+")
 
 
-class BatchSizeError(ValueError):
+class BatchSizeError(PyflannelError, ValueError):
     """``str()`` says what the value should be."""
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from ipaddress import IPv4Address, IPv6Address
 from typing import TYPE_CHECKING, Union
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.backend import registry
 from pyflannel_runtime.backend.host import HostDatapath
 from pyflannel_runtime.backend.peers import PeerSkipped
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 _SUBNET_ENV_LIMIT = 64 * 1024
 
 
-class VerifyError(Exception):
+class VerifyError(PyflannelError):
     """The leases, the kernel or subnet.env could not be read; ``str()`` says what and why."""
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Network
 from typing import TypeVar
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
 from pyflannel_runtime.wire.netconf import NetworkConfig
 from pyflannel_runtime.wire.subnet_env import PreviousSubnets
@@ -26,7 +27,7 @@ MAX_CANDIDATES = 100
 _Net = TypeVar("_Net", IPv4Network, IPv6Network)
 
 
-class OutOfSubnets(Exception):
+class OutOfSubnets(PyflannelError):
     def __init__(self) -> None:
         super().__init__("out of subnets")
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pyflannel_runtime import PyflannelError
+
 DEFAULT_PREFIX = "flannel.alpha.coreos.com"
 
 # Go matches this without a start anchor, so "Org.com" slipped through as "rg.com/"; the API
@@ -13,7 +15,7 @@ DEFAULT_PREFIX = "flannel.alpha.coreos.com"
 _PREFIX_RE = re.compile(r"(?:[a-z0-9_-]+\.)+[a-z0-9_-]+/(?:[a-z0-9_-]+-)?")
 
 
-class AnnotationPrefixError(ValueError):
+class AnnotationPrefixError(PyflannelError, ValueError):
     """An unusable ``--kube-annotation-prefix``; ``str()`` is flannel's message."""
 
 

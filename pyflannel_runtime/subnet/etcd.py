@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Network, IPv6Network
 from typing import TypeVar
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.fsutil import os_error_text
 from pyflannel_runtime.subnet.allocation import choose_new_subnets, find_own_lease, lease_fits
 from pyflannel_runtime.subnet.endpoint_url import split_http_url
@@ -105,7 +106,7 @@ _NO_IPV4 = IPv4Network("0.0.0.0/0")
 ETCD_ERRORS: tuple[type[BaseException], ...] = (EtcdClientError, TimeoutError)
 
 
-class EtcdError(Exception):
+class EtcdError(PyflannelError):
     """A failure of the etcd subnet manager; ``str()`` is flannel's message where it has one."""
 
 

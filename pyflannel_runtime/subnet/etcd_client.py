@@ -24,6 +24,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
+from pyflannel_runtime import PyflannelError
+
 _T = TypeVar("_T")
 
 # gRPC status codes the client acts on.
@@ -36,7 +38,7 @@ _KEEPALIVE = ((socket.TCP_KEEPIDLE, 30), (socket.TCP_KEEPINTVL, 10), (socket.TCP
 _LINE_END = (b"\r\n", b"\n", b"")
 
 
-class EtcdClientError(Exception):
+class EtcdClientError(PyflannelError):
     """etcd refused a request, or could not be asked."""
 
 

@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 import urllib3
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.fsutil import read_small_file
 from pyflannel_runtime.gojson.strconv import go_quote
 from pyflannel_runtime.subnet import kube_nodes
@@ -79,7 +80,7 @@ class KubeSettings:
     retry_timeout: float = 30.0  # ... for this long
 
 
-class KubeSubnetError(RuntimeError):
+class KubeSubnetError(PyflannelError, RuntimeError):
     """A kube subnet manager failure; ``str()`` is flannel's message."""
 
 

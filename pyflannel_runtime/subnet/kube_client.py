@@ -27,6 +27,8 @@ from urllib.parse import urlencode
 
 import urllib3
 
+from pyflannel_runtime import PyflannelError
+
 log = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -34,11 +36,11 @@ TOKEN_RELOAD = 60.0  # seconds: a service account's token is rotated well before
 _OTHER_AUTH = ("exec", "auth-provider", "username", "password")
 
 
-class KubeConfigError(ValueError):
+class KubeConfigError(PyflannelError, ValueError):
     """Connection settings that cannot be used."""
 
 
-class KubeApiError(Exception):
+class KubeApiError(PyflannelError):
     """An HTTP error answer of the API server; `body` is its Status object, as sent."""
 
     def __init__(self, status: int, reason: str, body: bytes = b"") -> None:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_network
 from typing import Any, TypeVar
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.gojson.core import GoJSONError
 from pyflannel_runtime.gojson.strconv import go_quote
@@ -29,7 +30,7 @@ _Network = TypeVar("_Network", IPv4Network, IPv6Network)
 _PREFIX_LEN_RE = re.compile(r"[0-9]+")
 
 
-class NodeLeaseError(ValueError):
+class NodeLeaseError(PyflannelError, ValueError):
     """A node that cannot be turned into a lease; ``str()`` is flannel's message."""
 
 

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.wire.netconf import NetworkConfig
 
@@ -41,7 +42,7 @@ class LeaseListing:
     unreadable: tuple[UnreadableLease, ...] = ()
 
 
-class LeaseRevoked(Exception):
+class LeaseRevoked(PyflannelError):
     """The own lease was deleted or expired: flanneld shuts down (and exits 0) to re-acquire."""
 
 
@@ -51,7 +52,7 @@ class LeaseTaken(LeaseRevoked):
     agent shuts down as flanneld does, saying why (``str()``)."""
 
 
-class Unimplemented(NotImplementedError):
+class Unimplemented(PyflannelError, NotImplementedError):
     """An operation the lease store does not support; ``str()`` is flannel's ``unimplemented``."""
 
     def __init__(self) -> None:

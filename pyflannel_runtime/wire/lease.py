@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import Any
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.gojson.core import MAX_DOCUMENT_BYTES, GoJSONError
 from pyflannel_runtime.gojson.structs import compact, fold_object, loads_pairs
 
 
-class LeaseError(ValueError):
+class LeaseError(PyflannelError, ValueError):
     pass
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import Any
 
+from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.gojson.core import GoJSONError, JSONObject, go_kind
 from pyflannel_runtime.gojson.structs import (
     MISSING,
@@ -40,7 +41,7 @@ _FIELDS = (
 _UINT64_MAX = 2**64 - 1
 
 
-class ConfigError(ValueError):
+class ConfigError(PyflannelError, ValueError):
     """A net-conf problem; ``str()`` is flannel's own message."""
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from _socket import AF_INET, AF_INET6, inet_ntop, inet_pton
 
+from pyflannel_runtime import PyflannelError
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ipaddress import IPv4Network, IPv6Network
@@ -198,7 +200,7 @@ def read_previous_subnets(text: str) -> PreviousSubnets:
 # --- the CNI plugin's reader: strict KEY=VALUE, nothing else ----------------------------------
 
 
-class SubnetEnvError(ValueError):
+class SubnetEnvError(PyflannelError, ValueError):
     pass
 
 

@@ -67,3 +67,10 @@ def test_the_settings_name_the_lease_store() -> None:
     assert (etcd.endpoints, etcd.request_timeout) == (("http://e:2379",), 3.0)
     kube = lease_store(agent_settings({"kube_subnet_mgr": True}, "", {}), 3.0)
     assert isinstance(kube, KubeSettings) and kube.request_timeout == 3.0
+
+
+def test_without_a_timeout_the_store_keeps_its_own() -> None:
+    opts = agent_settings({"etcd_endpoints": ["http://e:2379"]}, "", {})
+    assert lease_store(opts).request_timeout == EtcdSettings(endpoints=("x",)).request_timeout
+    kube = lease_store(agent_settings({"kube_subnet_mgr": True}, "", {}))
+    assert kube.request_timeout == KubeSettings().request_timeout
