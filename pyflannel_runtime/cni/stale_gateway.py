@@ -9,8 +9,8 @@ an operator deletes cni0 by hand. This plugin removes the bridge's addresses tha
 the flannel Network but are not the new subnet's gateway, and runs the delegate once more.
 Addresses outside the Network are the operator's and are never touched.
 
-Imported only when that error comes back. The plugin runs with only its own package on
-sys.path (`cni.install`), so the addresses are read and removed by iproute2's `ip`.
+Imported only when that error comes back. The plugin runs with only its own package
+importable (`cni.install`), so the addresses are read and removed by iproute2's `ip`.
 """
 
 from __future__ import annotations
