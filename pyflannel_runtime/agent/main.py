@@ -24,13 +24,13 @@ from pyflannel_runtime.agent.errors import StartupError
 from pyflannel_runtime.agent.flags import FlagError, Options, parse_flags, usage, validate
 from pyflannel_runtime.agent.health import HealthServer
 from pyflannel_runtime.agent.lease_note import clear_note, leave_note, note_file_for
-from pyflannel_runtime.agent.memory import limit_malloc_arenas
 from pyflannel_runtime.agent.pidfile import pid_file_for, remove_pid_file, write_pid_file
 from pyflannel_runtime.agent.stores import build_subnet_manager, previous_subnets
 from pyflannel_runtime.agent.traffic import install_traffic_rules
 from pyflannel_runtime.backend import registry
 from pyflannel_runtime.backend.base import BackendError, DeviceSettings, PublishesState
 from pyflannel_runtime.fsutil import os_error_text, unlink_quietly, write_atomic, write_temp
+from pyflannel_runtime.memory import limit_malloc_arenas
 from pyflannel_runtime.model.lease import Lease, LeaseAttrs
 from pyflannel_runtime.model.netconf import ConfigError, NetworkConfig, ip_stack
 from pyflannel_runtime.model.subnet_env import PreviousSubnets, SubnetEnv

@@ -28,6 +28,7 @@ from pyroute2 import IPRoute
 
 from pyflannel_runtime.backend.drift import Wanted, repairs
 from pyflannel_runtime.backend.peers import PeerSkipped
+from pyflannel_runtime.memory import release_free_memory
 from pyflannel_runtime.model.lease import EventType, Lease, LeaseEvent
 from pyflannel_runtime.netlink.batch import BatchSender, OpFailure
 from pyflannel_runtime.netlink.diff import desired_state, diff_ops, removal_ops
@@ -189,7 +190,12 @@ class PeerProgrammer(abc.ABC):
         async with self._lock:
             if self._kernel_unchanged():
                 return 0
-            return await self._reconcile(peers)
+            writes = await self._reconcile(peers)
+        # Its dump of the whole datapath is garbage now, but glibc keeps such heap in the
+        # process: without this each period's full reconcile left ~8 MiB more RSS at 5 000
+        # peers (bench/bench_churn.py), as the start-up sync would without its own trim.
+        release_free_memory()
+        return writes
 
     def _kernel_unchanged(self) -> bool:
         return (
