@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from pyflannel_runtime.agent.memory import release_free_memory
 from pyflannel_runtime.backend.base import Network
+from pyflannel_runtime.memory import release_free_memory
 from pyflannel_runtime.subnet.manager import LeaseWatchBatch, SubnetManager
 from pyflannel_runtime.subnet.watcher import LeaseScope, LeaseWatcher
 from pyflannel_runtime.wire.lease import LeaseEvent

@@ -24,7 +24,6 @@ from pyflannel_runtime.agent.errors import StartupError
 from pyflannel_runtime.agent.flags import FlagError, Options, parse_flags, usage, validate
 from pyflannel_runtime.agent.health import HealthServer
 from pyflannel_runtime.agent.lease_note import clear_note, leave_note, note_file_for
-from pyflannel_runtime.agent.memory import limit_malloc_arenas
 from pyflannel_runtime.agent.pidfile import pid_file_for, remove_pid_file, write_pid_file
 from pyflannel_runtime.agent.stores import build_subnet_manager, previous_subnets
 from pyflannel_runtime.agent.traffic import install_traffic_rules
@@ -33,6 +32,7 @@ from pyflannel_runtime.backend.base import BackendError, DeviceSettings, Network
 from pyflannel_runtime.backend.registry import BackendRuntime
 from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.fsutil import os_error_text, unlink_quietly, write_atomic, write_temp
+from pyflannel_runtime.memory import limit_malloc_arenas
 from pyflannel_runtime.netdev import ExternalInterface, InterfaceError, select_external_interface
 from pyflannel_runtime.subnet.allocation import OutOfSubnets
 from pyflannel_runtime.subnet.manager import LeaseRevoked, LeaseTaken, SubnetManager

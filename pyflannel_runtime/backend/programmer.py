@@ -2,7 +2,8 @@
 
 Shared by vxlan and host-gw. A backend says which entries a lease calls for and which kernel
 entries it owns; this class keeps the lease cache, plans writes with `netlink.diff` and sends
-them in batches. Kernel I/O runs in a worker thread, one job at a time.
+them in batches. Dumps and large batches run in a worker thread, one job at a time; an
+event's few writes go out from the event loop (`INLINE_WRITES`).
 
 A route is only ever replaced where the datapath owns the kernel's route (by the rules of
 `netlink.dump.Ownership`, the same for events and reconciles): elsewhere it is created, and
@@ -28,6 +29,7 @@ from pyroute2 import IPRoute
 
 from pyflannel_runtime.backend.drift import Wanted, repairs
 from pyflannel_runtime.backend.peers import PeerSkipped
+from pyflannel_runtime.memory import release_free_memory
 from pyflannel_runtime.netlink.batch import BatchSender, OpFailure
 from pyflannel_runtime.netlink.diff import desired_state, diff_ops, removal_ops
 from pyflannel_runtime.netlink.dump import Ownership, owned_kernel_routes, owned_state
@@ -56,6 +58,11 @@ FULL_RECONCILE_PERIOD = 300.0
 # Notifications are gathered this long before a repair (a device being deleted sends its
 # entries' deletions first; its own comes a moment later and makes the repairs moot).
 REPAIR_DELAY = 0.02
+# Up to this many writes are sent from the event loop itself: rtnetlink carries out a request
+# inside the sendmsg that brings it, so their answers are there when it returns (microseconds
+# for a peer's few entries). A worker thread would add two wake-ups per lease event, each a
+# scheduling delay on a busy machine; reconciles of thousands of entries still go to one.
+INLINE_WRITES = 64
 _MONITOR_GROUPS = RTMGRP_LINK | RTMGRP_NEIGH | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE
 _MONITOR_RECV = 1 << 16
 
@@ -109,7 +116,11 @@ class PeerProgrammer(abc.ABC):
                 self._sender = BatchSender.open(self.netns)
             return self._sender.send(ops)
 
-        return await asyncio.to_thread(run) if ops else []
+        if not ops:
+            return []
+        if len(ops) <= INLINE_WRITES:
+            return run()
+        return await asyncio.to_thread(run)
 
     async def owned_kernel_state(self) -> DatapathState:
         ownership = self.ownership()
@@ -189,7 +200,12 @@ class PeerProgrammer(abc.ABC):
         async with self._lock:
             if self._kernel_unchanged():
                 return 0
-            return await self._reconcile(peers)
+            writes = await self._reconcile(peers)
+        # Its dump of the whole datapath is garbage now, but glibc keeps such heap in the
+        # process: without this each period's full reconcile left ~8 MiB more RSS at 5 000
+        # peers (bench/bench_churn.py), as the start-up sync would without its own trim.
+        release_free_memory()
+        return writes
 
     def _kernel_unchanged(self) -> bool:
         return (

@@ -231,6 +231,27 @@ def test_a_full_reconcile_still_runs_every_period(monkeypatch: pytest.MonkeyPatc
     asyncio.run(scenario())
 
 
+def test_only_a_check_that_dumped_the_kernel_trims_the_heap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(programmer, "release_free_memory", lambda: trims.append(1))
+
+    async def scenario() -> None:
+        net = WatchedNetwork()
+        net.start_watching()
+        await net.reconcile([peer(2)])
+        await net.recheck([peer(2)])  # the notifications vouch: no dump, nothing freed
+        assert trims == []
+        monkeypatch.setattr(programmer, "FULL_RECONCILE_PERIOD", 0.0)
+        await net.recheck([peer(2)])
+        assert trims == [1]
+        net.stop_watching()
+        net.kernel_end.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_route_in_place_as_written_is_not_created_again() -> None:
     """A peer's new VTEP MAC rewrites its neighbour and FDB entry; its route, unchanged and
     (say the notifications) still in the kernel, is not sent again: creating it would find

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import threading
 from collections.abc import Sequence
 from ipaddress import IPv4Address, IPv4Network
 from typing import TypeVar
 
+import pytest
+
 from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
-from pyflannel_runtime.backend.programmer import PeerProgrammer
-from pyflannel_runtime.netlink.batch import OpFailure
+from pyflannel_runtime.backend.programmer import INLINE_WRITES, PeerProgrammer
+from pyflannel_runtime.netlink.batch import BatchSender, OpFailure
 from pyflannel_runtime.netlink.dump import Ownership
 from pyflannel_runtime.netlink.entries import Action, DatapathState, Entry, Fdb, Op, Route
 from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent
@@ -217,3 +220,36 @@ def test_an_event_for_a_known_peer_never_takes_over_a_route_replaced_since() -> 
         assert net.model.state().entries() == entries_of(peer(2, 88))
 
     asyncio.run(scenario())
+
+
+class ThreadRecordingSender:
+    """A BatchSender that notes which thread sent each batch, and accepts every write."""
+
+    def __init__(self) -> None:
+        self.threads: list[int] = []
+        self.port_id = 0
+
+    def send(self, ops: Sequence[Op]) -> list[OpFailure]:
+        self.threads.append(threading.get_ident())
+        return []
+
+
+def test_an_events_few_writes_go_out_from_the_loop_and_a_large_batch_from_a_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sender = ThreadRecordingSender()
+    monkeypatch.setattr(BatchSender, "open", lambda netns: sender)
+
+    class KernelNetwork(ModelNetwork):
+        _send = PeerProgrammer._send  # the real one, over the recording sender
+
+    async def scenario() -> int:
+        net = KernelNetwork()
+        await net.handle_events([LeaseEvent(EventType.ADDED, peer(2))])  # 3 writes
+        many = (INLINE_WRITES + 3) // 3
+        await net.handle_events([LeaseEvent(EventType.ADDED, peer(n)) for n in range(3, 3 + many)])
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(scenario())
+    assert sender.threads[0] == loop_thread
+    assert sender.threads[1] != loop_thread

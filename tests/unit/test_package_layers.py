@@ -18,7 +18,12 @@ from .test_import_graph import import_graph
 # module or package of that name and everything under it; the longest name that matches wins.
 NODE_LAYERS: tuple[tuple[str, ...], ...] = (
     # the package's constants, the Go-JSON core, atomic file writes
-    ("pyflannel_runtime", "pyflannel_runtime.gojson", "pyflannel_runtime.fsutil"),
+    (
+        "pyflannel_runtime",
+        "pyflannel_runtime.gojson",
+        "pyflannel_runtime.fsutil",
+        "pyflannel_runtime.memory",
+    ),
     # flannel's wire formats
     ("pyflannel_runtime.wire",),
     # what each backend is, without running it

@@ -31,8 +31,9 @@ def limit_malloc_arenas(arenas: int = 2) -> None:
 
 
 def release_free_memory() -> None:
-    """Hand the heap freed by a full sync (thousands of decoded leases and planned writes)
-    back to the kernel; glibc would otherwise keep it, counted as the agent's RSS."""
+    """Hand the heap freed by a full sync or reconcile (thousands of decoded leases, dumped
+    entries and planned writes) back to the kernel; glibc would otherwise keep it, counted
+    as the agent's RSS."""
     libc = _libc()
     if libc is not None:
         libc.malloc_trim(0)
