@@ -29,7 +29,14 @@ from pyflannel_runtime import PyflannelError
 
 ARCHIVE_NAME = "wheelhouse.tar"
 PROJECT = "pyflannel"
-_SOURCE_FILES = ("pyproject.toml", "README.md")
+_SOURCE_FILES = ("pyproject.toml",)
+# pyproject.toml names README.md as the long description. The nodes' wheel gets this text
+# instead of the repository's README, so that a change to the docs alone leaves the wheel and
+# its digest as they were and restarts no agent.
+_NODE_README = (
+    "# pyflannel\n\nThe node runtime of pyflannel: pyflanneld, the flannel CNI plugin and\n"
+    "`pyflannel status`. The project's README is in the repository and the collection.\n"
+)
 _SOURCE_PACKAGE = "pyflannel_runtime"
 _SKIPPED_DIRS = {"__pycache__"}
 # The oldest glibc a manylinux tag names (manylinux1), and the legacy names of PEP 600's tags.
@@ -140,6 +147,7 @@ def _source_files(source: Path) -> list[Path]:
 def source_digest(source: Path, target: str) -> str:
     """sha256 over the files that make the wheel, by relative path, and the target's key."""
     digest = hashlib.sha256(f"python {target}\n".encode())
+    digest.update(f"README.md\0{_NODE_README}\0".encode())
     for path in _source_files(source):
         digest.update(f"{path.relative_to(source)}\0".encode())
         digest.update(path.read_bytes())
@@ -207,6 +215,7 @@ def build_wheelhouse(source: Path, cache_dir: Path, target: Target | None = None
         for path in _source_files(source):
             (copy / path.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, copy / path.relative_to(source))
+        (copy / "README.md").write_text(_NODE_README)
         wheels = work / "wheels"
         # The project's own wheel (pure Python, for any target), then the binary wheels of
         # every dependency it declares for nodes, as the target takes them. pip evaluates the

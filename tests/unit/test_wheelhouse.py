@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,12 @@ def test_the_build_leaves_the_source_tree_as_it_was_and_is_cached(tmp_path: Path
     assert _tree(source) == before  # no build/, no *.egg-info
     with tarfile.open(built.archive) as tar:
         assert tar.getnames() == ["pyflannel-0.0.1-py3-none-any.whl"]
+        member = tar.extractfile(tar.getnames()[0])
+        assert member is not None
+        with zipfile.ZipFile(member) as wheel:
+            metadata = wheel.read("pyflannel-0.0.1.dist-info/METADATA").decode()
     assert built.project_wheel == "pyflannel-0.0.1-py3-none-any.whl"
+    assert "The node runtime of pyflannel" in metadata and "stand-in" not in metadata
     again = build_wheelhouse(source, tmp_path / "cache")
     assert again == built
     assert again.archive.stat().st_mtime_ns == built.archive.stat().st_mtime_ns
@@ -65,7 +71,10 @@ def test_the_digest_covers_what_goes_into_the_wheel_and_nothing_else(tmp_path: P
     digest = source_digest(source, "3.11")
     (source / "notes.txt").write_text("edited\n")
     assert source_digest(source, "3.11") == digest
-    (source / "README.md").write_text("# the wheel's long description\n")
+    # the docs: the nodes' wheel carries a README of its own, so no agent restarts for them
+    (source / "README.md").write_text("# the repository's README, edited\n")
+    assert source_digest(source, "3.11") == digest
+    (source / "pyproject.toml").write_text(PYPROJECT + "\n")
     changed = source_digest(source, "3.11")
     assert changed != digest
     (source / "pyflannel_runtime" / "__init__.py").write_text('"""Edited."""\n')
