@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from sigterm import interrupt_on_sigterm
 
 from pyflannel_runtime.lab import hosts
+from pyflannel_runtime.lab.errors import LabError
 from pyflannel_runtime.lab.playbook import LAB_INVENTORY, PlaybookRun, run_playbook
 
 # profile_tasks' summary lines: "<task name> ------ 12.34s"
@@ -61,6 +62,23 @@ def measured(addresses: dict[str, str] | None = None) -> Measured:
     return Measured(run, children_cpu() - before, load())
 
 
+def report(size: int, booted: float, first: Measured, again: Measured, top: int) -> None:
+    for name, run in (("first run", first), ("re-run", again)):
+        print(f"{size} hosts, {name}: slowest tasks:")
+        for task, seconds in run.slowest(top):
+            print(f"    {seconds:6.2f} s  {task}")
+    print(f"hosts_{size}_boot_s: {booted:.1f}")
+    print(f"hosts_{size}_first_run_s: {first.run.seconds:.1f} (load {first.load})")
+    print(f"hosts_{size}_first_run_controller_cpu_s: {first.cpu_seconds:.1f}")
+    print(f"hosts_{size}_first_run_s_per_host: {first.run.seconds / size:.2f}")
+    print(f"hosts_{size}_rerun_s: {again.run.seconds:.1f} (load {again.load})")
+    print(f"hosts_{size}_rerun_controller_cpu_s: {again.cpu_seconds:.1f}")
+    print(f"hosts_{size}_rerun_controller_cpu_s_per_host: {again.cpu_seconds / size:.2f}")
+    print(f"hosts_{size}_rerun_changed: {sum(again.run.changed().values())}")
+    print(f"hosts_{size}_rerun_modules_per_host: {sorted(set(again.run.modules.values()))}")
+    sys.stdout.flush()
+
+
 def main() -> int:
     interrupt_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -69,10 +87,14 @@ def main() -> int:
     args = parser.parse_args()
     os.environ["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.posix.profile_tasks"
     os.environ["PROFILE_TASKS_TASK_OUTPUT_LIMIT"] = "all"
-    figures: dict[int, tuple[float, Measured, Measured]] = {}
     for size in [int(s) for s in args.sizes.split(",")]:
         started = time.monotonic()
-        state = hosts.up(size)
+        try:
+            state = hosts.up(size)
+        except LabError as err:  # a loaded machine can fail a boot: report it, go on
+            print(f"hosts_{size}_boot_failed: {err} (load {load()})", flush=True)
+            hosts.down()
+            continue
         booted = time.monotonic() - started
         try:
             addresses = {host.name: str(host.address) for host in state.hosts}
@@ -81,25 +103,7 @@ def main() -> int:
         finally:
             hosts.down()
             shutil.rmtree(f"{LAB_INVENTORY}-credentials", ignore_errors=True)
-        figures[size] = (booted, first, again)
-        for name, run in (("first run", first), ("re-run", again)):
-            print(f"{size} hosts, {name}: {run.run.seconds:.1f} s, load {run.load}; slowest tasks:")
-            for task, seconds in run.slowest(args.top):
-                print(f"    {seconds:6.2f} s  {task}")
-        print(f"{size} hosts, re-run modules per host: {sorted(set(again.run.modules.values()))}")
-        sys.stdout.flush()
-
-    for size, (booted, first, again) in figures.items():
-        changed = sum(again.run.changed().values())
-        print(f"hosts_{size}_boot_s: {booted:.1f}")
-        print(f"hosts_{size}_first_run_s: {first.run.seconds:.1f} (load {first.load})")
-        print(f"hosts_{size}_first_run_controller_cpu_s: {first.cpu_seconds:.1f}")
-        print(f"hosts_{size}_first_run_s_per_host: {first.run.seconds / size:.2f}")
-        print(f"hosts_{size}_rerun_s: {again.run.seconds:.1f} (load {again.load})")
-        print(f"hosts_{size}_rerun_controller_cpu_s: {again.cpu_seconds:.1f}")
-        print(f"hosts_{size}_rerun_controller_cpu_s_per_host: {again.cpu_seconds / size:.2f}")
-        print(f"hosts_{size}_rerun_changed: {changed}")
-        print(f"hosts_{size}_rerun_modules_per_host: {max(again.run.modules.values())}")
+        report(size, booted, first, again, args.top)
     return 0
 
 
