@@ -9,7 +9,8 @@ good to a few tenths of a second at N = 50).
 Scenarios, each measured as etcd's wire bytes (br-ul tx), its gRPC sent bytes (metrics), its
 CPU (utime + stime) and the time until every host has programmed:
   * cold start: every agent started at once into an empty cluster;
-  * one lease change: a new peer's lease put into etcd, until every host routes it;
+  * a lease change: a new peer's lease put into etcd, until every host routes it (--changes
+    of them one after another per run, figures per change: etcd's CPU ticks are 10 ms);
   * restart storm: every agent stopped (SIGTERM) and its flannel.1 routes flushed (a node that
     rebooted), then all started at once; the agents' own CPU too;
   * spread restart: the same with the starts spread evenly over --spread seconds;
@@ -23,7 +24,8 @@ agent at the largest N, times 5 000); a storm's cost(N) = a*N + b*N^2 through th
 sizes (--agents, default 25 and 50), for the restart storm and both join storms.
 
 Finishes with `metric: value` lines (each scenario repeated --runs times; min-max shown).
-Needs root:  python bench/bench_etcd_fanout.py [--agents 50] [--runs 3] [--spread 10]
+Needs root:
+    python bench/bench_etcd_fanout.py [--agents 25,50] [--runs 3] [--spread 10] [--changes 10]
 """
 
 from __future__ import annotations
