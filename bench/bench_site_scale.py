@@ -22,13 +22,23 @@ import resource
 import shutil
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from sigterm import interrupt_on_sigterm
 
 from pyflannel_runtime.lab import hosts
 from pyflannel_runtime.lab.errors import LabError
 from pyflannel_runtime.lab.playbook import LAB_INVENTORY, PlaybookRun, run_playbook
+
+# Every lab host's systemd, logind and dbus hold 7 inotify instances, and every rootful
+# container counts against root's fs.inotify.max_user_instances (128 here): past ~17 hosts the
+# last ones boot without sshd.
+INOTIFY_LIMIT = Path("/proc/sys/fs/inotify/max_user_instances")
+INOTIFY_PER_HOST = 8
+INOTIFY_SLACK = 64  # other labs booting meanwhile
 
 # profile_tasks' summary lines: "<task name> ------ 12.34s"
 _TASK_TIME = re.compile(r"^(.+?) -{3,} (\d+\.\d+)s$", re.M)
@@ -62,6 +72,33 @@ def measured(addresses: dict[str, str] | None = None) -> Measured:
     return Measured(run, children_cpu() - before, load())
 
 
+def inotify_in_use() -> int:
+    count = 0
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            count += sum(os.readlink(fd) == "anon_inode:inotify" for fd in fd_dir.iterdir())
+        except OSError:  # a process that ended meanwhile
+            continue
+    return count
+
+
+@contextmanager
+def inotify_room(hosts: int) -> Iterator[None]:
+    """Root's inotify instance limit raised for `hosts` more lab hosts while they run, and put
+    back as it was (instances made meanwhile stay valid)."""
+    before = int(INOTIFY_LIMIT.read_text())
+    needed = inotify_in_use() + hosts * INOTIFY_PER_HOST + INOTIFY_SLACK
+    if needed <= before:
+        yield
+        return
+    print(f"fs.inotify.max_user_instances {before} -> {needed} while the lab runs", flush=True)
+    INOTIFY_LIMIT.write_text(str(needed))
+    try:
+        yield
+    finally:
+        INOTIFY_LIMIT.write_text(str(before))
+
+
 def report(size: int, booted: float, first: Measured, again: Measured, top: int) -> None:
     for name, run in (("first run", first), ("re-run", again)):
         print(f"{size} hosts, {name}: slowest tasks:")
@@ -79,6 +116,24 @@ def report(size: int, booted: float, first: Measured, again: Measured, top: int)
     sys.stdout.flush()
 
 
+def boot_and_run(size: int) -> tuple[float, Measured, Measured] | None:
+    """A fresh lab of `size` hosts, site.yml twice, the lab removed; None if it did not boot."""
+    started = time.monotonic()
+    try:
+        state = hosts.up(size)
+    except LabError as err:  # reported, and the next size runs
+        print(f"hosts_{size}_boot_failed: {err} (load {load()})", flush=True)
+        hosts.down()
+        return None
+    booted = time.monotonic() - started
+    try:
+        addresses = {host.name: str(host.address) for host in state.hosts}
+        return booted, measured(), measured(addresses)
+    finally:
+        hosts.down()
+        shutil.rmtree(f"{LAB_INVENTORY}-credentials", ignore_errors=True)
+
+
 def main() -> int:
     interrupt_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -88,22 +143,10 @@ def main() -> int:
     os.environ["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.posix.profile_tasks"
     os.environ["PROFILE_TASKS_TASK_OUTPUT_LIMIT"] = "all"
     for size in [int(s) for s in args.sizes.split(",")]:
-        started = time.monotonic()
-        try:
-            state = hosts.up(size)
-        except LabError as err:  # a loaded machine can fail a boot: report it, go on
-            print(f"hosts_{size}_boot_failed: {err} (load {load()})", flush=True)
-            hosts.down()
-            continue
-        booted = time.monotonic() - started
-        try:
-            addresses = {host.name: str(host.address) for host in state.hosts}
-            first = measured()
-            again = measured(addresses)
-        finally:
-            hosts.down()
-            shutil.rmtree(f"{LAB_INVENTORY}-credentials", ignore_errors=True)
-        report(size, booted, first, again, args.top)
+        with inotify_room(size):
+            measurement = boot_and_run(size)
+        if measurement is not None:
+            report(size, *measurement, args.top)
     return 0
 
 
