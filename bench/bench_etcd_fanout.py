@@ -1,0 +1,233 @@
+"""etcd fan-out: N pyflanneld agents (vxlan), each in its own network namespace on one underlay
+bridge, against one real etcd (Debian's etcd-server) in the underlay.
+
+Lab: pyflannel_runtime/lab/fanout.py (an AgentLab without lab pods; etcd allocates the subnets;
+agents reconcile every 30 s, flanneld's resync period). A host has programmed when its kernel
+routes every peer's subnet through flannel.1, polled with `ip route` every 0.1 s (so times are
+good to a few tenths of a second at N = 50).
+
+Scenarios, each measured as etcd's wire bytes (br-ul tx), its gRPC sent bytes (metrics), its
+CPU (utime + stime) and the time until every host has programmed:
+  * cold start: every agent started at once into an empty cluster;
+  * a lease change: a new peer's lease put into etcd, until every host routes it (--changes
+    of them one after another per run, figures per change: etcd's CPU ticks are 10 ms);
+  * restart storm: every agent stopped (SIGTERM) and its flannel.1 routes flushed (a node that
+    rebooted), then all started at once; the agents' own CPU too;
+  * spread restart: the same with the starts spread evenly over --spread seconds;
+  * join storm, listing vs resume: only the requests every agent makes on its way back, from one
+    host's namespace, all at once: the full listing plus a watch from its revision (what the
+    agent does today), against its own key plus a watch from a stored revision (what a resume
+    would ask). Their difference is what resuming would save etcd.
+
+Extrapolation to 5 000 nodes: a lease change costs etcd one watch event per agent (bytes per
+agent at the largest N, times 5 000); a storm's cost(N) = a*N + b*N^2 through the two lab
+sizes (--agents, default 25 and 50), for the restart storm and both join storms.
+
+Finishes with `metric: value` lines (each scenario repeated --runs times; min-max shown).
+Needs root:
+    python bench/bench_etcd_fanout.py [--agents 25,50] [--runs 3] [--spread 10] [--changes 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from ipaddress import IPv4Network
+
+from sigterm import interrupt_on_sigterm
+
+from pyflannel_controller.lab.fanout import (
+    EtcdCost,
+    add_peer,
+    agent_cpu_seconds,
+    etcd_cost,
+    fanout_lab,
+    forget_routes,
+    free_subnet,
+    join_storm,
+    remove_peer,
+    start_agents,
+    stop_agents,
+    wait_programmed,
+)
+from pyflannel_controller.lab.netns_agents import AgentLab
+
+TARGET = 5000
+TIMEOUT = 600.0
+
+
+@dataclass(frozen=True)
+class Sample:
+    cost: EtcdCost
+    seconds: float
+    agent_cpu: float
+
+
+def load() -> str:
+    return "load " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def measured(lab: AgentLab, act: Callable[[], float | None], per: int = 1) -> Sample:
+    """etcd's and the agents' cost of `act`, which returns when every host had programmed (or
+    None: `act` itself is the work), divided by `per` (the changes `act` made)."""
+    before, agents_before = etcd_cost(lab), agent_cpu_seconds(lab)
+    started = time.monotonic()
+    end = act() or time.monotonic()
+    time.sleep(0.5)  # the last watch responses
+    cost = etcd_cost(lab) - before
+    return Sample(
+        EtcdCost(cost.wire_bytes // per, cost.grpc_bytes // per, cost.cpu_seconds / per),
+        (end - started) / per,
+        (agent_cpu_seconds(lab) - agents_before) / per,
+    )
+
+
+def span(values: list[float], fmt: str) -> str:
+    low, mid, high = (format(v, fmt) for v in (min(values), statistics.median(values), max(values)))
+    return f"{mid} ({low}-{high})"
+
+
+def report(name: str, samples: list[Sample], agents: int, with_time: bool = True) -> None:
+    costs = [s.cost for s in samples]
+    print(f"{name}_wire_bytes: {span([c.wire_bytes for c in costs], '.0f')}")
+    print(f"{name}_grpc_bytes: {span([c.grpc_bytes for c in costs], '.0f')}")
+    print(f"{name}_wire_bytes_per_agent: {span([c.wire_bytes / agents for c in costs], '.0f')}")
+    print(f"{name}_etcd_cpu_s: {span([c.cpu_seconds for c in costs], '.3f')}")
+    if with_time:
+        print(f"{name}_all_programmed_s: {span([s.seconds for s in samples], '.2f')}")
+    print(f"{name}_agents_cpu_s: {span([s.agent_cpu for s in samples], '.2f')}")
+
+
+@dataclass
+class Figures:
+    cold: Sample
+    changes: list[Sample]
+    storms: list[Sample]
+    spreads: list[Sample]
+    listing: list[Sample]
+    resume: list[Sample]
+
+
+def bench(n: int, runs: int, spread: float, changes_per_run: int) -> Figures:
+    peers = n - 1
+    print(f"{n} agents: {load()}", flush=True)
+    with fanout_lab(n) as lab:
+
+        def programmed(expected: int) -> float:
+            return max(wait_programmed(lab, expected, TIMEOUT).values())
+
+        def cold_start() -> float:
+            start_agents(lab)
+            return programmed(peers)
+
+        cold = measured(lab, cold_start)
+        print(f"{n} agents: cold start done, {load()}", flush=True)
+
+        def lease_changes(added: list[IPv4Network]) -> float:
+            """New peers one by one, each until every host routes it."""
+            end = 0.0
+            for k in range(changes_per_run):
+                added.append(free_subnet(lab))
+                add_peer(lab, added[-1])
+                end = programmed(peers + k + 1)
+            return end
+
+        changes = []
+        for _ in range(runs):
+            added: list[IPv4Network] = []
+            changes.append(measured(lab, functools.partial(lease_changes, added), changes_per_run))
+            for subnet in added:
+                remove_peer(lab, subnet)
+        print(f"{n} agents: lease changes done, {load()}", flush=True)
+
+        def restart(gap: float) -> Callable[[], float]:
+            def act() -> float:
+                start_agents(lab, gap)
+                return programmed(peers)
+
+            return act
+
+        storms: list[Sample] = []
+        spreads: list[Sample] = []
+        for _ in range(runs):
+            for gap, into in ((0.0, storms), (spread, spreads)):
+                stop_agents(lab)
+                forget_routes(lab)
+                into.append(measured(lab, restart(gap)))
+        print(f"{n} agents: restarts done, {load()}", flush=True)
+
+        listing, resume = [], []
+        for _ in range(runs):
+            listing.append(measured(lab, lambda: join_storm(lab, resume=False)))
+            resume.append(measured(lab, lambda: join_storm(lab, resume=True)))
+        print(f"{n} agents: join storms done, {load()}", flush=True)
+    return Figures(cold, changes, storms, spreads, listing, resume)
+
+
+def median(samples: list[Sample], metric: Callable[[Sample], float]) -> float:
+    return statistics.median(metric(s) for s in samples)
+
+
+def fit(points: dict[int, float]) -> tuple[float, float]:
+    """a, b of cost(N) = a*N + b*N^2 through the smallest and the largest N."""
+    (n1, c1), (n2, c2) = (min(points.items()), max(points.items()))
+    b = (c2 / n2 - c1 / n1) / (n2 - n1)
+    return c1 / n1 - b * n1, b
+
+
+def main() -> int:
+    interrupt_on_sigterm()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", default="25,50", help="lab sizes; the fit takes two")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--spread", type=float, default=10.0, help="seconds a spread restart takes")
+    parser.add_argument("--changes", type=int, default=10, help="lease changes per run")
+    args = parser.parse_args()
+    sizes = [int(n) for n in args.agents.split(",")]
+    results = {n: bench(n, args.runs, args.spread, args.changes) for n in sizes}
+
+    for n, f in results.items():
+        print(f"--- {n} agents")
+        report(f"n{n}_cold_start", [f.cold], n)
+        report(f"n{n}_lease_change", f.changes, n)
+        report(f"n{n}_restart_storm", f.storms, n)
+        report(f"n{n}_spread_restart", f.spreads, n)
+        report(f"n{n}_join_listing", f.listing, n, with_time=False)
+        report(f"n{n}_join_resume", f.resume, n, with_time=False)
+        saved = median(f.listing, lambda s: s.cost.wire_bytes) - median(
+            f.resume, lambda s: s.cost.wire_bytes
+        )
+        storm = median(f.storms, lambda s: s.cost.wire_bytes)
+        print(f"n{n}_resume_saves_wire_bytes: {saved:.0f} ({saved / storm:.2f} of the storm)")
+
+    print(f"--- extrapolated to {TARGET} nodes")
+    change = max(sizes)
+    per_event = median(results[change].changes, lambda s: s.cost.wire_bytes) / change
+    print(f"lease_change_wire_bytes(N) = {per_event:.0f} * N")
+    print(f"extrapolated_{TARGET}_lease_change_wire_bytes: {per_event * TARGET:.3e}")
+    cpu_per_event = median(results[change].changes, lambda s: s.cost.cpu_seconds) / change
+    print(f"extrapolated_{TARGET}_lease_change_etcd_cpu_s: {cpu_per_event * TARGET:.2f}")
+    if len(sizes) < 2:
+        return 0
+    metrics: dict[str, Callable[[Sample], float]] = {
+        "wire_bytes": lambda s: s.cost.wire_bytes,
+        "etcd_cpu_s": lambda s: s.cost.cpu_seconds,
+    }
+    for name, metric in metrics.items():
+        for scenario in ("storms", "listing", "resume"):
+            a, b = fit({n: median(getattr(f, scenario), metric) for n, f in results.items()})
+            at = a * TARGET + b * TARGET**2
+            print(f"{scenario}_{name}(N) = {a:.4g} * N + {b:.4g} * N^2")
+            print(f"extrapolated_{TARGET}_{scenario}_{name}: {at:.3e}")
+    print(f"end: {load()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

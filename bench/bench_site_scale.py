@@ -1,0 +1,154 @@
+"""site.yml at 3, 10 and 20 lab hosts: the first run and the re-run, wall time and the
+controller's CPU, and where the time goes.
+
+For each size a fresh lab (pyflannel_controller.lab podman hosts over SSH, the image and wheelhouse
+caches reused) is booted, site.yml run twice, and the lab removed. Controller CPU is
+getrusage(RUSAGE_CHILDREN) around each ansible-playbook run: ansible-playbook, its forks and the
+ssh clients they start (everything the controller spends on the run). ansible.posix's
+profile_tasks callback names the slowest tasks of each run (wall time of a task across all
+hosts); modules per host on the re-run are counted from the ssh commands Ansible starts.
+
+Goals at 20 hosts (issue 26): re-run <= 30 s with changed=0, first run <= 3 min, cost growing no
+worse than linearly (seconds per host not growing with the size).
+Needs root:  python bench/bench_site_scale.py [--sizes 3,10,20] [--top 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from sigterm import interrupt_on_sigterm
+
+from pyflannel_controller.lab import hosts
+from pyflannel_controller.lab.errors import LabError
+from pyflannel_controller.lab.playbook import LAB_INVENTORY, PlaybookRun, run_playbook
+
+# Every lab host's systemd, logind and dbus hold 7 inotify instances, and every rootful
+# container counts against root's fs.inotify.max_user_instances (128 here): past ~17 hosts the
+# last ones boot without sshd.
+INOTIFY_LIMIT = Path("/proc/sys/fs/inotify/max_user_instances")
+INOTIFY_PER_HOST = 8
+INOTIFY_SLACK = 64  # other labs booting meanwhile
+
+# profile_tasks' summary lines: "<task name> ------ 12.34s"
+_TASK_TIME = re.compile(r"^(.+?) -{3,} (\d+\.\d+)s$", re.M)
+
+
+@dataclass(frozen=True)
+class Measured:
+    run: PlaybookRun
+    cpu_seconds: float
+    load: str
+
+    def slowest(self, top: int) -> list[tuple[str, float]]:
+        tasks = [(name.strip(), float(t)) for name, t in _TASK_TIME.findall(self.run.output)]
+        return sorted(tasks, key=lambda task: -task[1])[:top]
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measured(addresses: dict[str, str] | None = None) -> Measured:
+    before = children_cpu()
+    run = run_playbook("site.yml", count_modules=addresses)
+    if run.returncode != 0 or run.failed_hosts():
+        raise RuntimeError(run.explain())
+    return Measured(run, children_cpu() - before, load())
+
+
+def inotify_in_use() -> int:
+    count = 0
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            count += sum(os.readlink(fd) == "anon_inode:inotify" for fd in fd_dir.iterdir())
+        except OSError:  # a process that ended meanwhile
+            continue
+    return count
+
+
+@contextmanager
+def inotify_room(hosts: int) -> Iterator[None]:
+    """Root's inotify instance limit raised for `hosts` more lab hosts while they run, and put
+    back as it was (instances made meanwhile stay valid)."""
+    before = int(INOTIFY_LIMIT.read_text())
+    needed = inotify_in_use() + hosts * INOTIFY_PER_HOST + INOTIFY_SLACK
+    if needed <= before:
+        yield
+        return
+    print(f"fs.inotify.max_user_instances {before} -> {needed} while the lab runs", flush=True)
+    INOTIFY_LIMIT.write_text(str(needed))
+    try:
+        yield
+    finally:
+        INOTIFY_LIMIT.write_text(str(before))
+
+
+def report(size: int, booted: float, first: Measured, again: Measured, top: int) -> None:
+    for name, run in (("first run", first), ("re-run", again)):
+        print(f"{size} hosts, {name}: slowest tasks:")
+        for task, seconds in run.slowest(top):
+            print(f"    {seconds:6.2f} s  {task}")
+    print(f"hosts_{size}_boot_s: {booted:.1f}")
+    print(f"hosts_{size}_first_run_s: {first.run.seconds:.1f} (load {first.load})")
+    print(f"hosts_{size}_first_run_controller_cpu_s: {first.cpu_seconds:.1f}")
+    print(f"hosts_{size}_first_run_s_per_host: {first.run.seconds / size:.2f}")
+    print(f"hosts_{size}_rerun_s: {again.run.seconds:.1f} (load {again.load})")
+    print(f"hosts_{size}_rerun_controller_cpu_s: {again.cpu_seconds:.1f}")
+    print(f"hosts_{size}_rerun_controller_cpu_s_per_host: {again.cpu_seconds / size:.2f}")
+    print(f"hosts_{size}_rerun_changed: {sum(again.run.changed().values())}")
+    print(f"hosts_{size}_rerun_modules_per_host: {sorted(set(again.run.modules.values()))}")
+    sys.stdout.flush()
+
+
+def boot_and_run(size: int) -> tuple[float, Measured, Measured] | None:
+    """A fresh lab of `size` hosts, site.yml twice, the lab removed; None if it did not boot."""
+    started = time.monotonic()
+    try:
+        state = hosts.up(size)
+    except LabError as err:  # reported, and the next size runs
+        print(f"hosts_{size}_boot_failed: {err} (load {load()})", flush=True)
+        hosts.down()
+        return None
+    booted = time.monotonic() - started
+    try:
+        addresses = {host.name: str(host.address) for host in state.hosts}
+        return booted, measured(), measured(addresses)
+    finally:
+        hosts.down()
+        shutil.rmtree(f"{LAB_INVENTORY}-credentials", ignore_errors=True)
+
+
+def main() -> int:
+    interrupt_on_sigterm()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="3,10,20")
+    parser.add_argument("--top", type=int, default=8, help="slowest tasks shown per run")
+    args = parser.parse_args()
+    os.environ["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.posix.profile_tasks"
+    os.environ["PROFILE_TASKS_TASK_OUTPUT_LIMIT"] = "all"
+    for size in [int(s) for s in args.sizes.split(",")]:
+        with inotify_room(size):
+            measurement = boot_and_run(size)
+        if measurement is not None:
+            report(size, *measurement, args.top)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Five agents against one etcd: the short version of bench/bench_etcd_fanout.py, which runs 25
+and 50 and measures what etcd sends and spends. Here only correctness: every agent programs
+every peer after a cold start, after one lease change and after a restart of all of them at
+once with their routes gone, and etcd's counters move."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyflannel_controller.lab.fanout import (
+    add_peer,
+    etcd_cost,
+    fanout_lab,
+    forget_routes,
+    free_subnet,
+    join_storm,
+    own_subnets,
+    peer_routes,
+    remove_peer,
+    start_agents,
+    stop_agents,
+    wait_programmed,
+)
+from tests.integration.faults import HANG_GUARD
+
+pytestmark = [pytest.mark.root, pytest.mark.etcd]
+
+AGENTS = 5
+
+
+def test_every_agent_programs_every_peer_through_a_change_and_a_restart_storm() -> None:
+    with fanout_lab(AGENTS, prefix="pft") as lab:
+        start_agents(lab)
+        wait_programmed(lab, AGENTS - 1, HANG_GUARD)
+        subnets = own_subnets(lab)
+        assert len(set(subnets)) == AGENTS
+        for host, own in zip(lab.net.hosts, subnets, strict=True):
+            assert peer_routes(lab, host) == set(subnets) - {own}
+
+        before = etcd_cost(lab)
+        subnet = free_subnet(lab)
+        add_peer(lab, subnet)
+        wait_programmed(lab, AGENTS, HANG_GUARD)
+        assert all(subnet in peer_routes(lab, host) for host in lab.net.hosts)
+        sent = etcd_cost(lab) - before
+        assert sent.wire_bytes > 0 and sent.grpc_bytes > 0
+        remove_peer(lab, subnet)
+
+        stop_agents(lab)
+        forget_routes(lab)
+        assert not any(peer_routes(lab, host) for host in lab.net.hosts)
+        start_agents(lab)
+        wait_programmed(lab, AGENTS - 1, HANG_GUARD)
+        assert own_subnets(lab) == subnets  # every agent came back to its own lease
+        for host, own in zip(lab.net.hosts, subnets, strict=True):
+            assert peer_routes(lab, host) == set(subnets) - {own}
+
+        join_storm(lab, resume=False)  # the bench's join storms run against the live lab
+        join_storm(lab, resume=True)
