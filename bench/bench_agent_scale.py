@@ -54,11 +54,12 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from ipaddress import IPv4Address, IPv4Network
+from ipaddress import IPv4Address
 
 from bench_netlink import iproute2, make_host
 from sigterm import interrupt_on_sigterm
 
+from pyflannel_controller.lab.churn import NETWORK, SUBNET_LEN, configure
 from pyflannel_controller.lab.netns_agents import PREFIX, AgentLab
 from pyflannel_controller.lab.netns_lab import LabHost
 from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
@@ -70,9 +71,6 @@ from pyflannel_runtime.netlink.netns import run_in_netns
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs, make_subnet_key
 from pyflannel_runtime.wire.vxlan_data import parse_vxlan_backend_data, vxlan_backend_data
 
-NETWORK = IPv4Network("10.244.0.0/16")
-SUBNET_LEN = 29
-OWN_SUBNET = IPv4Network("10.244.0.8/29")  # the first subnet is below flannel's SubnetMin
 RECONCILE_INTERVAL = 10
 REPAIRS = 60
 # Full programming is timed over this many starts on a bare host, each right after the
@@ -397,11 +395,7 @@ def main() -> None:
 
     with AgentLab({"Type": "vxlan"}, hosts=1, prefix="pbs", ip_masq=False) as lab:
         host = lab.net.hosts[0]
-        config = {"Network": str(NETWORK), "SubnetLen": SUBNET_LEN, "Backend": {"Type": "vxlan"}}
-        lab.etcdctl("put", f"{PREFIX}/config", json.dumps(config))
-        lab.etcdctl("del", lab.lease_key(host))
-        own = LeaseAttrs(public_ip=host.underlay_ip).to_json()
-        lab.etcdctl("put", f"{PREFIX}/subnets/{make_subnet_key(OWN_SUBNET, None)}", own)
+        configure(lab)
         start = time.perf_counter()
         etcd_ops(lab, "load", [["put", key(p), p.attrs.to_json()] for p in peers])
         print(f"put {args.peers} leases into etcd in {time.perf_counter() - start:.2f} s")

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from ipaddress import IPv4Interface, IPv6Interface, ip_interface, ip_network
 
 from pyflannel_runtime.cni.skel import CniError
+from pyflannel_runtime.wire.subnet_env import first_host
 
 IPInterface = IPv4Interface | IPv6Interface
 
@@ -38,7 +39,7 @@ def stale_addresses(
     """The bridge addresses to remove: inside one of flannel's `networks`, and not the gateway
     (first address) of this node's `subnets` now."""
     inside = [ip_network(n) for n in networks]
-    gateways = {ip_interface(f"{ip_network(s)[1]}/{ip_network(s).prefixlen}") for s in subnets}
+    gateways = {ip_interface(first_host(ip_network(s))) for s in subnets}
     return [
         address
         for address in held

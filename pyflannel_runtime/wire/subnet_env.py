@@ -45,7 +45,7 @@ class _Record:
         return f"{type(self).__name__}({fields})"
 
 
-def _first_host(network: IPv4Network | IPv6Network) -> str:
+def first_host(network: IPv4Network | IPv6Network) -> str:
     """flannel writes the lease's network address plus one, keeping the prefix length."""
     return f"{network.network_address + 1}/{network.prefixlen}"
 
@@ -83,10 +83,10 @@ class SubnetEnv(_Record):
         lines: list[str] = []
         if self.network is not None and self.subnet is not None:
             lines.append(f"FLANNEL_NETWORK={self.network}")
-            lines.append(f"FLANNEL_SUBNET={_first_host(self.subnet)}")
+            lines.append(f"FLANNEL_SUBNET={first_host(self.subnet)}")
         if self.ipv6_network is not None and self.ipv6_subnet is not None:
             lines.append(f"FLANNEL_IPV6_NETWORK={self.ipv6_network}")
-            lines.append(f"FLANNEL_IPV6_SUBNET={_first_host(self.ipv6_subnet)}")
+            lines.append(f"FLANNEL_IPV6_SUBNET={first_host(self.ipv6_subnet)}")
         lines.append(f"FLANNEL_MTU={self.mtu}")
         lines.append(f"FLANNEL_IPMASQ={'true' if self.ipmasq else 'false'}")
         return "".join(line + "\n" for line in lines)

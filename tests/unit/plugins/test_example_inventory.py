@@ -42,20 +42,31 @@ CHECK_PLAYBOOK = f"""
 """
 
 
+def ansible_playbook(*args: str, json_report: bool = False) -> subprocess.CompletedProcess[str]:
+    """``ansible-playbook *args`` from the repository's root with its ansible.cfg; the output is
+    the JSON report (ansible.builtin.json) with ``json_report``, plain text otherwise."""
+    output = (
+        {"ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"}
+        if json_report
+        else {"ANSIBLE_NOCOLOR": "1"}
+    )
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-playbook")), *args],
+        cwd=ROOT,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), **output},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
 def check_inventory(
     tmp_path: Path, *extra_vars: str, inventory: Path = INVENTORY
 ) -> subprocess.CompletedProcess[str]:
     playbook = tmp_path / "check.yml"
     playbook.write_text(CHECK_PLAYBOOK)
-    argv = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(inventory)]
-    return subprocess.run(
-        [*argv, *(arg for var in extra_vars for arg in ("-e", var)), str(playbook)],
-        cwd=ROOT,
-        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    extra = (arg for var in extra_vars for arg in ("-e", var))
+    return ansible_playbook("-i", str(inventory), *extra, str(playbook))
 
 
 def checked_settings(tmp_path: Path) -> dict[str, object]:

@@ -7,13 +7,10 @@ without reaching the hosts, as tests/unit/plugins/test_example_inventory.py does
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from tests.unit.plugins.test_example_inventory import CHECK_PLAYBOOK, INVENTORY, ROOT
+from tests.unit.plugins.test_example_inventory import CHECK_PLAYBOOK, INVENTORY, ansible_playbook
 
 SHOW_NODES = """
     - name: Show every node's identity
@@ -28,18 +25,8 @@ def check(tmp_path: Path, *args: str, host_vars: dict[str, Any] | None = None) -
     playbook.write_text(CHECK_PLAYBOOK + SHOW_NODES)
     extra = tmp_path / "hosts.yml"
     extra.write_text(json.dumps({"all": {"hosts": host_vars or {}}}))
-    command = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(INVENTORY)]
-    done = subprocess.run(
-        [*command, "-i", str(extra), *args, str(playbook)],
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
-        },
-        capture_output=True,
-        text=True,
-        check=False,
+    done = ansible_playbook(
+        "-i", str(INVENTORY), "-i", str(extra), *args, str(playbook), json_report=True
     )
     return f"rc={done.returncode}\n{done.stdout}{done.stderr}"
 

@@ -6,15 +6,12 @@ addresses) cannot be reached: a task that needed a host would fail differently."
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.unit.plugins.test_example_inventory import INVENTORY, ROOT
+from tests.unit.plugins.test_example_inventory import INVENTORY, ansible_playbook
 
 ALONE = """
 - name: The role alone
@@ -29,18 +26,7 @@ ALONE = """
 def run_alone(tmp_path: Path, role: str) -> tuple[int, dict[str, Any]]:
     playbook = tmp_path / "alone.yml"
     playbook.write_text(ALONE.format(role=role))
-    done = subprocess.run(
-        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(INVENTORY), playbook],
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
-        },
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = ansible_playbook("-i", str(INVENTORY), str(playbook), json_report=True)
     report, _ = json.JSONDecoder().raw_decode(done.stdout)
     return done.returncode, report
 
