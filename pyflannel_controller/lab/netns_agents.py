@@ -367,3 +367,15 @@ class AgentLab(Lab):
             for b in self.net.hosts
             if a.n != b.n
         }
+
+    def wait_reachable(self, timeout: float = 30.0) -> dict[tuple[int, int], bool]:
+        """`reachability` once every pod reaches every other, or as it stands at `timeout`.
+
+        An agent is ready once its own subnet.env is written; a peer that registers after that
+        reaches it by a watch event, which on a loaded machine may come a moment later."""
+        deadline = time.monotonic() + timeout
+        reached = self.reachability()
+        while not all(reached.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            reached = self.reachability()
+        return reached

@@ -31,6 +31,9 @@ from pyflannel_runtime.netdev.types import ExternalInterface
 from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.wire.netconf import NetworkConfig, check_network_config
 
+# Locally administered; each lab's bridge is alone in its own namespace.
+UNDERLAY_BRIDGE_MAC = "02:00:00:00:00:01"
+
 
 @dataclass(frozen=True)
 class LabHost:
@@ -121,7 +124,11 @@ class NetLab(Lab):
             if self.ipv6:
                 self.sysctl(ns, "net.ipv6.conf.all.accept_dad", "0")
                 self.sysctl(ns, "net.ipv6.conf.default.accept_dad", "0")
-        self.ip(self.ul, "link", "add", "br-ul", "mtu", str(self.underlay_mtu), "type", "bridge")
+        # A bridge without an address of its own takes its ports' lowest, so a port added later
+        # (an outsider, a late host) could change it under the hosts' neighbour entries for the
+        # address on it (etcd's, the Node API's), which then point nowhere.
+        self.ip(self.ul, "link", "add", "br-ul", "address", UNDERLAY_BRIDGE_MAC,
+                "mtu", str(self.underlay_mtu), "type", "bridge")  # fmt: skip
         self.ip(self.ul, "link", "set", "br-ul", "up")
         for h in self.hosts:
             self._create_host(h)

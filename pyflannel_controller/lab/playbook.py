@@ -101,8 +101,16 @@ def run_playbook(
         if count_modules is not None:
             env["ANSIBLE_SSH_EXECUTABLE"] = str(_ssh_wrapper(Path(scratch), log))
         started = time.monotonic()
+        # No stdin: ansible-playbook refuses to start on a non-blocking one (as a CI runner's
+        # may be), and a play's prompt must not wait on the caller's terminal.
         done = subprocess.run(
-            command, cwd=ROOT, env=env, capture_output=True, text=True, check=False
+            command,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         seconds = time.monotonic() - started
         modules = _module_counts(log, count_modules) if count_modules is not None else {}

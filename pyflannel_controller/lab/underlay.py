@@ -75,7 +75,9 @@ def pick_slot() -> IPv4Network:
 def create_bridge(name: str, slot: IPv4Network) -> None:
     _ip_batch(
         [
-            f"link add {name} type bridge",
+            # Its own address: a bridge without one takes its ports' lowest, and a host attached
+            # later (a node added to the lab) would change it under the others' neighbour entries.
+            f"link add {name} address {host_mac(gateway(slot))} type bridge",
             f"addr add {gateway(slot)}/{slot.prefixlen} dev {name}",
             f"link set {name} up",
         ]

@@ -23,6 +23,7 @@ def build(scratch: Path) -> Path:
     subprocess.run(
         [BIN / "ansible-galaxy", "collection", "build", "--output-path", built, ROOT],
         check=True,
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         cwd=scratch,
     )
@@ -44,6 +45,7 @@ def install(scratch: Path, tarball: Path, into: str = "installed") -> Path:
         [BIN / "ansible-galaxy", "collection", "install", "--no-deps", "--force", "-p", installed,
          tarball],
         check=True,
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         cwd=scratch,
     )  # fmt: skip
@@ -63,6 +65,7 @@ def run_outside(work: Path, installed: Path, *args: str | Path) -> subprocess.Co
     }
     return subprocess.run(
         [BIN / "ansible-playbook", *args],
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         cwd=work,

@@ -76,7 +76,8 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05) -> bool: 
 
 
 def test_pods_reach_each_other_and_files_are_flannels(lab: AgentLab) -> None:
-    assert all(lab.reachability().values()), lab.reachability()
+    reached = lab.wait_reachable()
+    assert all(reached.values()), reached
     mtu = POD_MTU[lab.backend["Type"]]
     for host in lab.net.hosts:
         path = lab.subnet_file(host)
@@ -178,7 +179,8 @@ def test_deleted_vxlan_device_heals_with_all_peers(lab: AgentLab) -> None:
         pytest.skip("vxlan only")
     host = lab.net.hosts[0]
     lab.net.ip(host.ns, "link", "del", "flannel.1")
-    assert wait_for(lambda: all(lab.reachability().values()), timeout=20)
+    reached = lab.wait_reachable(timeout=20)
+    assert all(reached.values()), reached
 
 
 def test_golden_iptables_rules_hold_while_traffic_flows(lab: AgentLab) -> None:

@@ -42,7 +42,7 @@ def _status_patches(lab: AgentLab, node: str) -> list[dict[str, object]]:
 
 
 def test_annotations_and_condition_patched_once_with_flannels_bodies(lab: AgentLab) -> None:
-    assert all(lab.reachability().values())
+    assert all(lab.wait_reachable().values())
     assert lab.kube is not None
     for host in lab.net.hosts:
         mac = lab.net.ip(host.ns, "-br", "link", "show", "flannel.1").split()[2]
@@ -121,7 +121,7 @@ def test_peers_follow_node_events(lab: AgentLab) -> None:
     lab.kube.add_node(b.ns, pod_cidr=str(b.subnet))
     lab.start_agent(b)
     lab.wait_ready(b)
-    assert all(lab.reachability().values())
+    assert all(lab.wait_reachable().values())
 
 
 def test_invalid_net_conf_exits_one_with_flannels_message() -> None:

@@ -44,6 +44,7 @@ def ansible_doc(kind: str) -> dict[str, Any]:
         [str(Path(sys.executable).with_name("ansible-doc")), "--json", "-t", kind, *names],
         cwd=ROOT,
         env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         check=False,
