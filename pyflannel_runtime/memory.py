@@ -10,7 +10,9 @@ import logging
 
 log = logging.getLogger("pyflannel.agent")
 
+_M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
+_MMAP_THRESHOLD = 128 * 1024  # glibc's default, held there
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -22,12 +24,24 @@ def _libc() -> ctypes.CDLL | None:
         return None
 
 
-def limit_malloc_arenas(arenas: int = 2) -> None:
-    """Cap glibc's per-thread arenas before the worker threads start (netlink and the etcd
-    client each run in threads); every extra arena keeps its own freed-but-held pages."""
+def tune_heap(arenas: int = 2) -> None:
+    """Before the worker threads start (netlink and the etcd client each run in threads):
+
+    * cap glibc's per-thread arenas: every extra arena keeps its own freed-but-held pages;
+    * hold the mmap threshold at its default: glibc raises it after freeing a large block (up
+      to 32 MiB), after which large buffers (the 1 MiB that `netlink.batch` receives each
+      batch's acknowledgements into, a lease listing) come from the heap, where what is left
+      of them once shrunk, or one long-lived object allocated after them, keeps the heap from
+      shrinking. Held, each is mapped and unmapped on its own (bench/bench_churn.py, five
+      minutes of churn with four full reconciles: RSS growth 5.0 MiB without it, 3.5 with it).
+    """
     libc = _libc()
-    if libc is not None and not libc.mallopt(_M_ARENA_MAX, arenas):
+    if libc is None:
+        return
+    if not libc.mallopt(_M_ARENA_MAX, arenas):
         log.debug("mallopt(M_ARENA_MAX) refused")
+    if not libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD):
+        log.debug("mallopt(M_MMAP_THRESHOLD) refused")
 
 
 def release_free_memory() -> None:

@@ -32,7 +32,7 @@ from pyflannel_runtime.backend.base import BackendError, DeviceSettings, Network
 from pyflannel_runtime.backend.registry import BackendRuntime
 from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.fsutil import os_error_text, unlink_quietly, write_atomic, write_temp
-from pyflannel_runtime.memory import limit_malloc_arenas
+from pyflannel_runtime.memory import tune_heap
 from pyflannel_runtime.netdev import ExternalInterface, InterfaceError, select_external_interface
 from pyflannel_runtime.subnet.allocation import OutOfSubnets
 from pyflannel_runtime.subnet.manager import LeaseRevoked, LeaseTaken, SubnetManager
@@ -382,7 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FlagError as err:
         log.error("%s", err)
         return EXIT_FAILURE
-    limit_malloc_arenas()
+    tune_heap()
     return asyncio.run(Agent(opts).run())
 
 

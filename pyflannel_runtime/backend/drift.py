@@ -20,6 +20,7 @@ from pyflannel_runtime.netlink.encoder import AF_BRIDGE, NTF_SELF, NUD_PERMANENT
 from pyflannel_runtime.netlink.entries import (
     Action,
     Entry,
+    EntryT,
     Fdb,
     IPAddress,
     IPNetwork,
@@ -55,15 +56,21 @@ class Wanted:
 
     def discard(self, entry: Entry) -> None:
         """Forget `entry` (not another entry that took its key since)."""
-        table: dict[object, Entry] = (
-            self.routes  # type: ignore[assignment]
-            if isinstance(entry, Route)
-            else self.neighs
-            if isinstance(entry, Neigh)
-            else self.fdbs
-        )
+        table = self._table(entry)
         if table.get(entry.key) == entry:
             del table[entry.key]
+
+    def held(self, entry: EntryT) -> EntryT:
+        """The wanted entry equal to `entry`, else `entry` (`netlink.entries.Held`)."""
+        kept = self._table(entry).get(entry.key)
+        return kept if kept == entry else entry
+
+    def _table(self, entry: Entry) -> dict[object, Entry]:
+        if isinstance(entry, Route):
+            return self.routes  # type: ignore[return-value]
+        if isinstance(entry, Neigh):
+            return self.neighs  # type: ignore[return-value]
+        return self.fdbs  # type: ignore[return-value]
 
     def __len__(self) -> int:
         return len(self.routes) + len(self.neighs) + len(self.fdbs)

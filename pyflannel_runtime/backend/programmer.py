@@ -123,8 +123,8 @@ class PeerProgrammer(abc.ABC):
         return await asyncio.to_thread(run)
 
     async def owned_kernel_state(self) -> DatapathState:
-        ownership = self.ownership()
-        return await self.kernel(lambda ipr: owned_state(ipr, ownership))
+        ownership, held = self.ownership(), self._wanted.held
+        return await self.kernel(lambda ipr: owned_state(ipr, ownership, held))
 
     async def owned_kernel_routes(self) -> frozenset[Route]:
         ownership = self.ownership()

@@ -46,7 +46,15 @@ from pyflannel_runtime.netlink.encoder import (
     RTNH_F_ONLINK,
     RTPROT_BOOT,
 )
-from pyflannel_runtime.netlink.entries import DatapathState, Fdb, IPNetwork, Neigh, Route
+from pyflannel_runtime.netlink.entries import (
+    DatapathState,
+    Fdb,
+    Held,
+    IPNetwork,
+    Neigh,
+    Route,
+    as_decoded,
+)
 
 RTPROT_KERNEL = 2
 # A dump the kernel flags as interrupted (the table changed under it) is taken again; only
@@ -176,17 +184,21 @@ def route_facts(record: RouteRecord) -> RouteFacts | None:
     return RouteFacts(route, record.table, record.protocol, record.kind)
 
 
-def owned_routes(sock: socket.socket, ownership: Ownership) -> frozenset[Route]:
+def owned_routes(
+    sock: socket.socket, ownership: Ownership, held: Held = as_decoded
+) -> frozenset[Route]:
     found = set()
     for family in _families(ownership):
         for record in dump_routes(sock, family):
             facts = route_facts(record)
             if facts is not None and owns_route(facts, ownership):
-                found.add(facts.route)
+                found.add(held(facts.route))
     return frozenset(found)
 
 
-def owned_neighbours(sock: socket.socket, ownership: Ownership) -> frozenset[Neigh]:
+def owned_neighbours(
+    sock: socket.socket, ownership: Ownership, held: Held = as_decoded
+) -> frozenset[Neigh]:
     found = set()
     for family in _families(ownership):
         for device in sorted(ownership.devices):
@@ -197,11 +209,11 @@ def owned_neighbours(sock: socket.socket, ownership: Ownership) -> frozenset[Nei
                     and record.lladdr is not None
                     and record.dst is not None
                 ):
-                    found.add(Neigh(record.ifindex, record.dst, record.lladdr))
+                    found.add(held(Neigh(record.ifindex, record.dst, record.lladdr)))
     return frozenset(found)
 
 
-def owned_fdb(sock: socket.socket, ownership: Ownership) -> frozenset[Fdb]:
+def owned_fdb(sock: socket.socket, ownership: Ownership, held: Held = as_decoded) -> frozenset[Fdb]:
     found = set()
     for device in sorted(ownership.devices):
         for record in dump_neighbours(sock, AF_BRIDGE, device):
@@ -212,23 +224,26 @@ def owned_fdb(sock: socket.socket, ownership: Ownership) -> frozenset[Fdb]:
                 and record.dst is not None
                 and record.lladdr is not None
             ):
-                found.add(Fdb(record.ifindex, record.lladdr, record.dst))
+                found.add(held(Fdb(record.ifindex, record.lladdr, record.dst)))
     return frozenset(found)
 
 
-def read_owned_state(sock: socket.socket, ownership: Ownership) -> DatapathState:
-    """The owned entries, dumped over a socket from `open_dump_socket`."""
+def read_owned_state(
+    sock: socket.socket, ownership: Ownership, held: Held = as_decoded
+) -> DatapathState:
+    """The owned entries, dumped over a socket from `open_dump_socket`; each one equal to an
+    entry of `held`'s is that entry."""
     return DatapathState(
-        routes=owned_routes(sock, ownership),
-        neighs=owned_neighbours(sock, ownership),
-        fdbs=owned_fdb(sock, ownership),
+        routes=owned_routes(sock, ownership, held),
+        neighs=owned_neighbours(sock, ownership, held),
+        fdbs=owned_fdb(sock, ownership, held),
     )
 
 
-def owned_state(ipr: IPRoute, ownership: Ownership) -> DatapathState:
+def owned_state(ipr: IPRoute, ownership: Ownership, held: Held = as_decoded) -> DatapathState:
     """The owned entries in the namespace of a handle from `netns.iproute` (dumped over a
     socket of our own: decoding with pyroute2 is what made reconciles slow)."""
-    return _read_beside(ipr, lambda sock: read_owned_state(sock, ownership))
+    return _read_beside(ipr, lambda sock: read_owned_state(sock, ownership, held))
 
 
 def owned_kernel_routes(ipr: IPRoute, ownership: Ownership) -> frozenset[Route]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+from typing import Protocol, TypeVar
 
 IPAddress = IPv4Address | IPv6Address
 IPNetwork = IPv4Network | IPv6Network
@@ -57,6 +58,22 @@ class Fdb:
 
 
 Entry = Route | Neigh | Fdb
+EntryT = TypeVar("EntryT", Route, Neigh, Fdb)
+
+
+class Held(Protocol):
+    """The caller's own object equal to a decoded entry, or the entry itself.
+
+    A dump of 5 000 peers decodes 15 000 entries, nearly all equal to what the datapath already
+    holds; keeping the held objects instead lets the decoded ones go at once, so the full
+    reconcile's dump leaves no second copy of the datapath in the heap to pin its pages."""
+
+    def __call__(self, entry: EntryT, /) -> EntryT: ...
+
+
+def as_decoded(entry: EntryT, /) -> EntryT:
+    """`Held` for a caller that holds nothing."""
+    return entry
 
 
 class Action(enum.Enum):

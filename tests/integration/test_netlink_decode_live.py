@@ -7,12 +7,14 @@ import secrets
 import socket
 import subprocess
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from ipaddress import IPv4Network, IPv6Network, ip_address, ip_network
 from typing import Any
 
 import pytest
 from pyroute2.netlink.rtnl.marshal import MarshalRtnl
 
+from pyflannel_runtime.backend.drift import Wanted
 from pyflannel_runtime.netlink.batch import open_route_socket
 from pyflannel_runtime.netlink.decoder import (
     RTM_NEWNEIGH,
@@ -262,3 +264,22 @@ def test_a_host_gw_ownership_reads_only_gateway_routes_into_its_network(host: Ho
     # Protocol-boot gateway routes into the network, whichever device: vxlan's as well.
     v4_routes = {e for e in host.expected if isinstance(e, Route) and e.dst.version == 4}
     assert state == DatapathState(routes=frozenset(v4_routes))
+
+
+def test_entries_equal_to_held_ones_come_back_as_the_held_objects(host: Host) -> None:
+    """What a full reconcile relies on to keep no second copy of the datapath in memory."""
+    held_entries = sorted(host.expected, key=repr)[::2]  # every other entry, copies of them
+    wanted = Wanted.of(replace(e) for e in held_entries)
+    changed = next(e for e in held_entries[1:] if isinstance(e, Neigh))
+    wanted.add(replace(changed, lladdr="0a:58:ff:ff:ff:ff"))  # held under the key, not equal
+    sock = open_dump_socket(host.ns)
+    try:
+        state = read_owned_state(sock, host.ownership, wanted.held)
+    finally:
+        sock.close()
+    assert state == DatapathState.of(host.expected)
+    ids = {id(e) for table in (wanted.routes, wanted.neighs, wanted.fdbs) for e in table.values()}
+    read = state.entries()
+    same = {e for e in read if id(e) in ids}
+    assert same == set(held_entries) - {changed}
+    assert changed in read and id(next(e for e in read if e == changed)) not in ids

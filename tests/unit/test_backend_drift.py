@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from dataclasses import replace
 from ipaddress import IPv4Address, IPv4Network
 
 import pytest
@@ -286,3 +287,24 @@ def test_notifications_of_the_datapaths_own_writes_are_left_out() -> None:
     events = list(parse_events(bytes(mine) + theirs, skip_port=4242))
     assert [type(e) for e in events] == [NeighEvent]
     assert len(list(parse_events(bytes(mine) + theirs))) == 2
+
+
+@pytest.mark.parametrize("entry", [ROUTE, NEIGH, FDB], ids=["route", "neigh", "fdb"])
+def test_held_gives_the_wanted_object_for_an_equal_entry_and_the_entry_otherwise(
+    entry: Route | Neigh | Fdb,
+) -> None:
+    assert WANTED.held(replace(entry)) is entry
+    other_value = (
+        replace(entry, gateway=IPv4Address("10.244.2.1"))
+        if isinstance(entry, Route)
+        else replace(entry, lladdr="0a:58:0a:f4:02:01")
+        if isinstance(entry, Neigh)
+        else replace(entry, dst=IPv4Address("192.0.2.13"))
+    )
+    assert WANTED.held(other_value) is other_value  # the same key, another value
+    stranger = (
+        replace(entry, ifindex=DEV + 1)
+        if not isinstance(entry, Route)
+        else replace(entry, dst=IPv4Network("10.244.3.0/24"))
+    )
+    assert WANTED.held(stranger) is stranger
