@@ -17,8 +17,8 @@ log = logging.getLogger("pyflannel.datapath")
 class DatapathLoop:
     """The watch never waits for the kernel: batches queue up (unbounded) while the backend
     works, and whatever has queued meanwhile is applied in one go. One writer to the kernel at
-    a time: watch events and periodic reconciles share a lock. Only leases inside `scope`
-    reach the backend."""
+    a time: watch events and periodic reconciles share a lock, which a periodic check takes
+    once its dump is read. Only leases inside `scope` reach the backend."""
 
     def __init__(
         self, sm: SubnetManager, network: Network, scope: LeaseScope, reconcile_interval: float
@@ -85,11 +85,14 @@ class DatapathLoop:
         await self._synced.wait()
         while True:
             await asyncio.sleep(self._interval)
-            async with self._lock:
-                try:
-                    writes = await self._network.recheck(self._watcher.leases)
-                except OSError as err:
-                    log.error("Reconcile failed: %s", err)
-                    continue
+            try:
+                # Its dump is read before the lock is taken: lease events wait only for the
+                # diff and its writes.
+                survey = await self._network.survey()
+                async with self._lock:
+                    writes = await self._network.recheck(self._watcher.leases, survey)
+            except OSError as err:
+                log.error("Reconcile failed: %s", err)
+                continue
             if writes:
                 log.warning("Reconcile repaired %d kernel entries", writes)

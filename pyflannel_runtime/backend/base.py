@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.backend.tx_offload import AUTO_VERDICT_FILE, DEFAULT_MODE
 from pyflannel_runtime.netdev.types import ExternalInterface
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.wire.netconf import NetworkConfig
+
+if TYPE_CHECKING:
+    from pyflannel_runtime.backend.drift import KernelSurvey
 
 AcquireLease = Callable[[LeaseAttrs], Awaitable[Lease]]
 
@@ -38,9 +41,13 @@ class Network(Protocol):
     async def reconcile(self, peers: Sequence[Lease]) -> int:
         """Make the kernel hold exactly these peers' entries; returns the netlink writes made."""
 
-    async def recheck(self, peers: Sequence[Lease]) -> int:
-        """The periodic check against drift: a reconcile, or less where the datapath knows
-        the kernel is as it left it; returns the writes made."""
+    async def survey(self) -> KernelSurvey | None:
+        """What the next recheck reads from the kernel, read while lease events go on being
+        programmed; None when it needs nothing read ahead."""
+
+    async def recheck(self, peers: Sequence[Lease], survey: KernelSurvey | None = None) -> int:
+        """The periodic check against drift: a reconcile (on `survey`, when given), or less
+        where the datapath knows the kernel is as it left it; returns the writes made."""
 
     async def close(self) -> None:
         """Stop watchers. The datapath stays in place, as flannel leaves it on shutdown."""

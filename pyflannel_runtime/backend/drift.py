@@ -19,6 +19,7 @@ from pyflannel_runtime.netlink.dump import Ownership, main_route_key, owns_route
 from pyflannel_runtime.netlink.encoder import AF_BRIDGE, NTF_SELF, NUD_PERMANENT
 from pyflannel_runtime.netlink.entries import (
     Action,
+    DatapathState,
     Entry,
     EntryT,
     Fdb,
@@ -74,6 +75,34 @@ class Wanted:
 
     def __len__(self) -> int:
         return len(self.routes) + len(self.neighs) + len(self.fdbs)
+
+
+def kernel_key(entry: Entry) -> tuple[type, object]:
+    """An entry's kernel key, told apart by kind."""
+    return type(entry), entry.key
+
+
+@dataclass(frozen=True)
+class KernelSurvey:
+    """The datapath's kernel entries as a dump read them without the datapath's lock, the
+    ownership they were read under, and the kernel keys of every write sent since the dump
+    began (filled in as they are sent): the kernel's word on those keys is newer than the
+    dump's. `doubts` counts what had cast doubt on the notifications when the dump began."""
+
+    state: DatapathState
+    ownership: Ownership
+    written: set[tuple[type, object]]
+    doubts: int
+
+    def compare(self, desired: DatapathState) -> tuple[DatapathState, DatapathState]:
+        """`desired` and the dumped state, both without the keys written since the dump."""
+        if not self.written:
+            return desired, self.state
+        return _without(desired, self.written), _without(self.state, self.written)
+
+
+def _without(state: DatapathState, keys: set[tuple[type, object]]) -> DatapathState:
+    return DatapathState.of([e for e in state.entries() if kernel_key(e) not in keys])
 
 
 def repairs(

@@ -3,7 +3,8 @@
 Shared by vxlan and host-gw. A backend says which entries a lease calls for and which kernel
 entries it owns; this class keeps the lease cache, plans writes with `netlink.diff` and sends
 them in batches. Dumps and large batches run in a worker thread, one job at a time; an
-event's few writes go out from the event loop (`INLINE_WRITES`).
+event's few writes go out from the event loop (`INLINE_WRITES`). The periodic check's dump
+runs beside that worker without the lock (`survey`), so events wait only for its diff.
 
 A route is only ever replaced where the datapath owns the kernel's route (by the rules of
 `netlink.dump.Ownership`, the same for events and reconciles): elsewhere it is created, and
@@ -27,12 +28,17 @@ from typing import TypeVar
 
 from pyroute2 import IPRoute
 
-from pyflannel_runtime.backend.drift import Wanted, repairs
+from pyflannel_runtime.backend.drift import KernelSurvey, Wanted, kernel_key, repairs
 from pyflannel_runtime.backend.peers import PeerSkipped
 from pyflannel_runtime.memory import release_free_memory
 from pyflannel_runtime.netlink.batch import BatchSender, OpFailure
 from pyflannel_runtime.netlink.diff import desired_state, diff_ops, removal_ops
-from pyflannel_runtime.netlink.dump import Ownership, owned_kernel_routes, owned_state
+from pyflannel_runtime.netlink.dump import (
+    Ownership,
+    owned_kernel_routes,
+    owned_state,
+    owned_state_in,
+)
 from pyflannel_runtime.netlink.entries import Action, DatapathState, Entry, Fdb, Neigh, Op, Route
 from pyflannel_runtime.netlink.monitor import (
     RTMGRP_IPV4_ROUTE,
@@ -79,7 +85,10 @@ class PeerProgrammer(abc.ABC):
         # last full reconcile (as far as the notifications tell).
         self._wanted = Wanted()
         self._in_sync = False
+        self._doubts = 0  # how often the notifications were found wanting
         self._last_full = float("-inf")
+        # The kernel keys written since a survey's dump began, while one is pending.
+        self._written_since_survey: set[tuple[type, object]] | None = None
         self._monitor: socket.socket | None = None
         self._changes: list[RouteEvent | NeighEvent] = []
         self._repairer: asyncio.Task[None] | None = None
@@ -125,6 +134,11 @@ class PeerProgrammer(abc.ABC):
     async def owned_kernel_state(self) -> DatapathState:
         ownership, held = self.ownership(), self._wanted.held
         return await self.kernel(lambda ipr: owned_state(ipr, ownership, held))
+
+    async def surveyed_kernel_state(self, ownership: Ownership) -> DatapathState:
+        """`owned_kernel_state` without the `kernel` worker, which may run jobs meanwhile."""
+        held = self._wanted.held
+        return await asyncio.to_thread(owned_state_in, self.netns, ownership, held)
 
     async def owned_kernel_routes(self) -> frozenset[Route]:
         ownership = self.ownership()
@@ -194,13 +208,32 @@ class PeerProgrammer(abc.ABC):
         async with self._lock:
             return await self._reconcile(peers)
 
-    async def recheck(self, peers: Sequence[Lease]) -> int:
-        """The periodic check: a full reconcile unless the kernel's notifications vouch that
-        nothing changed since the last one (then it costs nothing)."""
+    async def survey(self) -> KernelSurvey | None:
+        """The periodic check's dump, made without the lock so that lease events are
+        programmed meanwhile (at 5 000 peers the dump takes a fifth of a second on an idle
+        machine, far more on a busy one); None when the kernel's notifications vouch that
+        nothing changed since the last full reconcile."""
+        if self._kernel_unchanged():
+            return None
+        ownership = self.ownership()
+        written: set[tuple[type, object]] = set()
+        doubts = self._doubts
+        self._written_since_survey = written
+        try:
+            state = await self.surveyed_kernel_state(ownership)
+        except BaseException:
+            self._written_since_survey = None
+            raise
+        return KernelSurvey(state, ownership, written, doubts)
+
+    async def recheck(self, peers: Sequence[Lease], survey: KernelSurvey | None = None) -> int:
+        """The periodic check: a full reconcile (on `survey`'s dump, when given) unless the
+        kernel's notifications vouch that nothing changed since the last one (then it costs
+        nothing)."""
         async with self._lock:
-            if self._kernel_unchanged():
+            if survey is None and self._kernel_unchanged():
                 return 0
-            writes = await self._reconcile(peers)
+            writes = await self._reconcile(peers, survey)
         # Its dump of the whole datapath is garbage now, but glibc keeps such heap in the
         # process: without this each period's full reconcile left ~8 MiB more RSS at 5 000
         # peers (bench/bench_churn.py), as the start-up sync would without its own trim.
@@ -216,7 +249,7 @@ class PeerProgrammer(abc.ABC):
             and time.monotonic() - self._last_full < FULL_RECONCILE_PERIOD
         )
 
-    async def _reconcile(self, peers: Sequence[Lease]) -> int:
+    async def _reconcile(self, peers: Sequence[Lease], survey: KernelSurvey | None = None) -> int:
         fresh = {lease.key(): lease for lease in peers}
         await self.prepare(list(fresh.values()))
         reusable = self.entries_are_stable()
@@ -229,10 +262,17 @@ class PeerProgrammer(abc.ABC):
                 entries[key] = self.peer_entries_or_none(lease)
         self._peers, self._entries = fresh, entries
         self._wanted = Wanted.of(e for group in self._entries.values() for e in group)
-        self._in_sync = True  # unless a write below fails, or a notification is lost
-        self._last_full = time.monotonic()
-        actual = await self.owned_kernel_state()
         desired = desired_state(e for group in self._entries.values() for e in group)
+        self._last_full = time.monotonic()
+        if survey is not None:
+            self._written_since_survey = None
+        if survey is not None and survey.ownership == self.ownership():
+            # In sync unless something cast doubt since the dump began (or a write below fails).
+            self._in_sync = survey.doubts == self._doubts
+            desired, actual = survey.compare(desired)
+        else:  # no survey, or the devices it read were recreated since
+            self._in_sync = True  # unless a write below fails, or a notification is lost
+            actual = await self.owned_kernel_state()
         return await self._send_with_rollback(diff_ops(desired, actual))
 
     def forget_entries(self) -> None:
@@ -288,7 +328,7 @@ class PeerProgrammer(abc.ABC):
                 break
             except OSError as err:  # ENOBUFS: notifications were lost; trust them no more
                 log.warning("Kernel monitor: %s; the next check reconciles in full", err)
-                self._in_sync = False
+                self._distrust()
                 self.on_notifications_lost()
                 continue
             for event in parse_events(data, own):
@@ -319,6 +359,10 @@ class PeerProgrammer(abc.ABC):
 
     # --- internals -------------------------------------------------------------------------
 
+    def _distrust(self) -> None:
+        self._in_sync = False
+        self._doubts += 1
+
     def peer_entries_or_none(self, lease: Lease) -> tuple[Entry, ...]:
         try:
             return self.peer_entries(lease)
@@ -330,24 +374,29 @@ class PeerProgrammer(abc.ABC):
         entries = self._entries[lease.key()] = self.peer_entries_or_none(lease)
         return entries
 
+    async def _write(self, ops: Sequence[Op]) -> list[OpFailure]:
+        if self._written_since_survey is not None:
+            self._written_since_survey.update(kernel_key(op.entry) for op in ops)
+        return await self._send(ops)
+
     async def _send_with_rollback(self, ops: list[Op]) -> int:
-        failures = await self._send(ops)
+        failures = await self._write(ops)
         if failures:
-            self._in_sync = False  # the next periodic check retries in full
+            self._distrust()  # the next periodic check retries in full
         writes = len(ops)
         taken = [f for f in failures if f.op.action is Action.CREATE and f.errno == errno.EEXIST]
         foreign: list[OpFailure] = []
         if taken:
             retries, foreign = await self._sort_out(taken)
             failures = [f for f in failures if f not in taken] + foreign
-            failures += await self._send(retries)
+            failures += await self._write(retries)
             writes += len(retries)
         for failure in failures:
             if failure not in foreign:  # those are logged as such
                 log.error("Netlink write failed: %s", failure)
         failed = {f.op.entry for f in failures if f.op.action is not Action.DELETE}
         rollback = self._rollback_failed_peers(failed)
-        for failure in await self._send(rollback):
+        for failure in await self._write(rollback):
             log.warning("Rollback: %s", failure)
         return writes + len(rollback)
 

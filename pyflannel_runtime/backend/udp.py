@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyroute2.netlink.exceptions import NetlinkError
 
@@ -48,6 +49,9 @@ from pyflannel_runtime.netdev.types import ExternalInterface
 from pyflannel_runtime.netlink.netns import iproute, run_in_netns, write_sysctl
 from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.wire.netconf import NetworkConfig
+
+if TYPE_CHECKING:
+    from pyflannel_runtime.backend.drift import KernelSurvey
 
 log = logging.getLogger("pyflannel.backend.udp")
 
@@ -353,7 +357,10 @@ class UdpNetwork:
                 self._refilter()
             return writes
 
-    async def recheck(self, peers: Sequence[Lease]) -> int:
+    async def survey(self) -> None:
+        """Nothing to read ahead: the routes are the forwarder's own table."""
+
+    async def recheck(self, peers: Sequence[Lease], survey: KernelSurvey | None = None) -> int:
         """Dead workers are noticed only by looking: every check is a reconcile (cheap)."""
         return await self.reconcile(peers)
 

@@ -243,17 +243,24 @@ def read_owned_state(
 def owned_state(ipr: IPRoute, ownership: Ownership, held: Held = as_decoded) -> DatapathState:
     """The owned entries in the namespace of a handle from `netns.iproute` (dumped over a
     socket of our own: decoding with pyroute2 is what made reconciles slow)."""
-    return _read_beside(ipr, lambda sock: read_owned_state(sock, ownership, held))
+    return owned_state_in(ipr.status.get("netns"), ownership, held)
+
+
+def owned_state_in(
+    netns: str | None, ownership: Ownership, held: Held = as_decoded
+) -> DatapathState:
+    """`owned_state` in the named namespace, over a socket used for this dump alone."""
+    return _read_in(netns, lambda sock: read_owned_state(sock, ownership, held))
 
 
 def owned_kernel_routes(ipr: IPRoute, ownership: Ownership) -> frozenset[Route]:
     """The owned routes alone, as `owned_state` reads them: deciding whether a route may be
     replaced needs no neighbour or FDB dump."""
-    return _read_beside(ipr, lambda sock: owned_routes(sock, ownership))
+    return _read_in(ipr.status.get("netns"), lambda sock: owned_routes(sock, ownership))
 
 
-def _read_beside(ipr: IPRoute, read: Callable[[socket.socket], R]) -> R:
-    sock = open_dump_socket(ipr.status.get("netns"))
+def _read_in(netns: str | None, read: Callable[[socket.socket], R]) -> R:
+    sock = open_dump_socket(netns)
     try:
         return read(sock)
     finally:

@@ -16,6 +16,7 @@ from pyflannel_controller.lab.netns_lab import (
     mesh,
     register_backend,
 )
+from pyflannel_runtime.backend import programmer
 from pyflannel_runtime.backend.base import Network
 from pyflannel_runtime.wire.lease import EventType, LeaseAttrs, LeaseEvent
 
@@ -174,6 +175,31 @@ def test_routes_deleted_or_redirected_by_someone_else_are_put_back(lab: NetLab) 
                 assert time.monotonic() < deadline, "not repaired"
                 await asyncio.sleep(0.05)
             assert await networks[0].reconcile([n.lease for n in networks[1:]]) == 0
+        finally:
+            await close_all(networks)
+
+    asyncio.run(scenario())
+
+
+def test_a_periodic_checks_dump_leaves_alone_what_events_wrote_after_it(
+    lab: NetLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dump runs without the datapath lock; a peer removed after it is not removed again
+    (the route is gone: a second delete would fail)."""
+    h1, h2, h3 = lab.hosts
+    monkeypatch.setattr(programmer, "FULL_RECONCILE_PERIOD", 0.0)
+
+    async def scenario() -> None:
+        networks = [await register(lab, n) for n in (1, 2, 3)]
+        try:
+            await mesh(networks)
+            survey = await networks[0].survey()
+            assert survey is not None
+            assert {r.dst for r in survey.state.routes} == {h2.subnet, h3.subnet}
+            await networks[0].handle_events([LeaseEvent(EventType.REMOVED, networks[2].lease)])
+            assert await networks[0].recheck([networks[1].lease], survey) == 0
+            routes = lab.ip(h1.ns, "route")
+            assert str(h3.subnet) not in routes and f"{h2.subnet} via {h2.underlay_ip}" in routes
         finally:
             await close_all(networks)
 

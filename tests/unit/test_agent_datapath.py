@@ -35,7 +35,10 @@ class RecordingNetwork:
         self.calls.append(("reconcile", len(peers)))
         return 0
 
-    async def recheck(self, peers: Sequence[Lease]) -> int:
+    async def survey(self) -> None:
+        return None
+
+    async def recheck(self, peers: Sequence[Lease], survey: object = None) -> int:
         self.calls.append(("recheck", len(peers)))
         return 0
 
@@ -78,3 +81,33 @@ def test_a_watch_error_ends_the_loop_with_that_error() -> None:
     with pytest.raises(RuntimeError, match="watch broke"):
         asyncio.run(loop.run())
     assert sum(n for _, n in network.calls) == 2
+
+
+def test_events_are_programmed_while_the_periodic_checks_dump_is_read() -> None:
+    class SurveyingNetwork(RecordingNetwork):
+        def __init__(self) -> None:
+            super().__init__()
+            self.surveying = asyncio.Event()
+            self.surveyed = asyncio.Event()
+
+        async def handle_events(self, events: Sequence[LeaseEvent]) -> None:
+            self.calls.append(("events while surveying", len(events)))
+            self.surveyed.set()
+
+        async def survey(self) -> None:
+            self.surveying.set()
+            await asyncio.wait_for(self.surveyed.wait(), 5)
+
+    network = SurveyingNetwork()
+
+    class Manager:
+        async def watch_leases(self) -> AsyncIterator[LeaseWatchBatch]:
+            yield LeaseWatchBatch(snapshot=(lease(1), lease(2)))
+            await network.surveying.wait()
+            yield added(3)
+            while ("recheck", 2) not in network.calls:
+                await asyncio.sleep(0.001)
+
+    loop = DatapathLoop(Manager(), network, SCOPE, reconcile_interval=0.001)  # type: ignore[arg-type]
+    asyncio.run(asyncio.wait_for(loop.run(), 10))
+    assert network.calls[:3] == [("reconcile", 1), ("events while surveying", 1), ("recheck", 2)]

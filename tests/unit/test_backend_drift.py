@@ -308,3 +308,78 @@ def test_held_gives_the_wanted_object_for_an_equal_entry_and_the_entry_otherwise
         else replace(entry, dst=IPv4Network("10.244.3.0/24"))
     )
     assert WANTED.held(stranger) is stranger
+
+
+def test_a_recheck_on_a_survey_leaves_alone_what_events_wrote_after_its_dump() -> None:
+    """Events programmed between the survey's dump and the recheck are newer than the dump:
+    diffing them against it would write peer 4 again and delete peer 3 a second time."""
+
+    async def scenario() -> None:
+        net = WatchedNetwork()
+        await net.reconcile([peer(2), peer(3)])
+        survey = await net.survey()
+        assert survey is not None  # not watching: nothing vouches for the kernel
+        await net.handle_events(
+            [LeaseEvent(EventType.ADDED, peer(4)), LeaseEvent(EventType.REMOVED, peer(3))]
+        )
+        net.sent.clear()
+        assert await net.recheck([peer(2), peer(4)], survey) == 0
+        assert net.sent == []
+        assert net.model.state().entries() == entries_of(peer(2)) | entries_of(peer(4))
+        net.kernel_end.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_recheck_on_a_survey_repairs_the_drift_its_dump_saw() -> None:
+    async def scenario() -> None:
+        net = WatchedNetwork()
+        await net.reconcile([peer(2), peer(3)])
+        route = next(e for e in entries_of(peer(3)) if isinstance(e, Route))
+        net.model.apply(Op(Action.DELETE, route))  # unnoticed: not watching
+        dumps = net.dumps
+        assert await net.recheck([peer(2), peer(3)], await net.survey()) == 1
+        assert net.dumps == dumps, "the survey's dump is used"
+        assert net.model.state().entries() == entries_of(peer(2)) | entries_of(peer(3))
+        net.kernel_end.close()
+
+    asyncio.run(scenario())
+
+
+def test_doubt_cast_during_a_survey_keeps_the_next_check_a_full_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def scenario() -> None:
+        net = WatchedNetwork()
+        net.start_watching()
+        peers = [peer(2), peer(3)]
+        await net.reconcile(peers)
+        monkeypatch.setattr(programmer, "FULL_RECONCILE_PERIOD", 0.0)
+        survey = await net.survey()
+        monkeypatch.setattr(programmer, "FULL_RECONCILE_PERIOD", 300.0)
+        net.refuse = entries_of(peer(4))  # a write fails after the dump began
+        await net.handle_events([LeaseEvent(EventType.ADDED, peer(4))])
+        net.refuse = set()
+        await net.recheck([*peers, peer(4)], survey)
+        dumps = net.dumps
+        assert await net.recheck([*peers, peer(4)]) > 0 and net.dumps == dumps + 1
+        assert net.model.state().entries() == set().union(*map(entries_of, [*peers, peer(4)]))
+        net.stop_watching()
+        net.kernel_end.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_survey_of_devices_recreated_since_is_not_used() -> None:
+    async def scenario() -> None:
+        net = WatchedNetwork()
+        await net.reconcile([peer(2)])
+        survey = await net.survey()
+        assert survey is not None
+        stale = replace(survey, ownership=Ownership(frozenset({DEV + 1}), ()))
+        dumps = net.dumps
+        await net.recheck([peer(2)], stale)
+        assert net.dumps == dumps + 1
+        net.kernel_end.close()
+
+    asyncio.run(scenario())

@@ -43,6 +43,9 @@ class ModelNetwork(PeerProgrammer):
     async def owned_kernel_state(self) -> DatapathState:
         return self.model.state()
 
+    async def surveyed_kernel_state(self, ownership: Ownership) -> DatapathState:
+        return self.model.state()
+
     async def owned_kernel_routes(self) -> frozenset[Route]:
         return self.model.state().routes
 
