@@ -40,7 +40,6 @@ from typing import cast
 
 import realistic_node
 from bench_agent_scale import (
-    OWN_SUBNET,
     KernelMonitor,
     cold_start,
     cpu_seconds,
@@ -52,6 +51,7 @@ from bench_agent_scale import (
 )
 from sigterm import interrupt_on_sigterm
 
+from pyflannel_controller.lab.churn import OWN_SUBNET
 from pyflannel_controller.lab.netns_agents import AgentLab
 from pyflannel_runtime.wire.lease import Lease
 from pyflannel_runtime.wire.vxlan_data import parse_vxlan_backend_data

@@ -11,6 +11,7 @@ Finishes with `metric: value` lines:
 
 from __future__ import annotations
 
+import argparse
 import tarfile
 import tempfile
 import time
@@ -30,6 +31,7 @@ INTERPRETERS = {
 
 def main() -> None:
     interrupt_on_sigterm()
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     with tempfile.TemporaryDirectory(prefix="pyflannel-bench-wheelhouse-") as cache:
         for release, interpreter in INTERPRETERS.items():
             target = target_of(
