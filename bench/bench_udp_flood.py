@@ -10,10 +10,12 @@ counts every one (its socket filter in the kernel; the forwarder for any that ge
 
 Rounds alternate: an iperf3 TCP stream pod 1 -> pod 2 alone, then the same with the flood (it
 starts with the stream and lasts as long), then with the same flood at a port of host 2 where
-nothing listens (the kernel drops it on arrival: the reference). On this 2-vCPU VM the flooder
-is no host of its own: its sending, and the bridge and IP input it sets off, run on the vCPUs
-the stream runs on, so the reference tells what the flood costs the stream before any backend
-looks at it. This VM's vCPU speed swings from second to second, so each figure is the median of
+nothing listens (the kernel drops it on arrival: the reference), then with the flood dropped
+at host 2's eth0 before IP input (an nftables netdev ingress rule for the outsider's address:
+the earliest drop there is short of the flooder's own interface). On this 2-vCPU VM the
+flooder is no host of its own: its sending, and the bridge it sets off, run on the vCPUs the
+stream runs on, so the references tell what the flood costs the stream before any backend
+looks at it; the flooder's own CPU time is printed too. This VM's vCPU speed swings from second to second, so each figure is the median of
 the per-round ratios, with the spread. Also
 printed: datagrams sent per second, how many the agent counted (/statusz via `pyflannel
 status --output=json`) and how many the kernel dropped at the full socket buffer, and whether
@@ -28,10 +30,12 @@ Needs root:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
 import time
+from collections.abc import Iterator
 from ipaddress import IPv4Address
 
 from sigterm import interrupt_on_sigterm
@@ -63,6 +67,24 @@ def foreign_counted(lab: AgentLab) -> int:
         raise RuntimeError(f"pyflannel status: {done.stderr}")
     counters = json.loads(done.stdout)["udp_counters"]
     return int(counters["socket_drops"]) + int(counters["foreign_source"])
+
+
+@contextlib.contextmanager
+def dropped_at_ingress(ns: str, source: IPv4Address, port: int) -> Iterator[None]:
+    """An nftables netdev table in `ns` dropping udp to `port` from `source` on eth0."""
+    table = f"""table netdev pbf_ingress {{
+    chain flood {{
+        type filter hook ingress device eth0 priority -500;
+        ip saddr {source} udp dport {port} drop
+    }}
+}}
+"""
+    nft = ["ip", "netns", "exec", ns, "nft"]
+    subprocess.run([*nft, "-f", "-"], input=table, text=True, check=True)
+    try:
+        yield
+    finally:
+        subprocess.run([*nft, "delete", "table", "netdev", "pbf_ingress"], check=True)
 
 
 def flooded_stream(
@@ -97,21 +119,27 @@ def main() -> None:
             payload = inner_packet(h1.pod_ip, h2.pod_ip)
             pod_before = read_counters(h2.pod_ns)
             host_before = read_counters(h2.ns)
-            alone, ratios, references, sent, spent = [], [], [], 0, 0.0
+            alone, ratios, references, ingress, sent, spent, cpu = [], [], [], [], 0, 0.0, 0.0
             with outsider(lab.net, STRANGER) as source:
                 for n in range(args.rounds):
                     alone.append(stream(lab, args.seconds))
                     rate, result = flooded_stream(lab, source, UDP_PORT, payload, args.seconds)
                     reference, _ = flooded_stream(lab, source, CLOSED_PORT, payload, args.seconds)
+                    with dropped_at_ingress(h2.ns, STRANGER, UDP_PORT):
+                        early, _ = flooded_stream(lab, source, UDP_PORT, payload, args.seconds)
                     sent += result.sent
                     spent += result.seconds
+                    cpu += result.cpu_seconds
                     ratios.append(rate / alone[-1])
                     references.append(reference / alone[-1])
+                    ingress.append(early / alone[-1])
                     print(
                         f"round {n + 1}: alone {alone[-1]:.3f} Gbit/s; flooding the udp port "
                         f"{rate:.3f} Gbit/s (x{ratios[-1]:.2f}, "
-                        f"{result.sent / result.seconds:.0f} datagrams/s); flooding a closed "
-                        f"port {reference:.3f} Gbit/s (x{references[-1]:.2f})"
+                        f"{result.sent / result.seconds:.0f} datagrams/s, the flooder busy "
+                        f"{result.cpu_seconds / result.seconds:.2f} of a vCPU); flooding a "
+                        f"closed port {reference:.3f} Gbit/s (x{references[-1]:.2f}); dropped "
+                        f"at ingress {early:.3f} Gbit/s (x{ingress[-1]:.2f})"
                     )
             counted = foreign_counted(lab)
             pod_after, host_after = read_counters(h2.pod_ns), read_counters(h2.ns)
@@ -125,12 +153,10 @@ def main() -> None:
         - (pod_before.get("Udp:InDatagrams", 0) + pod_before.get("Udp:NoPorts", 0))
     )
     overflowed = host_after[UDP_BUFFER_ERRORS] - host_before[UDP_BUFFER_ERRORS]
-    ordered, refs = sorted(ratios), sorted(references)
     print(
         f"alone: median {statistics.median(alone):.3f} Gbit/s; kept while the udp port is "
-        f"flooded: median x{statistics.median(ratios):.2f} (range {ordered[0]:.2f}-"
-        f"{ordered[-1]:.2f}); while a closed port is flooded (the reference): median "
-        f"x{statistics.median(references):.2f} (range {refs[0]:.2f}-{refs[-1]:.2f})"
+        f"flooded: {spread(ratios)}; while a closed port is flooded (the reference): "
+        f"{spread(references)}; while the flood is dropped at ingress: {spread(ingress)}"
     )
     print(
         f"flood: {sent} datagrams ({sent / spent:.0f}/s); dropped and counted by the udp backend "
@@ -138,11 +164,18 @@ def main() -> None:
         f"socket buffer); {reached} reached pod 2"
     )
     print(f"flood_rate_per_s: {sent / spent:.0f}")
+    print(f"flooder_vcpus: {cpu / spent:.2f}")
     print(f"flooded_datagrams_counted: {counted}")
     print(f"flooded_datagrams_dropped_by_kernel: {overflowed}")
     print(f"flood_packets_reaching_pod: {reached}")
     print(f"stream_rate_kept: {statistics.median(ratios):.2f}")
     print(f"stream_rate_kept_reference: {statistics.median(references):.2f}")
+    print(f"stream_rate_kept_dropped_at_ingress: {statistics.median(ingress):.2f}")
+
+
+def spread(ratios: list[float]) -> str:
+    ordered = sorted(ratios)
+    return f"median x{statistics.median(ratios):.2f} (range {ordered[0]:.2f}-{ordered[-1]:.2f})"
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ from pyflannel_runtime.backend.udp_packet import checksum, ip_header_checksum
 FLOOD_PORT = 4001  # the inner packets' destination port in the pod
 
 # Runs in the outside namespace: sends the datagram until the count or the time is used up,
-# then prints how many went out (a full socket buffer is waited for, not counted as sent).
+# then prints how many went out (a full socket buffer is waited for, not counted as sent) and
+# the CPU time it spent.
 _SENDER = r"""
 import json, socket, sys, time
 src, dst, port, count, seconds, payload = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), bytes.fromhex(sys.argv[6])
@@ -36,7 +37,7 @@ while sent < count:
     sent += 256
     if time.monotonic() >= deadline:
         break
-print(json.dumps({"sent": sent, "seconds": time.monotonic() - started}))
+print(json.dumps({"sent": sent, "seconds": time.monotonic() - started, "cpu": time.process_time()}))
 """
 
 
@@ -81,6 +82,7 @@ def outsider(lab: NetLab, address: IPv4Address) -> Iterator[Outsider]:
 class Flood:
     sent: int
     seconds: float
+    cpu_seconds: float  # the sender's own, user and system
 
 
 class Flooding:
@@ -111,7 +113,7 @@ class Flooding:
         if self._process.returncode != 0:
             raise RuntimeError(f"the flood failed ({self._process.returncode})")
         data = json.loads(out)
-        return Flood(int(data["sent"]), float(data["seconds"]))
+        return Flood(int(data["sent"]), float(data["seconds"]), float(data["cpu"]))
 
     def kill(self) -> None:
         if self._process.poll() is None:
