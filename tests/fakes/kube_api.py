@@ -270,6 +270,9 @@ class FakeKubeApi:
         self._held = False
         self._stream_generation = 0
         self._open_watches = 0
+        # Per open watch stream, the resourceVersion of the last event it wrote.
+        self._delivered: dict[int, int] = {}
+        self._delivery = threading.Condition()
         self._stopping = False
         self._cuts = 0
         self.gone_as_http_status = gone_as_http_status
@@ -481,6 +484,28 @@ class FakeKubeApi:
         with self._cond:
             if not self._cond.wait_for(lambda: self._open_watches >= count, timeout):
                 raise TimeoutError(f"{self._open_watches} watch streams open, wanted {count}")
+
+    def node_list_json(self) -> bytes:
+        """The whole NodeList in one body, as a list call without a limit gets it."""
+        return self._list_nodes({}, metadata_only=False)
+
+    def wait_delivered(self, resource_version: int, timeout: float = 10.0) -> None:
+        """Wait until every open watch stream has written its events up to
+        ``resource_version`` to its client. A writer in this process that waits for it leaves
+        the double's fan-out to run as it would in the real API server, outside the writer."""
+        with self._delivery:
+            if not self._delivery.wait_for(
+                lambda: all(rv >= resource_version for rv in self._delivered.values()), timeout
+            ):
+                raise TimeoutError(f"watch events up to {resource_version} not written")
+
+    def _watch_delivered(self, stream: int, resource_version: int | None) -> None:
+        with self._delivery:
+            if resource_version is None:
+                self._delivered.pop(stream, None)
+            else:
+                self._delivered[stream] = resource_version
+            self._delivery.notify_all()
 
     def fail_next(self, method: str, path: str, code: int = 500, times: int = 1) -> None:
         """Answer the next ``times`` requests for exactly (method, path) with an error Status."""
@@ -985,6 +1010,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._event(kind, obj, metadata_only)
             while cursor >= 0:
                 if not opened:
+                    fake._watch_delivered(id(self), cursor)
                     fake._watch_opened(+1)
                     opened = True
                 try:
@@ -1000,9 +1026,11 @@ class _Handler(BaseHTTPRequestHandler):
                         return
                     self._event(kind, obj, metadata_only)
                     cursor = rv
+                fake._watch_delivered(id(self), cursor)
             self._chunk(b"")
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         finally:
+            fake._watch_delivered(id(self), None)
             if opened:
                 fake._watch_opened(-1)

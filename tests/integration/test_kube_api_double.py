@@ -420,3 +420,27 @@ def test_tokens_get_what_their_rules_allow(api):
             client(token).list_node()
         assert err.value.status == 401
         assert json.loads(err.value.body)["reason"] == "Unauthorized"
+
+
+def test_wait_delivered_waits_for_every_open_watch_to_write_the_event(api, core):
+    api.add_node("n1")
+    api.wait_delivered(api.resource_version)  # no watch open: nothing to wait for
+    result: list[dict[str, Any]] = []
+    since = str(api.resource_version)
+    watcher = threading.Thread(
+        target=lambda: result.extend(_collect(core, 3, resource_version=since))
+    )
+    watcher.start()
+    api.wait_for_watches(1)
+    for address in ("192.0.2.1", "192.0.2.2"):
+        node = api.annotate("n1", {ANN + "public-ip": address})
+        api.wait_delivered(int(node["metadata"]["resourceVersion"]))
+    with pytest.raises(TimeoutError):  # a version not written yet, the stream still open
+        api.wait_delivered(api.resource_version + 1, timeout=0.3)
+    api.delete_node("n1")
+    watcher.join(timeout=20)
+    assert [e["type"] for e in result] == ["MODIFIED", "MODIFIED", "DELETED"]
+    assert [e["raw_object"]["metadata"]["annotations"] for e in result[:2]] == [
+        {ANN + "public-ip": "192.0.2.1"},
+        {ANN + "public-ip": "192.0.2.2"},
+    ]
