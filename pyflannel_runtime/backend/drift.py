@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from pyflannel_runtime.netlink.diff import diff_ops
 from pyflannel_runtime.netlink.dump import Ownership, main_route_key, owns_route, route_facts
 from pyflannel_runtime.netlink.encoder import AF_BRIDGE, NTF_SELF, NUD_PERMANENT
 from pyflannel_runtime.netlink.entries import (
@@ -73,6 +74,14 @@ class Wanted:
             return self.neighs  # type: ignore[return-value]
         return self.fdbs  # type: ignore[return-value]
 
+    def state(self) -> DatapathState:
+        """The wanted entries as `netlink.diff.desired_state` gives them (one per key)."""
+        return DatapathState(
+            frozenset(self.routes.values()),
+            frozenset(self.neighs.values()),
+            frozenset(self.fdbs.values()),
+        )
+
     def __len__(self) -> int:
         return len(self.routes) + len(self.neighs) + len(self.fdbs)
 
@@ -94,15 +103,13 @@ class KernelSurvey:
     written: set[tuple[type, object]]
     doubts: int
 
-    def compare(self, desired: DatapathState) -> tuple[DatapathState, DatapathState]:
-        """`desired` and the dumped state, both without the keys written since the dump."""
+    def ops(self, desired: DatapathState) -> list[Op]:
+        """`netlink.diff.diff_ops` from the dump to `desired`, but for the keys written since
+        the dump began (each op follows from the entries of its own key alone)."""
+        ops = diff_ops(desired, self.state)
         if not self.written:
-            return desired, self.state
-        return _without(desired, self.written), _without(self.state, self.written)
-
-
-def _without(state: DatapathState, keys: set[tuple[type, object]]) -> DatapathState:
-    return DatapathState.of([e for e in state.entries() if kernel_key(e) not in keys])
+            return ops
+        return [op for op in ops if kernel_key(op.entry) not in self.written]
 
 
 def repairs(

@@ -32,7 +32,7 @@ from pyflannel_runtime.backend.drift import KernelSurvey, Wanted, kernel_key, re
 from pyflannel_runtime.backend.peers import PeerSkipped
 from pyflannel_runtime.memory import release_free_memory
 from pyflannel_runtime.netlink.batch import BatchSender, OpFailure
-from pyflannel_runtime.netlink.diff import desired_state, diff_ops, removal_ops
+from pyflannel_runtime.netlink.diff import diff_ops, removal_ops
 from pyflannel_runtime.netlink.dump import (
     Ownership,
     owned_kernel_routes,
@@ -262,17 +262,17 @@ class PeerProgrammer(abc.ABC):
                 entries[key] = self.peer_entries_or_none(lease)
         self._peers, self._entries = fresh, entries
         self._wanted = Wanted.of(e for group in self._entries.values() for e in group)
-        desired = desired_state(e for group in self._entries.values() for e in group)
+        desired = self._wanted.state()
         self._last_full = time.monotonic()
         if survey is not None:
             self._written_since_survey = None
         if survey is not None and survey.ownership == self.ownership():
             # In sync unless something cast doubt since the dump began (or a write below fails).
             self._in_sync = survey.doubts == self._doubts
-            desired, actual = survey.compare(desired)
-        else:  # no survey, or the devices it read were recreated since
-            self._in_sync = True  # unless a write below fails, or a notification is lost
-            actual = await self.owned_kernel_state()
+            return await self._send_with_rollback(survey.ops(desired))
+        # No survey, or the devices it read were recreated since.
+        self._in_sync = True  # unless a write below fails, or a notification is lost
+        actual = await self.owned_kernel_state()
         return await self._send_with_rollback(diff_ops(desired, actual))
 
     def forget_entries(self) -> None:
