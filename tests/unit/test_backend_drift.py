@@ -13,6 +13,7 @@ import pytest
 from pyflannel_runtime.backend import programmer
 from pyflannel_runtime.backend.drift import Wanted, repairs
 from pyflannel_runtime.netlink.decoder import NeighRecord, RouteRecord
+from pyflannel_runtime.netlink.diff import desired_state
 from pyflannel_runtime.netlink.dump import Ownership
 from pyflannel_runtime.netlink.encoder import (
     AF_BRIDGE,
@@ -153,6 +154,14 @@ def test_monitor_parses_route_and_neighbour_notifications() -> None:
         Op(Action.CREATE, ROUTE),
     ]
     assert repairs(WANTED, [events[1]], OWNERSHIP) == []
+
+
+def test_wanted_state_is_the_desired_state_of_its_entries_the_later_one_winning() -> None:
+    moved = replace(ROUTE, gateway=IPv4Address("10.244.2.9"))
+    other_mac = replace(NEIGH, lladdr="0a:58:0a:f4:02:99")
+    entries = [NEIGH, FDB, ROUTE, moved, other_mac]
+    assert Wanted.of(entries).state() == desired_state(entries)
+    assert Wanted.of(entries).state().routes == {moved}
 
 
 def test_wanted_forgets_only_the_entry_it_was_given() -> None:
