@@ -266,10 +266,11 @@ class PeerProgrammer(abc.ABC):
         self._last_full = time.monotonic()
         if survey is not None:
             self._written_since_survey = None
-        if survey is not None and survey.ownership == self.ownership():
-            # In sync unless something cast doubt since the dump began (or a write below fails).
-            self._in_sync = survey.doubts == self._doubts
-            return await self._send_with_rollback(survey.ops(desired))
+            if survey.ownership == self.ownership():
+                # In sync unless something cast doubt since the dump began (or a write below
+                # fails).
+                self._in_sync = survey.doubts == self._doubts
+                return await self._send_with_rollback(survey.ops(desired))
         # No survey, or the devices it read were recreated since.
         self._in_sync = True  # unless a write below fails, or a notification is lost
         actual = await self.owned_kernel_state()
