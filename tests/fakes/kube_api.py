@@ -269,7 +269,6 @@ class FakeKubeApi:
         self._sent: dict[str, int] = {}
         self._held = False
         self._stream_generation = 0
-        self._open_watches = 0
         # Per open watch stream, the resourceVersion of the last event it wrote.
         self._delivered: dict[int, int] = {}
         self._delivery = threading.Condition()
@@ -481,9 +480,9 @@ class FakeKubeApi:
 
     def wait_for_watches(self, count: int, timeout: float = 10.0) -> None:
         """Block until ``count`` watch streams are open (test synchronisation)."""
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._open_watches >= count, timeout):
-                raise TimeoutError(f"{self._open_watches} watch streams open, wanted {count}")
+        with self._delivery:
+            if not self._delivery.wait_for(lambda: len(self._delivered) >= count, timeout):
+                raise TimeoutError(f"{len(self._delivered)} watch streams open, wanted {count}")
 
     def node_list_json(self) -> bytes:
         """The whole NodeList in one body, as a list call without a limit gets it."""
@@ -719,11 +718,6 @@ class FakeKubeApi:
                 self._cond.wait(min(remaining, 0.2))
                 if not still_open():
                     return None
-
-    def _watch_opened(self, delta: int) -> None:
-        with self._cond:
-            self._open_watches += delta
-            self._cond.notify_all()
 
 
 def _rv(event: tuple[int, str, dict[str, Any]]) -> int:
@@ -1004,15 +998,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", self._content_type(metadata_only, False))
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        opened = False
         try:
             for kind, obj in initial:
                 self._event(kind, obj, metadata_only)
+            if cursor >= 0:  # the stream is open from here
+                fake._watch_delivered(id(self), cursor)
             while cursor >= 0:
-                if not opened:
-                    fake._watch_delivered(id(self), cursor)
-                    fake._watch_opened(+1)
-                    opened = True
                 try:
                     events = fake._watch_next(cursor, generation, deadline, self._client_open)
                 except ApiError as err:
@@ -1032,5 +1023,3 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         finally:
             fake._watch_delivered(id(self), None)
-            if opened:
-                fake._watch_opened(-1)
