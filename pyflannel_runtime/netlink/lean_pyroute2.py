@@ -40,10 +40,10 @@ def defer_package_imports() -> None:
     package.__loader__ = spec.loader
     package.__package__ = PACKAGE
     whole_package = threading.RLock()
-    whole_package_state = "deferred"  # then "loading", then "loaded"
+    whole_package_started = False
 
     def load_name(name: str) -> Any:
-        nonlocal whole_package_state
+        nonlocal whole_package_started
         home = LEAN_NAMES.get(name)
         if home is not None:
             value = getattr(importlib.import_module(home), name)
@@ -55,15 +55,12 @@ def defer_package_imports() -> None:
             value = importlib.import_module(f"{PACKAGE}.{name}")
         else:
             with whole_package:
-                # While the real __init__ runs, its own `from pyroute2 import <submodule>` asks
-                # here first; not having it sends the import system to the submodule.
-                if whole_package_state == "deferred":
-                    whole_package_state = "loading"
-                    try:
-                        assert spec.loader is not None
-                        spec.loader.exec_module(package)
-                    finally:
-                        whole_package_state = "loaded"
+                # Once: a name asked for while the real __init__ runs, before it defines the
+                # name, is missing, as it would be without this module.
+                if not whole_package_started:
+                    whole_package_started = True
+                    assert spec.loader is not None
+                    spec.loader.exec_module(package)
             if name not in package.__dict__:
                 raise AttributeError(f"module {PACKAGE!r} has no attribute {name!r}")
             value = package.__dict__[name]
