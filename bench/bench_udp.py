@@ -48,7 +48,8 @@ A rate is counted from iperf3's 0.1 s intervals after a 0.3 s warm-up and before
 Retransmits are iperf3's for the whole round (socat's: UdpRcvbufErrors on host 2, its
 socket has the default 208 KiB; pyflannel's has 4 MiB; kernel vxlan's and the few of ours:
 TCP reordering, where a sender's veth hands packets to the backlog of the CPU it runs on and
-two CPUs' backlogs pass each other). A forwarder's CPU is the user and system time of its
+two CPUs' backlogs pass each other; after the rounds it prints our forwarders' counters and
+every lab link's rx and tx drops, which tell a loss from that). A forwarder's CPU is the user and system time of its
 processes (both hosts) over a round, in cores, divided by the round's Gbit/s: "% of a core
 per Gbit/s", softirq work done on their behalf not included. It prints every round, the
 per-setup median Gbit/s (head to head: with half the VM, so about half a solo run),
@@ -76,7 +77,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench_throughput import program_by_hand
@@ -115,6 +116,27 @@ class Setup:
     lab: NetLab
     cgroup: Path
     forwarders: list[int]
+    networks: list[UdpNetwork] = field(default_factory=list)  # ours: to read their counters
+
+    def drops(self) -> dict[str, int]:
+        """Our forwarders' non-zero counters (udp_worker.Counter, socket drops), both hosts."""
+        total: dict[str, int] = {}
+        for network in self.networks:
+            for name, count in network.counters().items():
+                total[name] = total.get(name, 0) + count
+        return {name: count for name, count in total.items() if count}
+
+    def kernel_drops(self) -> dict[str, int]:
+        """The lab's links that dropped packets (`ip -s link`, rx and tx), by namespace/link."""
+        drops = {}
+        for ns in self.lab.namespaces():
+            for link in json.loads(self.lab.ip(ns, "-s", "-j", "link", "show")):
+                stats = link.get("stats64", {})
+                for way in ("rx", "tx"):
+                    dropped = stats.get(way, {}).get("dropped", 0)
+                    if dropped:
+                        drops[f"{ns.removeprefix(self.lab.token)}/{link['ifname']} {way}"] = dropped
+        return drops
 
     def forwarder_cpu(self) -> float:
         """CPU seconds the forwarder processes have used so far (user and system)."""
@@ -185,7 +207,7 @@ def run_ours(
     queues: int | None,
     offload: bool | None,
     super_packets: bool,
-) -> list[int]:
+) -> list[UdpNetwork]:
     """Both hosts' networks, each with the other's lease (so super-packets are negotiated)."""
     networks = []
     for host in lab.hosts:
@@ -196,7 +218,7 @@ def run_ours(
         asyncio.run(network.reconcile([peer.lease]))
         if super_packets and not network.super_packet_subnets():
             raise RuntimeError("super-packets were not negotiated")
-    return [pid for network in networks for pid in network.worker_pids]
+    return networks
 
 
 # --- CPU placement -------------------------------------------------------------------------------
@@ -329,17 +351,19 @@ def start_setup(
     h1, h2 = lab.hosts
     cgroup = stack.enter_context(cpu_cgroup(lab.token))
     forwarders: list[int] = []
+    networks: list[UdpNetwork] = []
     if name == "vxlan":
         program_by_hand(lab, "vxlan")
     elif name.startswith("ours"):
-        forwarders = run_ours(stack, lab, queues, offload, super_packets=name == "ours-super")
+        networks = run_ours(stack, lab, queues, offload, super_packets=name == "ours-super")
+        forwarders = [pid for network in networks for pid in network.worker_pids]
     else:
         forwarders = [p for h, peer in ((h1, h2), (h2, h1)) for p in run_socat(stack, lab, h, peer)]
     server = start_server(stack, lab)
     for pid in (*forwarders, server):
         join(cgroup, pid)
         pin(pid, CPUS)
-    return Setup(name, lab, cgroup, forwarders)
+    return Setup(name, lab, cgroup, forwarders, networks)
 
 
 def unique_names(names: list[str]) -> list[str]:
@@ -387,6 +411,9 @@ def measure(
                     + f", ratio {ratios[mode][-1]:.3f}",
                     flush=True,
                 )
+        for setup in setups:
+            counters = f"forwarder counters {setup.drops() or 0}; " if setup.networks else ""
+            print(f"{setup.name} after all rounds: {counters}links' drops {setup.kernel_drops()}")
     for mode in modes:
         summarize(mode, results[mode], ratios[mode])
     for name in (first, second):
