@@ -1,8 +1,8 @@
 """The ``flannel`` CNI plugin: ADD, DEL, CHECK, GC, STATUS and VERSION, as flannel's Go plugin.
 
 This module runs once per pod operation. Every import here is on the start-up path, so only
-cheap standard-library modules are used and the subnet.env reader (which pulls in
-``ipaddress`` and ``dataclasses``) is imported by ADD alone.
+cheap standard-library modules are used, and what ADD alone needs (the subnet.env reader, the
+delegate's builder) is imported by ADD alone (`commands.cmd_add`).
 """
 
 from __future__ import annotations
