@@ -49,9 +49,9 @@ Retransmits are iperf3's for the whole round (socat's: UdpRcvbufErrors on host 2
 socket has the default 208 KiB; pyflannel's has 4 MiB; kernel vxlan's and the few of ours:
 TCP reordering, where a sender's veth hands packets to the backlog of the CPU it runs on and
 two CPUs' backlogs pass each other; after the rounds it prints our forwarders' counters and
-every lab link's rx and tx drops, which tell a loss from that). A forwarder's CPU is the user and system time of its
-processes (both hosts) over a round, in cores, divided by the round's Gbit/s: "% of a core
-per Gbit/s", softirq work done on their behalf not included. It prints every round, the
+every lab link's rx and tx drops, which tell a loss from that). A forwarder's CPU is the user
+and system time of its processes (both hosts) over a round, in cores, divided by the round's
+Gbit/s: "% of a core per Gbit/s", softirq work done on their behalf not included. It prints every round, the
 per-setup median Gbit/s (head to head: with half the VM, so about half a solo run),
 retransmits and CPU per Gbit/s, the median of the per-round ratios with IQR and range, the
 ratio of the mean rates, and finishes with `<setup>_cpu_per_gbps: <cores per Gbit/s>` per
