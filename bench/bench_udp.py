@@ -118,7 +118,7 @@ class Setup:
     forwarders: list[int]
     networks: list[UdpNetwork] = field(default_factory=list)  # ours: to read their counters
 
-    def drops(self) -> dict[str, int]:
+    def forwarder_counters(self) -> dict[str, int]:
         """Our forwarders' non-zero counters (udp_worker.Counter, socket drops), both hosts."""
         total: dict[str, int] = {}
         for network in self.networks:
@@ -412,7 +412,9 @@ def measure(
                     flush=True,
                 )
         for setup in setups:
-            counters = f"forwarder counters {setup.drops() or 0}; " if setup.networks else ""
+            counters = (
+                f"forwarder counters {setup.forwarder_counters() or 0}; " if setup.networks else ""
+            )
             print(f"{setup.name} after all rounds: {counters}links' drops {setup.kernel_drops()}")
     for mode in modes:
         summarize(mode, results[mode], ratios[mode])
