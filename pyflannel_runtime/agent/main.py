@@ -33,7 +33,8 @@ from pyflannel_runtime.backend.registry import BackendRuntime
 from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.fsutil import os_error_text, unlink_quietly, write_atomic, write_temp
 from pyflannel_runtime.memory import tune_heap
-from pyflannel_runtime.netdev import ExternalInterface, InterfaceError, select_external_interface
+from pyflannel_runtime.netdev.kernel import select_external_interface
+from pyflannel_runtime.netdev.types import ExternalInterface, InterfaceError
 from pyflannel_runtime.subnet.allocation import OutOfSubnets
 from pyflannel_runtime.subnet.manager import LeaseRevoked, LeaseTaken, SubnetManager
 from pyflannel_runtime.subnet.watcher import LeaseScope

@@ -1,6 +1,6 @@
-"""External interface selection: which interface and addresses flannel uses, and its MTU."""
+"""External interface selection: which interface and addresses flannel uses, and its MTU.
 
-from pyflannel_runtime.netdev.kernel import select_external_interface
-from pyflannel_runtime.netdev.types import ExternalInterface, InterfaceError
-
-__all__ = ["ExternalInterface", "InterfaceError", "select_external_interface"]
+The kernel's side (``netdev.kernel``, through pyroute2) is imported by the agent only; the
+controller's preflight runs the same selection (``netdev.selection``) on facts a node reported,
+and importing this package must not load pyroute2 there.
+"""

@@ -13,7 +13,8 @@ from ipaddress import IPv4Address, IPv6Address
 
 import pytest
 
-from pyflannel_runtime.netdev import InterfaceError, select_external_interface
+from pyflannel_runtime.netdev.kernel import select_external_interface
+from pyflannel_runtime.netdev.types import InterfaceError
 
 pytestmark = [
     pytest.mark.root,
