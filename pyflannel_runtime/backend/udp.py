@@ -184,6 +184,10 @@ def _configure_tun(
     # Our ICMP errors come from flannel0's own address; without accept_local the kernel drops
     # them as martians (so flannel's own never reach the pod).
     write_sysctl(netns, f"net/ipv4/conf/{name}/accept_local", "1")
+    # flannel0 carries IPv4 alone. With IPv6 on, the kernel sends its router solicitations and
+    # MLD reports into the tunnel, which the forwarders could only drop (as not IPv4).
+    with contextlib.suppress(FileNotFoundError):  # a kernel without IPv6 sends none
+        write_sysctl(netns, f"net/ipv6/conf/{name}/disable_ipv6", "1")
     with iproute(netns) as ipr:
         index = ipr.link_lookup(ifname=name)[0]
         ipr.link("set", index=index, mtu=mtu, txqlen=TUN_TXQUEUELEN)

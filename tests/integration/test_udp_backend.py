@@ -111,6 +111,10 @@ def test_flannel0_is_configured_like_flannel(lab: NetLab, cluster: list[UdpNetwo
     assert "mtu 1472" in link and "qlen 10000" in link and "tun" in link
     assert "inet 10.244.1.0/32" in lab.ip(host.ns, "-4", "addr", "show", "dev", "flannel0")
     assert "10.244.0.0/16 dev flannel0" in lab.ip(host.ns, "route", "show")
+    # IPv4 alone: no IPv6 address, so no router solicitations or MLD reports into the tunnel.
+    ipv6 = lab.run(host.ns, "sysctl", "-n", "net.ipv6.conf.flannel0.disable_ipv6").stdout
+    assert ipv6.strip() == "1"
+    assert "inet6" not in lab.ip(host.ns, "addr", "show", "dev", "flannel0")
 
 
 def test_pods_ping_each_other_both_ways(lab: NetLab, cluster: list[UdpNetwork]) -> None:
@@ -118,6 +122,7 @@ def test_pods_ping_each_other_both_ways(lab: NetLab, cluster: list[UdpNetwork]) 
         for dst in lab.hosts:
             if src is not dst:
                 assert lab.ping(src.pod_ns, dst.pod_ip, count=2), f"{src.pod_ns} -> {dst.pod_ip}"
+    assert [network.counters()["malformed"] for network in cluster] == [0] * len(cluster)
 
 
 def test_df_ping_of_pod_mtu_crosses_and_one_more_byte_is_refused(
