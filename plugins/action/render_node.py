@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ansible.errors import AnsibleActionFail
 from ansible_collections.pyflannel.network.plugins.plugin_utils.cluster import ClusterAction
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ def _paths(model: Any) -> dict[str, str]:
 
 
 class ActionModule(ClusterAction):
-    _VALID_ARGS = frozenset(("group", "files", "kubeconfig_src"))
+    _VALID_ARGS = frozenset(("group", "files", "kubeconfig_src", "hosts"))
     OPTIONS = {
         "files": {
             "type": "list",
@@ -39,14 +40,41 @@ class ActionModule(ClusterAction):
         },
         # A controller file copied to flannel_kubeconfig_file (kind kubeconfig; none when unset).
         "kubeconfig_src": {"type": "str"},
+        # Every one of these hosts' files, from one check of the cluster (with run_once: a check
+        # per run, not one per host, each of which reads every node's variables).
+        "hosts": {"type": "list", "elements": "str"},
     }
 
     def act(
         self, checked: InventoryPlan, args: dict[str, Any], task_vars: dict[str, Any]
     ) -> dict[str, Any]:
-        from pyflannel_controller.render.render import render_net_conf, render_node
+        from pyflannel_controller.render.render import render_net_conf
 
-        rendered = render_node(checked.model, task_vars["inventory_hostname"])
+        if args["hosts"] is not None and args["kubeconfig_src"]:
+            raise AnsibleActionFail(
+                "kubeconfig_src is one host's file: render the kubeconfig for each host on its "
+                "own, not with hosts"
+            )
+        files = self._files(checked, task_vars["inventory_hostname"], args)
+        result: dict[str, Any] = {
+            "changed": False,
+            "files": files,
+            # The net-conf text also for the etcd datastore, where it goes into <prefix>/config.
+            "net_conf": render_net_conf(checked.model),
+        }
+        if args["hosts"] is not None:
+            result["hosts"] = {host: self._files(checked, host, args) for host in args["hosts"]}
+        every_file = [f for host_files in result.get("hosts", {}).values() for f in host_files]
+        # Credentials (the etcd password, a kubeconfig) stay out of the output.
+        result["_ansible_no_log"] = any(f["sensitive"] for f in [*files, *every_file])
+        return result
+
+    def _files(
+        self, checked: InventoryPlan, host: str, args: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        from pyflannel_controller.render.render import render_node
+
+        rendered = render_node(checked.model, host)
         selected = {path for kind, path in _paths(checked.model).items() if kind in args["files"]}
         files = [
             {
@@ -62,11 +90,4 @@ class ActionModule(ClusterAction):
         if "kubeconfig" in args["files"] and args["kubeconfig_src"] and target:
             content = self.read_source(args["kubeconfig_src"]).decode("utf-8", "replace")
             files.append({"path": target, "content": content, "mode": "0600", "sensitive": True})
-        return {
-            "changed": False,
-            "files": files,
-            # The net-conf text also for the etcd datastore, where it goes into <prefix>/config.
-            "net_conf": render_net_conf(checked.model),
-            # Credentials (the etcd password, a kubeconfig) stay out of the output.
-            "_ansible_no_log": any(f["sensitive"] for f in files),
-        }
+        return files

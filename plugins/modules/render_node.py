@@ -36,7 +36,19 @@ options:
     description:
       - A controller file (found as M(ansible.builtin.copy) finds its C(src); vault-encrypted is fine) that
         becomes C(flannel_kubeconfig_file) on the node, with O(files) holding C(kubeconfig).
+      - Not with O(hosts) (it is one host's file).
     type: str
+  hosts:
+    description:
+      - Also render the files of each of these inventory hosts, as a run on that host would, and
+        return them in RV(hosts).
+      - With C(run_once) and the play's hosts (C(ansible_play_hosts)), one task checks the cluster
+        once for every node, where a task per host checks it once per host (each check reads
+        every node's variables and facts, so the per-host tasks cost the controller the square of
+        the number of hosts).
+    type: list
+    elements: str
+    version_added: 0.2.0
 """
 
 EXAMPLES = r"""
@@ -48,6 +60,17 @@ EXAMPLES = r"""
 - name: Write them on the node
   pyflannel.network.files:
     files: "{{ __flannel_rendered.files }}"
+
+- name: Render every node's conflist in one check of the cluster
+  pyflannel.network.render_node:
+    files: [conflist]
+    hosts: "{{ ansible_play_hosts }}"
+  run_once: true
+  register: __flannel_every_conflist
+
+- name: Write each node's
+  pyflannel.network.files:
+    files: "{{ __flannel_every_conflist.hosts[inventory_hostname] }}"
 """
 
 RETURN = r"""
@@ -62,4 +85,9 @@ net_conf:
   description: The net-conf.json text, also for the etcd datastore (where it goes into C(<prefix>/config)).
   returned: success
   type: str
+hosts:
+  description: Each host of O(hosts) with its files, as RV(files) gives this host's.
+  returned: with O(hosts)
+  type: dict
+  sample: {node1: [{path: /etc/cni/net.d/10-flannel.conflist, content: "{...}", mode: "0644", sensitive: false}]}
 """
