@@ -4,7 +4,8 @@ The installed file is a small launcher with an absolute shebang to this interpre
 Python with ``-I -S``: no site initialisation (the venv's .pth files alone cost more than the
 plugin) and no user or environment paths, which a container runtime's environment could
 otherwise inject. The package directory is put on sys.path explicitly instead, and the launcher
-exits with ``os._exit`` once the output is flushed, skipping interpreter teardown.
+exits with ``posix._exit`` (``os._exit`` without importing ``os``) once the output is flushed,
+skipping interpreter teardown.
 
 The reference plugins the launcher delegates to are linked into the bin directory only where
 no plugin of that name is; the links made are recorded (``LinkRecord``), so that a reset
@@ -45,12 +46,12 @@ def launcher_script(python: str | None = None, package_root: str | None = None) 
     interpreter = python or sys.executable
     head = f"#!{interpreter} -IS\n{_LAUNCHER_DOC}\n"
     return (
-        head + isolated_prelude(package_root) + "import os\n"
+        head + isolated_prelude(package_root) + "import posix\n"
         "from pyflannel_runtime.cni.plugin import main\n"
         "status = main()\n"
         "sys.stdout.flush()\n"
         "sys.stderr.flush()\n"
-        "os._exit(status)  # skips interpreter teardown: nothing is left to clean up\n"
+        "posix._exit(status)  # skips interpreter teardown: nothing is left to clean up\n"
     )
 
 

@@ -4,14 +4,16 @@ The plugin is looked up in CNI_PATH (a regular file, symlinks followed, no execu
 run with the caller's environment plus ``CNI_COMMAND``, the configuration on stdin, and its
 stdout and stderr captured. ``subprocess`` costs more to import than the whole rest of the
 plugin, so this uses ``posix_spawn`` with memory files for stdin, stdout and stderr: nothing
-can block on a full pipe.
+can block on a full pipe. It takes all of that from ``posix``, not ``os`` (see ``fsutil``).
 """
 
 from __future__ import annotations
 
 import errno
-import os
+import posix
 import time
+from _stat import S_ISREG
+from io import SEEK_SET
 
 from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.cni.skel import CniError
@@ -38,40 +40,58 @@ def find_in_path(plugin: str, cni_path: str) -> str:
     if not paths:
         raise InvokeError("no paths provided")
     for directory in paths:
-        candidate = os.path.normpath(os.path.join(directory, plugin))
+        candidate = clean_join(directory, plugin)
         try:
-            if os.path.isfile(candidate):
+            if S_ISREG(posix.stat(candidate).st_mode):
                 return candidate
-        except ValueError:  # an embedded NUL byte
+        except (OSError, ValueError):  # ValueError: an embedded NUL byte
             continue
     raise InvokeError(f"failed to find plugin {go_quote(plugin)} in path [{' '.join(paths)}]")
 
 
+def clean_join(directory: str, name: str) -> str:
+    """Go's filepath.Join: the two joined, then cleaned lexically (repeated and trailing
+    slashes, ``.`` and ``..`` resolved; ``.`` for nothing)."""
+    joined = f"{directory}/{name}" if directory else name
+    rooted = joined.startswith("/")
+    parts: list[str] = []
+    for part in joined.split("/"):
+        if part == "..":
+            if parts and parts[-1] != "..":
+                parts.pop()
+            elif not rooted:
+                parts.append(part)
+        elif part not in ("", "."):
+            parts.append(part)
+    cleaned = "/".join(parts)
+    return "/" + cleaned if rooted else cleaned or "."
+
+
 def _memfile(name: str, data: bytes = b"") -> int:
-    fd = os.memfd_create(name, 0)
+    fd = posix.memfd_create(name, 0)
     if data:
-        os.write(fd, data)
-        os.lseek(fd, 0, os.SEEK_SET)
+        posix.write(fd, data)
+        posix.lseek(fd, 0, SEEK_SET)
     return fd
 
 
 def _read_all(fd: int) -> bytes:
-    os.lseek(fd, 0, os.SEEK_SET)
+    posix.lseek(fd, 0, SEEK_SET)
     chunks = []
-    while chunk := os.read(fd, 1 << 16):
+    while chunk := posix.read(fd, 1 << 16):
         chunks.append(chunk)
     return b"".join(chunks)
 
 
 def _spawn(path: str, env: Mapping[str, str], stdin: int, stdout: int, stderr: int) -> int:
     actions = [
-        (os.POSIX_SPAWN_DUP2, stdin, 0),
-        (os.POSIX_SPAWN_DUP2, stdout, 1),
-        (os.POSIX_SPAWN_DUP2, stderr, 2),
+        (posix.POSIX_SPAWN_DUP2, stdin, 0),
+        (posix.POSIX_SPAWN_DUP2, stdout, 1),
+        (posix.POSIX_SPAWN_DUP2, stderr, 2),
     ]
     for attempt in range(_TEXT_BUSY_RETRIES + 1):
         try:
-            return os.posix_spawn(path, [path], dict(env), file_actions=actions)
+            return posix.posix_spawn(path, [path], dict(env), file_actions=actions)
         except OSError as err:
             # the plugin binary is being replaced right now; libcni waits and retries too
             if err.errno != errno.ETXTBSY or attempt == _TEXT_BUSY_RETRIES:
@@ -82,9 +102,9 @@ def _spawn(path: str, env: Mapping[str, str], stdin: int, stdout: int, stderr: i
 
 def _exit_text(status: int) -> str:
     """Go's *exec.ExitError text."""
-    if os.WIFSIGNALED(status):
-        return f"signal: {_signal_name(os.WTERMSIG(status))}"
-    return f"exit status {os.waitstatus_to_exitcode(status)}"
+    if posix.WIFSIGNALED(status):
+        return f"signal: {_signal_name(posix.WTERMSIG(status))}"
+    return f"exit status {posix.waitstatus_to_exitcode(status)}"
 
 
 def _signal_name(number: int) -> str:
@@ -141,11 +161,11 @@ def exec_plugin(
             if meanwhile is not None:
                 meanwhile()
         finally:
-            _, status = os.waitpid(pid, 0)
+            _, status = posix.waitpid(pid, 0)
         stdout, stderr = _read_all(stdout_fd), _read_all(stderr_fd)
     finally:
         for fd in (stdin_fd, stdout_fd, stderr_fd):
-            os.close(fd)
+            posix.close(fd)
     if status != 0:
         raise _plugin_error(_exit_text(status), stdout, stderr)
     return stdout, stderr

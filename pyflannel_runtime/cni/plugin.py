@@ -1,13 +1,14 @@
 """The ``flannel`` CNI plugin: ADD, DEL, CHECK, GC, STATUS and VERSION, as flannel's Go plugin.
 
 This module runs once per pod operation. Every import here is on the start-up path, so only
-cheap standard-library modules are used, and what ADD alone needs (the subnet.env reader, the
-delegate's builder) is imported by ADD alone (`commands.cmd_add`).
+modules built into the interpreter are used (``posix``, not ``os``: see ``fsutil``), and what
+ADD alone needs (the subnet.env reader, the delegate's builder) is imported by ADD alone
+(`commands.cmd_add`).
 """
 
 from __future__ import annotations
 
-import os
+import posix
 import sys
 
 from pyflannel_runtime import __version__
@@ -25,7 +26,7 @@ _GO_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "
 
 
 def about() -> str:
-    machine = os.uname().machine
+    machine = posix.uname().machine
     return f"CNI Plugin flannel version {__version__} (linux/{_GO_ARCH.get(machine, machine)}) commit unknown"
 
 
@@ -37,8 +38,8 @@ def _check_netns(environ: Mapping[str, str]) -> None:
     ):
         return
     try:
-        target = os.stat(environ.get("CNI_NETNS", ""))
-        own = os.stat("/proc/self/ns/net")
+        target = posix.stat(environ.get("CNI_NETNS", ""))
+        own = posix.stat("/proc/self/ns/net")
     except (OSError, ValueError):
         return
     if (target.st_dev, target.st_ino) == (own.st_dev, own.st_ino):
@@ -100,8 +101,17 @@ def run(environ: Mapping[str, str], stdin: BinaryIO, stdout: BinaryIO, stderr: B
     return 0
 
 
+def process_environment() -> dict[str, str]:
+    """``os.environ`` as a plain dict (the file system encoding, undecodable bytes escaped)."""
+    encoding = sys.getfilesystemencoding()
+    return {
+        name.decode(encoding, "surrogateescape"): value.decode(encoding, "surrogateescape")
+        for name, value in posix.environ.items()
+    }
+
+
 def main() -> int:
-    return run(os.environ, sys.stdin.buffer, sys.stdout.buffer, sys.stderr.buffer)
+    return run(process_environment(), sys.stdin.buffer, sys.stdout.buffer, sys.stderr.buffer)
 
 
 if __name__ == "__main__":

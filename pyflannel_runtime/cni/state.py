@@ -7,10 +7,10 @@ crash or a concurrent reader never sees a partial config.
 from __future__ import annotations
 
 import errno
-import os
 
 from pyflannel_runtime.fsutil import (
     PathError,
+    make_directories,
     make_durable,
     read_small_file,
     unlink_quietly,
@@ -22,7 +22,10 @@ STATE_FILE_MODE = 0o600
 
 
 def state_path(data_dir: str, container_id: str) -> str:
-    return os.path.join(data_dir, container_id)
+    # os.path.join, for an ID that skel has checked holds no "/"
+    if not data_dir or data_dir.endswith("/"):
+        return data_dir + container_id
+    return f"{data_dir}/{container_id}"
 
 
 def save_config(data_dir: str, container_id: str, config: bytes) -> str:
@@ -30,7 +33,7 @@ def save_config(data_dir: str, container_id: str, config: bytes) -> str:
     path, for ``make_durable`` while the delegate runs (the fsyncs cost as much as the rest
     of the plugin's own work). Raises PathError."""
     try:
-        os.makedirs(data_dir, STATE_DIR_MODE, exist_ok=True)
+        make_directories(data_dir, STATE_DIR_MODE)
     except FileExistsError:  # a file where the directory should be: Go's MkdirAll says ENOTDIR
         raise PathError("mkdir", data_dir, OSError(errno.ENOTDIR, "not a directory")) from None
     except OSError as err:

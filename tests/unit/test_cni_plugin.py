@@ -416,5 +416,7 @@ def test_installed_plugin_runs_and_stays_import_light(lab: Lab, tmp_path: Path) 
         assert status == "0"
         heavy = {"pydantic", "kubernetes", "pyroute2", "subprocess", "json", "tempfile", "asyncio"}
         assert not heavy & loaded, heavy & loaded
+        if command in ("ADD", "DEL"):  # every pod's start and end: not even os (1.3 ms)
+            assert not {"os", "posixpath", "_collections_abc"} & loaded
         if command == "DEL":
             assert not {"ipaddress", "dataclasses", "typing", "re"} & loaded
