@@ -63,9 +63,11 @@ def _inventory_address(hostvars: Any, host: str) -> str | None:
         return None
 
 
-def _unchecked(task_vars: dict[str, Any]) -> list[str]:
-    """The nodes checked without their facts, said once per play (by its first host)."""
-    if task_vars["inventory_hostname"] != (task_vars.get("ansible_play_hosts") or [None])[0]:
+def _unchecked(task_vars: dict[str, Any], once: bool) -> list[str]:
+    """The nodes checked without their facts, said once per play (by its first host, unless
+    the check runs ``once`` for every host)."""
+    first = (task_vars.get("ansible_play_hosts") or [None])[0]
+    if not once and task_vars["inventory_hostname"] != first:
         return []
     return [
         f"{host}: {'unreachable' if unreachable else 'its node facts failed'} ({why}); "
@@ -75,10 +77,13 @@ def _unchecked(task_vars: dict[str, Any]) -> list[str]:
 
 
 class ActionModule(ClusterAction):
-    _VALID_ARGS = frozenset(("group", "facts", "allow_unreachable"))
+    _VALID_ARGS = frozenset(("group", "facts", "allow_unreachable", "hosts"))
     OPTIONS = {
         "facts": {"type": "bool", "default": True},
         "allow_unreachable": {"type": "bool", "default": False},
+        # Every one of these hosts' plans, from one check of the cluster (with run_once: a check
+        # per host reads every node's variables once per host, a cost growing with the square).
+        "hosts": {"type": "list", "elements": "str"},
     }
 
     def with_facts(self, args: dict[str, Any]) -> bool:
@@ -97,19 +102,39 @@ class ActionModule(ClusterAction):
             fact = _node_fact(checked, name) or {}
             nodes[name] = {key: fact.get(key) for key in _IDENTITY}
             nodes[name]["address"] = _inventory_address(task_vars["hostvars"], name)
+        facts: dict[str, Any] = {
+            "_flannel_cluster": cluster,
+            # Every node of the cluster (in the play or not): what its lease is known by.
+            "_flannel_nodes": nodes,
+        }
+        if args["hosts"] is None:
+            facts["_flannel_node"] = self._plan(checked, nodes, task_vars, host)
+        else:
+            facts["_flannel_play_nodes"] = {
+                name: self._plan(checked, nodes, task_vars, name) for name in args["hosts"]
+            }
+        return {
+            "changed": False,
+            "warnings": (
+                _unchecked(task_vars, once=args["hosts"] is not None)
+                if self.with_facts(args)
+                else []
+            ),
+            "ansible_facts": facts,
+            "nodes": list(nodes),
+        }
+
+    def _plan(
+        self,
+        checked: InventoryPlan,
+        nodes: dict[str, dict[str, Any]],
+        task_vars: dict[str, Any],
+        host: str,
+    ) -> dict[str, Any] | None:
+        """One host's plan, None for a host that is no flannel node (an etcd member only)."""
         node = _node_fact(checked, host)
         if node is not None:
             node["address"] = nodes[host]["address"]
             # The controller file the agent role copies to flannel_kubeconfig_file.
-            node["kubeconfig_src"] = self.node_source(task_vars)
-        return {
-            "changed": False,
-            "warnings": _unchecked(task_vars) if self.with_facts(args) else [],
-            "ansible_facts": {
-                "_flannel_cluster": cluster,
-                "_flannel_node": node,
-                # Every node of the cluster (in the play or not): what its lease is known by.
-                "_flannel_nodes": nodes,
-            },
-            "nodes": list(nodes),
-        }
+            node["kubeconfig_src"] = self.node_source(task_vars["hostvars"][host])
+        return node

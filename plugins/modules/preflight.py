@@ -44,12 +44,30 @@ options:
     type: bool
     default: false
     version_added: 0.2.0
+  hosts:
+    description:
+      - Plan these hosts (with C(run_once), the play's hosts) from one check of the cluster, and
+        return their plans as C(_flannel_play_nodes) instead of this host's as C(_flannel_node).
+        A check on each host reads every node's variables on each, a cost that grows with the
+        square of the hosts.
+    type: list
+    elements: str
+    version_added: 0.2.0
 """
 
 EXAMPLES = r"""
 - name: Check the inventory as one cluster
   pyflannel.network.preflight:
     group: flannel_nodes
+
+- name: Check it once for the whole play
+  pyflannel.network.preflight:
+    hosts: "{{ ansible_play_hosts }}"
+  run_once: true
+
+- name: Take each host's plan
+  ansible.builtin.set_fact:
+    _flannel_node: "{{ _flannel_play_nodes[inventory_hostname] }}"
 """
 
 RETURN = r"""
@@ -64,7 +82,17 @@ ansible_facts:
     _flannel_node:
       description:
         - This host's plan (its subnet, MTU, interface, public IPs, an etcd reservation for a pinned
-          subnet); null for a host that is no flannel node (an etcd member only).
+          subnet); null for a host that is no flannel node (an etcd member only). Without O(hosts).
+      type: dict
+    _flannel_play_nodes:
+      description: Each host of O(hosts) and its plan, as C(_flannel_node) has it. With O(hosts).
+      type: dict
+      version_added: 0.2.0
+    _flannel_nodes:
+      description:
+        - Every flannel node of the cluster, in the play or not, and what its lease is known by
+          (C(subnet), C(ipv6_subnet), C(public_ip), C(public_ipv6), and C(address), its
+          C(ansible_host) when that is an IP address).
       type: dict
 nodes:
   description: The flannel nodes, in inventory order.

@@ -205,9 +205,10 @@ class ClusterAction(ActionBase):
         finally:
             self._loader.cleanup_tmp_file(real)
 
-    def node_source(self, task_vars: dict[str, Any]) -> str | None:
-        """This host's flannel_kubeconfig_src, found on the controller (None when unset)."""
-        settings = task_vars.get(SETTINGS_FACT) or {}
+    def node_source(self, host_vars: Any) -> str | None:
+        """A host's flannel_kubeconfig_src (``host_vars``: its variables, after the preflight
+        role collected its settings), found on the controller (None when unset)."""
+        settings = host_vars.get(SETTINGS_FACT) or {}
         source = settings.get(KUBECONFIG_SOURCE)
         return self.find_source(str(source)) if source else None
 

@@ -29,12 +29,17 @@ def task_vars(host: str) -> dict[str, Any]:
     }
 
 
-def run(host: str, **args: Any) -> dict[str, Any]:
-    task = mock.MagicMock(args={"files": FILES, **args}, async_val=0, check_mode=False)
-    action = render_node.ActionModule(
+def run_action(module: Any, host: str, args: dict[str, Any]) -> dict[str, Any]:
+    """An action plugin ``module``'s ActionModule run on ``host`` of the play above."""
+    task = mock.MagicMock(args=args, async_val=0, check_mode=False)
+    action = module.ActionModule(
         task, mock.MagicMock(), mock.MagicMock(), None, mock.MagicMock(), None
     )
-    return action.run(task_vars=task_vars(host))
+    return dict(action.run(task_vars=task_vars(host)))
+
+
+def run(host: str, **args: Any) -> dict[str, Any]:
+    return run_action(render_node, host, {"files": FILES, **args})
 
 
 def test_every_hosts_files_are_its_own_runs() -> None:
