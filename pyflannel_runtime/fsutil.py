@@ -107,8 +107,7 @@ def write_temp(
     ``uid``/``gid`` are not -1), fsynced unless ``durable=False``; returns its path. Nothing is
     left behind on error."""
     directory, name = split_path(target)
-    prefix = directory.rstrip("/") + "/" if directory else ""
-    temp = f"{prefix}.{name}.{posix.urandom(6).hex()}.tmp"
+    temp = join_path(directory, f".{name}.{posix.urandom(6).hex()}.tmp")
     fd = posix.open(
         temp,
         posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_NOFOLLOW | posix.O_CLOEXEC,
@@ -152,6 +151,13 @@ def split_path(path: str) -> tuple[str, str]:
     return directory, name
 
 
+def join_path(directory: str, name: str) -> str:
+    """``os.path.join`` without importing ``os``, for a ``name`` that holds no "/"."""
+    if not directory or directory.endswith("/"):
+        return directory + name
+    return f"{directory}/{name}"
+
+
 def make_directories(path: str, mode: int) -> None:
     """``os.makedirs(path, mode, exist_ok=True)`` without ``os``: missing parents get the
     default mode, as there; FileExistsError when something other than a directory is at
@@ -185,7 +191,8 @@ def unlink_quietly(path: str) -> None:
 def os_error_text(err: OSError, op: str = "") -> str:
     """An OSError as Go words it: ``open /x: no such file or directory`` (``op`` and the
     file name when known), never Python's ``[Errno 2] ...`` prefix."""
-    # strerror of the number: wrappers such as asyncio's bind error put more than the reason in strerror.
+    # strerror of the number: wrappers such as asyncio's bind error put more than the reason
+    # in strerror.
     reason = (posix.strerror(err.errno) if err.errno and err.errno > 0 else str(err)).lower()
     if not op:
         return reason

@@ -14,9 +14,8 @@ if TYPE_CHECKING:
     from pyflannel_controller.inventory import InventoryPlan
 
 
-def _node_fact(checked: InventoryPlan, host: str) -> dict[str, Any] | None:
-    if host not in {node.name for node in checked.plan.nodes}:
-        return None
+def _node_fact(checked: InventoryPlan, host: str) -> dict[str, Any]:
+    """A flannel node's plan as the roles read it."""
     node = checked.node(host)
     network = checked.networks.get(host)
     chosen = network.interface if network is not None else None
@@ -97,21 +96,22 @@ class ActionModule(ClusterAction):
     ) -> dict[str, Any]:
         host = task_vars["inventory_hostname"]
         cluster = checked.model.model_dump(mode="json", exclude={"nodes"})
+        plans = {n.name: _node_fact(checked, n.name) for n in checked.plan.nodes}
         nodes = {}
-        for name in (n.name for n in checked.plan.nodes):
-            fact = _node_fact(checked, name) or {}
-            nodes[name] = {key: fact.get(key) for key in _IDENTITY}
+        for name, plan in plans.items():
+            nodes[name] = {key: plan.get(key) for key in _IDENTITY}
             nodes[name]["address"] = _inventory_address(task_vars["hostvars"], name)
+            plan["address"] = nodes[name]["address"]
         facts: dict[str, Any] = {
             "_flannel_cluster": cluster,
             # Every node of the cluster (in the play or not): what its lease is known by.
             "_flannel_nodes": nodes,
         }
         if args["hosts"] is None:
-            facts["_flannel_node"] = self._plan(checked, nodes, task_vars, host)
+            facts["_flannel_node"] = self._plan(plans, task_vars, host)
         else:
             facts["_flannel_play_nodes"] = {
-                name: self._plan(checked, nodes, task_vars, name) for name in args["hosts"]
+                name: self._plan(plans, task_vars, name) for name in args["hosts"]
             }
         return {
             "changed": False,
@@ -125,16 +125,11 @@ class ActionModule(ClusterAction):
         }
 
     def _plan(
-        self,
-        checked: InventoryPlan,
-        nodes: dict[str, dict[str, Any]],
-        task_vars: dict[str, Any],
-        host: str,
+        self, plans: dict[str, dict[str, Any]], task_vars: dict[str, Any], host: str
     ) -> dict[str, Any] | None:
         """One host's plan, None for a host that is no flannel node (an etcd member only)."""
-        node = _node_fact(checked, host)
-        if node is not None:
-            node["address"] = nodes[host]["address"]
-            # The controller file the agent role copies to flannel_kubeconfig_file.
-            node["kubeconfig_src"] = self.node_source(task_vars["hostvars"][host])
-        return node
+        plan = plans.get(host)
+        if plan is None:
+            return None
+        # The controller file the agent role copies to flannel_kubeconfig_file.
+        return {**plan, "kubeconfig_src": self.node_source(task_vars["hostvars"][host])}

@@ -10,6 +10,7 @@ import errno
 
 from pyflannel_runtime.fsutil import (
     PathError,
+    join_path,
     make_directories,
     make_durable,
     read_small_file,
@@ -22,10 +23,7 @@ STATE_FILE_MODE = 0o600
 
 
 def state_path(data_dir: str, container_id: str) -> str:
-    # os.path.join, for an ID that skel has checked holds no "/"
-    if not data_dir or data_dir.endswith("/"):
-        return data_dir + container_id
-    return f"{data_dir}/{container_id}"
+    return join_path(data_dir, container_id)  # skel has checked that the ID holds no "/"
 
 
 def save_config(data_dir: str, container_id: str, config: bytes) -> str:
