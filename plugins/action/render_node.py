@@ -55,7 +55,9 @@ class ActionModule(ClusterAction):
                 "kubeconfig_src is one host's file: render the kubeconfig for each host on its "
                 "own, not with hosts"
             )
-        files = self._files(checked, task_vars["inventory_hostname"], args)
+        hosts_files = {host: self._files(checked, host, args) for host in args["hosts"] or ()}
+        task_host = task_vars["inventory_hostname"]
+        files = hosts_files.get(task_host) or self._files(checked, task_host, args)
         result: dict[str, Any] = {
             "changed": False,
             "files": files,
@@ -63,8 +65,8 @@ class ActionModule(ClusterAction):
             "net_conf": render_net_conf(checked.model),
         }
         if args["hosts"] is not None:
-            result["hosts"] = {host: self._files(checked, host, args) for host in args["hosts"]}
-        every_file = [f for host_files in result.get("hosts", {}).values() for f in host_files]
+            result["hosts"] = hosts_files
+        every_file = [f for host_files in hosts_files.values() for f in host_files]
         # Credentials (the etcd password, a kubeconfig) stay out of the output.
         result["_ansible_no_log"] = any(f["sensitive"] for f in [*files, *every_file])
         return result
