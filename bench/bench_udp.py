@@ -8,7 +8,7 @@ one pod each behind cni0. Setups (`--setups A B` measures A / B):
     process per queue; TSO + UDP GSO/GRO when numpy is importable, plain per-packet
     forwarding otherwise); pod MTU 1472;
   * ours-super: the same with the `SuperPackets` option on both hosts, so the two negotiate
-    pyflannel's super-packet framing (backend/udp_superpacket.py): TCP super-packets cross
+    pyflannel's super-packet framing (backend/udp/superpacket.py): TCP super-packets cross
     whole, not cut into MSS-sized packets; pod MTU 1472;
   * socat: socat TUN:<subnet>/16 <-> UDP:<peer>:8285 per host; one read/sendto and one
     recvfrom/write per packet, the design of flannel's C proxy (proxy_amd64.c); pod MTU 1472;
@@ -89,7 +89,7 @@ from pyflannel_controller.lab.netns_lab import (
     close_udp_network,
     external_interface,
 )
-from pyflannel_runtime.backend.udp import UdpBackend, UdpNetwork
+from pyflannel_runtime.backend.udp.udp import UdpBackend, UdpNetwork
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
 from pyflannel_runtime.wire.netconf import check_network_config, parse_config
 
@@ -119,7 +119,7 @@ class Setup:
     networks: list[UdpNetwork] = field(default_factory=list)  # ours: to read their counters
 
     def forwarder_counters(self) -> dict[str, int]:
-        """Our forwarders' non-zero counters (udp_worker.Counter, socket drops), both hosts."""
+        """Our forwarders' non-zero counters (backend/udp/worker.py Counter, socket drops), both hosts."""
         total: dict[str, int] = {}
         for network in self.networks:
             for name, count in network.counters().items():

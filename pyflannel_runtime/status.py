@@ -204,7 +204,7 @@ def _note_section(note: LeaseNote | None) -> list[tuple[str, list[str]]]:
     ]
 
 
-# The udp forwarder's counters (backend/udp_worker.py Counter), as an operator reads them.
+# The udp forwarder's counters (backend/udp/worker.py Counter), as an operator reads them.
 _COUNTER_TEXT = {
     "foreign_source": "datagrams from addresses that are no peer's, dropped by the forwarder",
     "no_route": "packets for no peer's subnet, answered net unreachable",

@@ -26,7 +26,7 @@ from typing import Any, Self
 
 from pyflannel_runtime.backend import registry
 from pyflannel_runtime.backend.base import Network
-from pyflannel_runtime.backend.udp import UdpNetwork
+from pyflannel_runtime.backend.udp.udp import UdpNetwork
 from pyflannel_runtime.netdev.types import ExternalInterface
 from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.wire.netconf import NetworkConfig, check_network_config

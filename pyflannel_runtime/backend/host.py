@@ -140,7 +140,7 @@ def inspect_hostgw(
 
 # The udp datapath's worker processes: `python -m <module> <role> ...`, one of each role per
 # queue of flannel0 (`udp` starts them; their command line is how /proc tells them).
-UDP_WORKER_MODULE = "pyflannel_runtime.backend.udp_worker"
+UDP_WORKER_MODULE = "pyflannel_runtime.backend.udp.worker"
 UDP_WORKER_ROLES = ("send", "receive")
 _IFF_UP = 0x1
 

@@ -59,19 +59,19 @@ class BackendRuntime:
 
 
 def _vxlan(netns: str | None, settings: DeviceSettings | None) -> Backend:
-    from pyflannel_runtime.backend.vxlan import VxlanBackend
+    from pyflannel_runtime.backend.vxlan.vxlan import VxlanBackend
 
     return VxlanBackend(netns, settings)
 
 
 def _hostgw(netns: str | None, settings: DeviceSettings | None) -> Backend:
-    from pyflannel_runtime.backend.hostgw import HostGwBackend
+    from pyflannel_runtime.backend.hostgw.hostgw import HostGwBackend
 
     return HostGwBackend(netns)
 
 
 def _udp(netns: str | None, settings: DeviceSettings | None) -> Backend:
-    from pyflannel_runtime.backend.udp import UdpBackend
+    from pyflannel_runtime.backend.udp.udp import UdpBackend
 
     return UdpBackend(netns)
 

@@ -186,7 +186,7 @@ def test_the_udp_backend_under_systemd(
         unit = on_host(lab, name, "systemctl show pyflanneld -p DeviceAllow")
         assert "DeviceAllow=/dev/net/tun rw" in unit, unit
         workers = on_host(lab, name, "systemd-cgls --no-pager --unit pyflanneld.service")
-        assert workers.count("pyflannel_runtime.backend.udp_worker") == 2, workers
+        assert workers.count("pyflannel_runtime.backend.udp.worker") == 2, workers
         # flannel's udp backend leaves BackendType unset: the annotation is empty, its data null.
         assert flannel_annotations(kube_api, name) == {
             "backend-data": "null",

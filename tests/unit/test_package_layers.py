@@ -131,7 +131,7 @@ def test_the_layers_are_the_documented_ones() -> None:
 @pytest.mark.parametrize(
     ("module", "imported"),
     [
-        ("pyflannel_runtime.wire.lease", "pyflannel_runtime.backend.vxlan"),  # the old leak
+        ("pyflannel_runtime.wire.lease", "pyflannel_runtime.backend.vxlan.vxlan"),  # the old leak
         ("pyflannel_runtime.backend_spec.specs", "pyflannel_runtime.backend.registry"),
         ("pyflannel_runtime.subnet.kube", "pyflannel_runtime.agent.main"),
         ("pyflannel_runtime.ops.files", "pyflannel_controller.render.render"),

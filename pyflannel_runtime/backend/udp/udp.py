@@ -2,17 +2,17 @@
 (flannel-io/flannel pkg/backend/udp/udp_network_amd64.go, proxy_amd64.c).
 
 Wire format is flannel's: each UDP datagram carries one bare inner IPv4 packet, sent from and
-to the configured port. The datapath lives in worker processes (`udp_worker`), one per queue of
+to the configured port. The datapath lives in worker processes (`worker`), one per queue of
 a multiqueue flannel0 and direction, so forwarding is not bound to one core or to the agent's
 event loop. The agent drives them like flannel drives its C proxy: route commands over a
 SOCK_SEQPACKET socketpair, and CMD_STOP on close. Like flannel, forwarding stops with the agent.
 
 Beyond flannel: datagrams whose source is not a peer's public IP are dropped and counted (by a
-socket filter in the kernel, `udp_filter`, and by the forwarder for any that get by), the TUN
+socket filter in the kernel, `socket_filter`, and by the forwarder for any that get by), the TUN
 queue is long enough (txqueuelen 10000) that bursts are not dropped, and with numpy present
-flannel0 uses TSO plus UDP GSO/GRO (see `udp_offload`) while staying wire-compatible. With the
+flannel0 uses TSO plus UDP GSO/GRO (see `offload`) while staying wire-compatible. With the
 `SuperPackets` option, nodes that both advertise it in their leases send TCP super-packets whole
-(`udp_superpacket`); every other peer keeps flannel's framing.
+(`superpacket`); every other peer keeps flannel's framing.
 """
 
 from __future__ import annotations
@@ -37,13 +37,13 @@ from typing import TYPE_CHECKING
 
 from pyroute2.netlink.exceptions import NetlinkError
 
-from pyflannel_runtime.backend import udp_filter
 from pyflannel_runtime.backend.base import AcquireLease, BackendError
 from pyflannel_runtime.backend.host import UDP_WORKER_MODULE, UDP_WORKER_ROLES
 from pyflannel_runtime.backend.peers import udp_peer_route
-from pyflannel_runtime.backend.udp_packet import Command, CommandMessage, Peer, encode_command
-from pyflannel_runtime.backend.udp_superpacket import advertises, backend_data
-from pyflannel_runtime.backend.udp_worker import COUNTERS_PER_WORKER, READY, UDP_GRO, Counter
+from pyflannel_runtime.backend.udp import socket_filter
+from pyflannel_runtime.backend.udp.packet import Command, CommandMessage, Peer, encode_command
+from pyflannel_runtime.backend.udp.superpacket import advertises, backend_data
+from pyflannel_runtime.backend.udp.worker import COUNTERS_PER_WORKER, READY, UDP_GRO, Counter
 from pyflannel_runtime.backend_spec.options import UdpOptions
 from pyflannel_runtime.netdev.types import ExternalInterface
 from pyflannel_runtime.netlink.netns import iproute, run_in_netns, write_sysctl
@@ -207,7 +207,7 @@ def _configure_tun(
 def _worker_env() -> dict[str, str]:
     """The workers import this package from wherever the agent imported it."""
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[3])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
 
@@ -327,7 +327,7 @@ class UdpNetwork:
             }
         finally:
             words.release()
-        counted["socket_drops"] = sum(udp_filter.dropped(s) for s in self._datapath.sockets)
+        counted["socket_drops"] = sum(socket_filter.dropped(s) for s in self._datapath.sockets)
         return counted
 
     async def handle_events(self, events: Sequence[LeaseEvent]) -> None:
@@ -389,11 +389,11 @@ class UdpNetwork:
 
     def _refilter(self) -> None:
         """Let through to the sockets the datagrams of the peers the routes name, only."""
-        program = udp_filter.peer_filter(
+        program = socket_filter.peer_filter(
             IPv4Address(peer.host) for peer, _ in self._routes.values()
         )
         for sock in self._datapath.sockets:
-            udp_filter.attach(sock, program)
+            socket_filter.attach(sock, program)
 
     def _broadcast(self, message: CommandMessage) -> None:
         data = encode_command(message)

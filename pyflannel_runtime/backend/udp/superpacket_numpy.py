@@ -1,4 +1,4 @@
-"""numpy version of `udp_superpacket.frame`: the same datagrams, laid out in one buffer by two
+"""numpy version of `superpacket.frame`: the same datagrams, laid out in one buffer by two
 array copies instead of a vector of ~90 pieces built in Python (and taken apart again by
 sendmsg). Only imported when numpy is installed."""
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np  # type: ignore[import-not-found, unused-ignore]
 
-from pyflannel_runtime.backend.udp_offload import Buffer
-from pyflannel_runtime.backend.udp_superpacket import (
+from pyflannel_runtime.backend.udp.offload import Buffer
+from pyflannel_runtime.backend.udp.superpacket import (
     HEADER_LEN,
     MAX_SEGMENTS,
     SEQUENCES,

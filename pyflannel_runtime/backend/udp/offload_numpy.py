@@ -1,4 +1,4 @@
-"""numpy versions of `udp_offload.segment_tcp4` / `coalesce_tcp4`: same bytes, no per-segment
+"""numpy versions of `offload.segment_tcp4` / `coalesce_tcp4`: same bytes, no per-segment
 Python. Every segment is a row of a 2-D array; header fields and checksums are column
 operations. numpy is one of the runtime's dependencies (pyproject.toml); the Python
 versions stay as the reference these are tested against."""
@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np  # type: ignore[import-not-found, unused-ignore]
 
-from pyflannel_runtime.backend import udp_offload
-from pyflannel_runtime.backend.udp_offload import (
+from pyflannel_runtime.backend.udp import offload
+from pyflannel_runtime.backend.udp.offload import (
     GSO_TCPV4,
     LAST_ONLY,
     NOT_COALESCED,
@@ -20,7 +20,7 @@ from pyflannel_runtime.backend.udp_offload import (
     VNET_HDR,
     Segments,
 )
-from pyflannel_runtime.backend.udp_packet import PROTO_TCP, fold, ones_sum
+from pyflannel_runtime.backend.udp.packet import PROTO_TCP, fold, ones_sum
 
 _U64 = np.uint64
 # header bytes that legitimately differ within a run: total length, IP ID, IP checksum,
@@ -30,7 +30,7 @@ _SMALL = 8  # below this many segments the Python versions are faster than array
 
 
 def _fold(total: Any) -> Any:
-    """Vectorized `udp_packet.fold` for sums below 2**48."""
+    """Vectorized `packet.fold` for sums below 2**48."""
     for _ in range(3):
         total = (total & _U64(0xFFFF)) + (total >> _U64(16))
     return total
@@ -54,7 +54,7 @@ def segment_tcp4(packet: memoryview, mss: int) -> Segments | None:
         return None
     count = -(-payload // mss)
     if count < _SMALL:
-        return udp_offload.segment_tcp4(packet, mss)
+        return offload.segment_tcp4(packet, mss)
     width = -(-(hlen + mss) // 4) * 4  # whole 32-bit words; the padding stays zero
     rows = np.zeros((count, width), dtype=np.uint8)
     source = np.frombuffer(packet, dtype=np.uint8)
@@ -111,7 +111,7 @@ def coalesce_tcp4(buf: memoryview, size: int) -> bytearray | None:
     total = len(buf)
     count = -(-total // size)
     if count < _SMALL:
-        return udp_offload.coalesce_tcp4(buf, size)
+        return offload.coalesce_tcp4(buf, size)
     if size < 40 or buf[0] != 0x45 or buf[9] != PROTO_TCP:
         return None
     thl = (buf[32] >> 4) * 4

@@ -210,7 +210,7 @@ class RouteTable:
 
 class Command(enum.IntEnum):
     """flannel's proxy commands (CMD_SET_ROUTE, CMD_DEL_ROUTE, CMD_STOP), and pyflannel's
-    SET_ROUTE to a peer that negotiated super-packets (`udp_superpacket`)."""
+    SET_ROUTE to a peer that negotiated super-packets (`superpacket`)."""
 
     SET_ROUTE = 1
     DEL_ROUTE = 2

@@ -22,7 +22,7 @@ from pyflannel_runtime.backend.base import AcquireLease, BackendError, DeviceSet
 from pyflannel_runtime.backend.host import direct_oif
 from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
 from pyflannel_runtime.backend.programmer import PeerProgrammer
-from pyflannel_runtime.backend.vxlan_device import (
+from pyflannel_runtime.backend.vxlan.device import (
     Device,
     VxlanDeviceSpec,
     apply_tx_checksum_offload,

@@ -25,7 +25,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pyflannel_runtime.backend.udp_offload import (
+from pyflannel_runtime.backend.udp.offload import (
     GSO_NONE,
     GSO_TCPV4,
     LAST_ONLY,
@@ -34,7 +34,7 @@ from pyflannel_runtime.backend.udp_offload import (
     VNET_HDR_LEN,
     Buffer,
 )
-from pyflannel_runtime.backend.udp_packet import PROTO_TCP, fold, ones_sum
+from pyflannel_runtime.backend.udp.packet import PROTO_TCP, fold, ones_sum
 
 HEADER = struct.Struct("!H")
 HEADER_LEN = HEADER.size

@@ -1,6 +1,6 @@
 """A udp-backend forwarding process: one direction of one flannel0 queue.
 
-`python -m pyflannel_runtime.backend.udp_worker` is started by `udp.UdpNetwork` with the TUN
+`python -m pyflannel_runtime.backend.udp.worker` is started by `udp.UdpNetwork` with the TUN
 queue, the UDP socket, its end of a command socketpair and the shared counter page already open
 (they were created inside the host's network namespace). A thread applies flannel's proxy
 commands (set route, delete route, stop) to the process's own peer table; the main thread
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from ipaddress import IPv4Address
 from typing import NoReturn
 
-from pyflannel_runtime.backend.udp_offload import (
+from pyflannel_runtime.backend.udp.offload import (
     GSO_TCPV4,
     PLAIN_VNET_HDR,
     VNET_F_NEEDS_CSUM,
@@ -33,7 +33,7 @@ from pyflannel_runtime.backend.udp_offload import (
     Offload,
     complete_checksum,
 )
-from pyflannel_runtime.backend.udp_packet import (
+from pyflannel_runtime.backend.udp.packet import (
     COMMAND_SIZE,
     Command,
     Peer,
@@ -43,7 +43,7 @@ from pyflannel_runtime.backend.udp_packet import (
     net_unreachable,
     wants_net_unreachable,
 )
-from pyflannel_runtime.backend.udp_superpacket import (
+from pyflannel_runtime.backend.udp.superpacket import (
     MAGIC,
     MAX_SEGMENTS,
     MAX_UDP_PAYLOAD,
@@ -122,7 +122,7 @@ def _serve_commands(ctl: socket.socket, table: RouteTable) -> NoReturn:
 def best_framer(datagram_size: int) -> Callable[[list[Buffer], int], list[Buffer]]:
     """numpy's when it is installed (one buffer, not a vector of ~90 pieces)."""
     try:
-        from pyflannel_runtime.backend.udp_superpacket_numpy import Framer
+        from pyflannel_runtime.backend.udp.superpacket_numpy import Framer
     except ImportError:
         return lambda parts, sequence: frame(parts, datagram_size, sequence)
     return Framer(datagram_size).frame
@@ -131,9 +131,9 @@ def best_framer(datagram_size: int) -> Callable[[list[Buffer], int], list[Buffer
 def best_offload() -> Offload:
     """numpy's: summing payloads in Python costs ~8 us per segment."""
     # Imported here so that only the forwarder processes load numpy, not the agent.
-    from pyflannel_runtime.backend import udp_offload_numpy
+    from pyflannel_runtime.backend.udp import offload_numpy
 
-    return Offload(udp_offload_numpy.segment_tcp4, udp_offload_numpy.coalesce_tcp4, True)
+    return Offload(offload_numpy.segment_tcp4, offload_numpy.coalesce_tcp4, True)
 
 
 class _Forwarder:

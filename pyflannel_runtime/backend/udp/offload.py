@@ -9,8 +9,8 @@ Receive: with UDP_GRO a socket returns runs of equally sized datagrams at once. 
 one TCP stream in order, with every inner checksum valid, `coalesce_tcp4` joins it back into a
 single super-packet the kernel takes through flannel0 as one TSO packet.
 
-Summing payload bytes in Python is the costly part; `udp_offload_numpy` does the same work as
-array operations, and is the one the forwarder uses (`udp_worker.best_offload`).
+Summing payload bytes in Python is the costly part; `offload_numpy` does the same work as
+array operations, and is the one the forwarder uses (`worker.best_offload`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pyflannel_runtime.backend.udp_packet import PROTO_TCP, fold, ones_sum
+from pyflannel_runtime.backend.udp.packet import PROTO_TCP, fold, ones_sum
 
 VNET_HDR = struct.Struct("=BBHHHH")  # flags, gso_type, hdr_len, gso_size, csum_start, csum_offset
 VNET_HDR_LEN = VNET_HDR.size
