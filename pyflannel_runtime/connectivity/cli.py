@@ -15,7 +15,7 @@ import sys
 from ipaddress import IPv4Network
 
 from pyflannel_runtime import DEFAULT_SUBNET_FILE
-from pyflannel_runtime.backend import tx_offload
+from pyflannel_runtime.backend_spec import tx_offload
 
 HELP = "run the connectivity suite's scenarios on this node"
 DESCRIPTION = (

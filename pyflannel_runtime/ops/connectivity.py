@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from ipaddress import IPv4Network
 from typing import Any
 
-from pyflannel_runtime.backend import tx_offload
+from pyflannel_runtime.backend_spec import tx_offload
 from pyflannel_runtime.connectivity import responder, snmp
 from pyflannel_runtime.connectivity.firewall_facts import read_firewall
 from pyflannel_runtime.connectivity.run import Endpoint, Outside, SuiteRun

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pyflannel_runtime.backend import tx_offload
+from pyflannel_runtime.backend_spec import tx_offload
 from pyflannel_runtime.backend_spec.options import VxlanOptions
 from pyflannel_runtime.ops.agent import AgentEndpoint, AgentHealth, AgentState, probe_agent
 from pyflannel_runtime.ops.leases import lease_fields

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyflannel_runtime.backend import tx_offload
+from pyflannel_runtime.backend_spec import tx_offload
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from pyflannel_runtime.backend import tx_offload
+from pyflannel_runtime.backend_spec import tx_offload
 from pyflannel_runtime.netlink.entries import IPAddress, IPNetwork
 from pyflannel_runtime.netlink.ethtool import set_tx_checksum_offload
 from pyflannel_runtime.netlink.netns import write_sysctl
