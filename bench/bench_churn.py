@@ -58,7 +58,7 @@ from pyflannel_controller.lab.churn import (
     with_etcd,
 )
 from pyflannel_controller.lab.netns_agents import AgentLab
-from pyflannel_runtime.subnet.etcd_client import EtcdClient, prefix_range_end
+from pyflannel_runtime.subnet.etcd.client import EtcdClient, prefix_range_end
 
 SUBNETS = b"/coreos.com/network/subnets/"
 

@@ -102,8 +102,8 @@ def _config_publish(args: argparse.Namespace) -> int:
     from pyflannel_runtime.agent.stores import etcd_settings
     from pyflannel_runtime.fsutil import os_error_text
     from pyflannel_runtime.ops.publish import PublishError, publish
-    from pyflannel_runtime.subnet.etcd import EtcdError
-    from pyflannel_runtime.subnet.etcd_client import EtcdClientError
+    from pyflannel_runtime.subnet.etcd.client import EtcdClientError
+    from pyflannel_runtime.subnet.etcd.etcd import EtcdError
 
     # The etcd client logs the agent's warnings (e.g. plain http); a failure is reported below.
     logging.basicConfig(level=logging.ERROR, format="%(message)s")

@@ -35,7 +35,7 @@ from typing import Literal, TypeVar
 
 from pyflannel_controller.lab.netns_agents import PREFIX, AgentLab
 from pyflannel_runtime.netlink.netns import run_in_netns
-from pyflannel_runtime.subnet.etcd_client import Endpoint, EtcdClient
+from pyflannel_runtime.subnet.etcd.client import Endpoint, EtcdClient
 from pyflannel_runtime.wire.lease import LeaseAttrs, make_subnet_key
 from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data
 

@@ -24,7 +24,7 @@ from pyflannel_controller.lab.churn import with_etcd
 from pyflannel_controller.lab.netns_agents import PREFIX, AgentLab
 from pyflannel_controller.lab.netns_lab import LabHost
 from pyflannel_runtime.netlink.netns import run_in_netns
-from pyflannel_runtime.subnet.etcd_client import Endpoint, EtcdClient, prefix_range_end
+from pyflannel_runtime.subnet.etcd.client import Endpoint, EtcdClient, prefix_range_end
 from pyflannel_runtime.wire.lease import LeaseAttrs, make_subnet_key
 
 RECONCILE_INTERVAL = 30  # flanneld's resync period: the reconcile is not what is measured

@@ -22,7 +22,12 @@ import pytest
 
 from pyflannel_controller.lab.etcd_server import EtcdServer, free_port
 from pyflannel_runtime.ops.reset import release_lease
-from pyflannel_runtime.subnet.etcd import ETCD_ERRORS, EtcdError, EtcdSettings, EtcdSubnetManager
+from pyflannel_runtime.subnet.etcd.etcd import (
+    ETCD_ERRORS,
+    EtcdError,
+    EtcdSettings,
+    EtcdSubnetManager,
+)
 from pyflannel_runtime.subnet.manager import (
     LeaseListing,
     LeaseRevoked,

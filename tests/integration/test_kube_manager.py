@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pyflannel_runtime.subnet.kube import (
+from pyflannel_runtime.subnet.kube.kube import (
     LIST_PAGE,
     KubeSettings,
     KubeSubnetError,

@@ -10,7 +10,7 @@ import pytest
 
 from pyflannel_controller.lab.etcd_server import EtcdServer
 from pyflannel_runtime.ops.publish import PublishError, Reservation, publish
-from pyflannel_runtime.subnet.etcd import EtcdSettings
+from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
 from tests.integration.etcd_tls import make_tls_material
 
 pytestmark = pytest.mark.etcd

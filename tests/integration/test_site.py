@@ -33,7 +33,7 @@ from pyflannel_controller.lab.playbook import (
     PlaybookRun,
     run_playbook,
 )
-from pyflannel_runtime.subnet.etcd import EtcdSettings, EtcdSubnetManager
+from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings, EtcdSubnetManager
 from tests.integration.collection_tarball import build, install, play_outside, run_outside
 from tests.integration.site_lab import SNAPSHOT, assert_converged, lab_hosts
 from tests.integration.site_lab import on_host as ssh

@@ -31,12 +31,12 @@ from pyflannel_runtime.cli import main
 from pyflannel_runtime.cni import plugin
 from pyflannel_runtime.cni.install import isolated_prelude
 from pyflannel_runtime.gojson.core import MAX_DEPTH, MAX_DOCUMENT_BYTES
-from pyflannel_runtime.subnet.annotations import (
+from pyflannel_runtime.subnet.kube.annotations import (
     AnnotationPrefixError,
     Annotations,
     normalize_prefix,
 )
-from pyflannel_runtime.subnet.kube_nodes import NodeLeaseError, NodeLeaseTracker, node_to_lease
+from pyflannel_runtime.subnet.kube.nodes import NodeLeaseError, NodeLeaseTracker, node_to_lease
 from pyflannel_runtime.wire.lease import LeaseAttrs, LeaseError, parse_subnet_key
 from pyflannel_runtime.wire.netconf import (
     ConfigError,

@@ -61,7 +61,7 @@ def test_the_walk_names_an_error_outside_the_base() -> None:
 
 def test_errors_keep_the_builtin_bases_callers_catch() -> None:
     from pyflannel_runtime.fsutil import PathError
-    from pyflannel_runtime.subnet.kube import KubeSubnetError
+    from pyflannel_runtime.subnet.kube.kube import KubeSubnetError
     from pyflannel_runtime.wire.netconf import ConfigError
 
     assert issubclass(ConfigError, ValueError)

@@ -115,7 +115,7 @@ def test_the_layers_are_the_documented_ones() -> None:
     order = [
         "pyflannel_runtime.wire.lease",
         "pyflannel_runtime.backend_spec.specs",
-        "pyflannel_runtime.subnet.etcd",
+        "pyflannel_runtime.subnet.etcd.etcd",
         "pyflannel_runtime.ops.verify",
         "pyflannel_runtime.cli",
         "pyflannel_controller.model.cluster",
@@ -133,7 +133,7 @@ def test_the_layers_are_the_documented_ones() -> None:
     [
         ("pyflannel_runtime.wire.lease", "pyflannel_runtime.backend.vxlan.vxlan"),  # the old leak
         ("pyflannel_runtime.backend_spec.specs", "pyflannel_runtime.backend.registry"),
-        ("pyflannel_runtime.subnet.kube", "pyflannel_runtime.agent.main"),
+        ("pyflannel_runtime.subnet.kube.kube", "pyflannel_runtime.agent.main"),
         ("pyflannel_runtime.ops.files", "pyflannel_controller.render.render"),
     ],
 )

@@ -1,7 +1,7 @@
 """The Kubernetes subnet manager (``--kube-subnet-mgr``): leases are the nodes' podCIDRs,
 advertised through node annotations (flannel-io/flannel pkg/subnet/kube/kube.go).
 
-API calls are blocking (`kube_client`), so they run in worker threads, and the node watch runs
+API calls are blocking (`client`), so they run in worker threads, and the node watch runs
 in a thread of its own that hands nodes to the event loop without ever waiting on it.
 """
 
@@ -24,16 +24,17 @@ import urllib3
 from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.fsutil import read_small_file
 from pyflannel_runtime.gojson.strconv import go_quote
-from pyflannel_runtime.subnet import kube_nodes
-from pyflannel_runtime.subnet.annotations import DEFAULT_PREFIX, Annotations
-from pyflannel_runtime.subnet.kube_client import (
+from pyflannel_runtime.subnet.kube import nodes as kube_nodes
+from pyflannel_runtime.subnet.kube.annotations import DEFAULT_PREFIX, Annotations
+from pyflannel_runtime.subnet.kube.client import (
     KubeApiError,
     KubeClient,
     KubeConfigError,
     lines,
     load_access,
 )
-from pyflannel_runtime.subnet.kube_nodes import NodeLeaseError, NodeLeaseTracker
+from pyflannel_runtime.subnet.kube.node_queue import NodeChanges, NodeQueue, NodeSnapshot
+from pyflannel_runtime.subnet.kube.nodes import NodeLeaseError, NodeLeaseTracker
 from pyflannel_runtime.subnet.manager import (
     LeaseListing,
     LeaseWatchBatch,
@@ -41,7 +42,6 @@ from pyflannel_runtime.subnet.manager import (
     Unimplemented,
     UnreadableLease,
 )
-from pyflannel_runtime.subnet.node_queue import NodeChanges, NodeQueue, NodeSnapshot
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
 from pyflannel_runtime.wire.netconf import ConfigError, NetworkConfig, parse_config
 from pyflannel_runtime.wire.vxlan_data import advertised_vtep_mac

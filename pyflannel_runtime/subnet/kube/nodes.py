@@ -18,7 +18,7 @@ from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.gojson.core import GoJSONError
 from pyflannel_runtime.gojson.strconv import go_quote
 from pyflannel_runtime.gojson.structs import compact, loads_pairs
-from pyflannel_runtime.subnet.annotations import Annotations
+from pyflannel_runtime.subnet.kube.annotations import Annotations
 from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent, same_lease
 
 log = logging.getLogger(__name__)

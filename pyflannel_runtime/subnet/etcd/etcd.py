@@ -11,7 +11,7 @@ Deliberate differences from flannel:
 * Leases are listed and watched under ``<prefix>/subnets/`` (flannel omits the final slash).
 * An IPv6-only lease has ``subnet=None`` and ``enable_ipv4=False`` (not 0.0.0.0/0 and True).
 * With several endpoints, a request that finds its endpoint unreachable moves to the next one.
-* etcd is spoken to through its JSON gateway (etcd_client.py), not gRPC; the keys, values
+* etcd is spoken to through its JSON gateway (client.py), not gRPC; the keys, values
   and leases are the same.
 * The watch starts from the listing the allocation made (flannel lists twice).
 * Listing leases asks for TTLs only where they are shown (`pyflannel status`), once per etcd
@@ -48,7 +48,7 @@ from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.fsutil import os_error_text
 from pyflannel_runtime.subnet.allocation import choose_new_subnets, find_own_lease, lease_fits
 from pyflannel_runtime.subnet.endpoint_url import split_http_url
-from pyflannel_runtime.subnet.etcd_client import (
+from pyflannel_runtime.subnet.etcd.client import (
     Endpoint,
     EtcdClient,
     EtcdClientError,
