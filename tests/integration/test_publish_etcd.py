@@ -104,7 +104,7 @@ def test_a_new_reservation_over_tls_with_client_certificates(
 def test_pyflannel_config_publish_dry_run_then_publish(
     etcd_server: EtcdServer, etcd_prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pyflannel_runtime.cli import main
+    from pyflannel_runtime.cli.main import main
 
     net_conf = tmp_path / "net-conf.json"
     net_conf.write_text(CONFIG)

@@ -27,7 +27,7 @@ from pyflannel_controller.cli import main as controller_main
 from pyflannel_controller.model.cluster import ClusterModelError, load_model
 from pyflannel_controller.model.model_file import ModelFileError, parse_model_text
 from pyflannel_runtime.backend_spec import specs
-from pyflannel_runtime.cli import main
+from pyflannel_runtime.cli.main import main
 from pyflannel_runtime.cni import plugin
 from pyflannel_runtime.cni.install import isolated_prelude
 from pyflannel_runtime.gojson.core import MAX_DEPTH, MAX_DOCUMENT_BYTES

@@ -131,8 +131,8 @@ sys.meta_path.insert(0, Absent())
 
 def test_node_commands_run_without_the_controller_packages() -> None:
     probe = BLOCKER + (
-        "import pyflannel_runtime.agent.main, pyflannel_runtime.cni.plugin, pyflannel_runtime.status\n"
-        "from pyflannel_runtime.cli import main\n"
+        "import pyflannel_runtime.agent.main, pyflannel_runtime.cni.plugin, pyflannel_runtime.cli.status\n"
+        "from pyflannel_runtime.cli.main import main\n"
         "assert main(['status', '--help']) == 0\n"
         "print('ran')\n"
     )

@@ -55,7 +55,7 @@ def run_python(
     )
 
 
-CLI = "from pyflannel_runtime.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+CLI = "from pyflannel_runtime.cli.main import main\nsys.exit(main(sys.argv[1:]))\n"
 
 
 def run_plugin(

@@ -42,12 +42,7 @@ NODE_LAYERS: tuple[tuple[str, ...], ...] = (
     # the agent, and the API the command line and the collection's modules share
     ("pyflannel_runtime.agent", "pyflannel_runtime.ops"),
     # the command lines
-    (
-        "pyflannel_runtime.cli",
-        "pyflannel_runtime.status",
-        "pyflannel_runtime.ipam.cli",
-        "pyflannel_runtime.connectivity.cli",
-    ),
+    ("pyflannel_runtime.cli",),
 )
 CONTROLLER_LAYERS: tuple[tuple[str, ...], ...] = (
     ("pyflannel_controller", "pyflannel_controller.model"),
@@ -117,7 +112,7 @@ def test_the_layers_are_the_documented_ones() -> None:
         "pyflannel_runtime.backend_spec.specs",
         "pyflannel_runtime.subnet.etcd.etcd",
         "pyflannel_runtime.ops.verify",
-        "pyflannel_runtime.cli",
+        "pyflannel_runtime.cli.main",
         "pyflannel_controller.model.cluster",
         "pyflannel_controller.lab.hosts",
     ]

@@ -167,7 +167,7 @@ def _register_cni(subparsers: Subparsers) -> None:
 
 def _register_status(subparsers: Subparsers) -> None:
     # status imports its lease stores and pyroute2 only when it runs.
-    from pyflannel_runtime import status
+    from pyflannel_runtime.cli import status
 
     parser = add_command(subparsers, "status", status.command, status.HELP, status.DESCRIPTION)
     status.add_arguments(parser)
@@ -177,7 +177,7 @@ def _register_status(subparsers: Subparsers) -> None:
 
 
 def _register_ipam(subparsers: Subparsers) -> None:
-    from pyflannel_runtime.ipam import cli as ipam
+    from pyflannel_runtime.cli import ipam
 
     parser = add_command(subparsers, "ipam", ipam.command, ipam.HELP, ipam.DESCRIPTION)
     ipam.add_arguments(parser)
@@ -187,7 +187,7 @@ def _register_ipam(subparsers: Subparsers) -> None:
 
 
 def _register_connectivity(subparsers: Subparsers) -> None:
-    from pyflannel_runtime.connectivity import cli as connectivity
+    from pyflannel_runtime.cli import connectivity
 
     parser = add_command(
         subparsers,
