@@ -45,7 +45,7 @@ NODE_LAYERS: tuple[tuple[str, ...], ...] = (
     ("pyflannel_runtime.cli",),
 )
 CONTROLLER_LAYERS: tuple[tuple[str, ...], ...] = (
-    ("pyflannel_controller", "pyflannel_controller.model"),
+    ("pyflannel_controller", "pyflannel_controller.model", "pyflannel_controller.rolling"),
     (
         "pyflannel_controller.render",
         "pyflannel_controller.inventory",
