@@ -25,7 +25,7 @@ sizes (--agents, default 25 and 50), for the restart storm and both join storms.
 
 Finishes with `metric: value` lines (each scenario repeated --runs times; min-max shown).
 Needs root:
-    python bench/bench_etcd_fanout.py [--agents 25,50] [--runs 3] [--spread 10] [--changes 10]
+    PYTHONPATH=. python bench/bench_etcd_fanout.py [--agents 25,50] [--runs 3] [--spread 10] [--changes 10]
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from ipaddress import IPv4Network
 
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_controller.lab.fanout import (
+from pyflannel_lab.fanout import (
     EtcdCost,
     add_peer,
     agent_cpu_seconds,
@@ -56,7 +56,7 @@ from pyflannel_controller.lab.fanout import (
     stop_agents,
     wait_programmed,
 )
-from pyflannel_controller.lab.netns_agents import AgentLab
+from pyflannel_lab.netns_agents import AgentLab
 
 TARGET = 5000
 TIMEOUT = 600.0

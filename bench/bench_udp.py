@@ -1,7 +1,7 @@
 """udp backend throughput vs a C per-packet TUN<->UDP forwarder (socat) and vs kernel vxlan,
 pod to pod.
 
-Topology (pyflannel_controller/lab/netns_lab.py): 2 netns hosts on a bridge underlay (MTU 1500),
+Topology (pyflannel_lab/netns_lab.py): 2 netns hosts on a bridge underlay (MTU 1500),
 one pod each behind cni0. Setups (`--setups A B` measures A / B):
 
   * ours: pyflannel's udp backend, flannel's framing on UDP 8285 (a send and a receive worker
@@ -60,7 +60,7 @@ pair also as `udp_throughput_ratio`). With the default 40 rounds (about 2 minute
 of ours / socat read 2.02, 2.08, 2.16 and 2.15 before super-packets existed.
 Needs root:
 
-    python bench/bench_udp.py [--seconds 3] [--rounds 40] [--queues N] [--offload|--no-offload]
+    PYTHONPATH=. python bench/bench_udp.py [--seconds 3] [--rounds 40] [--queues N] [--offload|--no-offload]
                               [--setups ours socat]
                               [--mode head-to-head|solo|both]
 """
@@ -83,7 +83,7 @@ from pathlib import Path
 from bench_throughput import program_by_hand
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_controller.lab.netns_lab import (
+from pyflannel_lab.netns_lab import (
     LabHost,
     NetLab,
     close_udp_network,

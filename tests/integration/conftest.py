@@ -3,7 +3,7 @@
 * ``etcd_server``: one plain etcd for the whole session. Share it through ``etcd_prefix``
   (a unique key prefix per test); never change server-wide state on it (auth, compaction).
 * ``etcd_factory``: start private servers (TLS, auth, a netns, compaction); all are stopped when
-  the test ends. See ``pyflannel_controller.lab.etcd_server.start_etcd`` for the options.
+  the test ends. See ``pyflannel_lab.etcd_server.start_etcd`` for the options.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pyflannel_controller.lab.etcd_server import EtcdServer, start_etcd
+from pyflannel_lab.etcd_server import EtcdServer, start_etcd
 
 
 @pytest.fixture(scope="session")

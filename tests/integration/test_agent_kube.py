@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pyflannel_controller.lab.netns_agents import AgentLab
+from pyflannel_lab.netns_agents import AgentLab
 from tests.fakes.kube_api import FLANNEL_AGENT, FakeKubeApi
 
 pytestmark = pytest.mark.root

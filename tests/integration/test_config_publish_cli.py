@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pyflannel_controller.lab.etcd_server import EtcdServer
+from pyflannel_lab.etcd_server import EtcdServer
 from pyflannel_runtime.cli.main import main
 from tests.integration.etcd_tls import make_tls_material
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pyflannel_controller.lab.etcd_server import EtcdServer
+from pyflannel_lab.etcd_server import EtcdServer
 from pyflannel_runtime.ops.etcd_auth import AuthSetup, EtcdAuthError, ensure_auth
 from pyflannel_runtime.ops.lease import NodeLease, release_etcd
 from pyflannel_runtime.ops.publish import publish

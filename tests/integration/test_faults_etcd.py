@@ -29,8 +29,8 @@ from ipaddress import IPv4Network, ip_interface
 
 import pytest
 
-from pyflannel_controller.lab.netns_agents import PREFIX, AgentLab
-from pyflannel_controller.lab.netns_lab import LabHost
+from pyflannel_lab.netns_agents import PREFIX, AgentLab
+from pyflannel_lab.netns_lab import LabHost
 from pyflannel_runtime.netlink.netns import run_in_netns
 from pyflannel_runtime.ops.lease import NodeLease, release_etcd
 from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings

@@ -15,7 +15,7 @@ from ipaddress import IPv4Network
 
 import pytest
 
-from pyflannel_controller.lab.netns_agents import AgentLab
+from pyflannel_lab.netns_agents import AgentLab
 from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data
 from tests.fakes.kube_api import FLANNEL_AGENT, FakeKubeApi
 from tests.integration.faults import (

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from pyflannel_controller.lab.netns_agents import PREFIX, AgentLab
-from pyflannel_controller.lab.netns_lab import LabHost
+from pyflannel_lab.netns_agents import PREFIX, AgentLab
+from pyflannel_lab.netns_lab import LabHost
 from tests.integration.test_agent_e2e import wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import urllib3
 
-from pyflannel_controller.lab.etcd_server import EtcdTLS
+from pyflannel_lab.etcd_server import EtcdTLS
 from pyflannel_runtime.subnet.kube import client as kube_client
 from pyflannel_runtime.subnet.kube.client import (
     KubeApiError,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from ansible_collections.pyflannel.network.plugins.modules import lease as lease_module
 
-from pyflannel_controller.lab.etcd_server import EtcdServer
+from pyflannel_lab.etcd_server import EtcdServer
 from pyflannel_runtime.ops.lease import LeaseOpError, NodeLease, release_etcd
 from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
 from pyflannel_runtime.subnet.kube.annotations import Annotations

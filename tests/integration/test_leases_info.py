@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from pyflannel_controller.lab.etcd_server import EtcdServer
-from pyflannel_controller.lab.playbook import run_playbook
+from pyflannel_lab.etcd_server import EtcdServer
+from pyflannel_lab.playbook import run_playbook
 from pyflannel_runtime.ops.leases import InventoryHost, read_leases, report_dict
 from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
 from pyflannel_runtime.subnet.kube.kube import KubeSettings

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pyflannel_controller.lab.etcd_server import EtcdServer
+from pyflannel_lab.etcd_server import EtcdServer
 from pyflannel_runtime.ops.publish import PublishError, Reservation, publish
 from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
 from tests.integration.etcd_tls import make_tls_material

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from pyflannel_controller.lab.etcd_server import EtcdServer, start_etcd
+from pyflannel_lab.etcd_server import EtcdServer, start_etcd
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 

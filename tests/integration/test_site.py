@@ -1,4 +1,4 @@
-"""site.yml against real systemd hosts over SSH (the podman lab of pyflannel_controller.lab): etcd
+"""site.yml against real systemd hosts over SSH (the podman lab of pyflannel_lab): etcd
 with TLS, the CNI plugin and pyflanneld (vxlan), then the checks an operator relies on.
 
 One lab serves the whole module, in this order: bad inventories and check mode first (on
@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pyflannel_controller.lab.playbook import (
+from pyflannel_lab.playbook import (
     LAB_INVENTORY,
     WHEELHOUSE_CACHE,
     PlaybookRun,
@@ -40,7 +40,7 @@ from tests.integration.site_lab import on_host as ssh
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 
-hosts_api = pytest.importorskip("pyflannel_controller.lab.hosts")
+hosts_api = pytest.importorskip("pyflannel_lab.hosts")
 
 
 @pytest.fixture(scope="module")

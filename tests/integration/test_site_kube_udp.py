@@ -23,13 +23,13 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from pyflannel_controller.lab.playbook import run_playbook
+from pyflannel_lab.playbook import run_playbook
 from tests.fakes.kube_api import FLANNEL_AGENT, FakeKubeApi
 from tests.integration.site_lab import assert_converged, lab_hosts, on_host
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 
-underlay = pytest.importorskip("pyflannel_controller.lab.underlay")
+underlay = pytest.importorskip("pyflannel_lab.underlay")
 
 PREFIX = "flannel.alpha.coreos.com"
 KUBECONFIG_ON_NODES = "/etc/pyflannel/kubeconfig"

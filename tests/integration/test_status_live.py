@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from pyflannel_controller.lab.etcd_server import free_port
-from pyflannel_controller.lab.netns_agents import AgentLab
-from pyflannel_controller.lab.netns_lab import LabHost
+from pyflannel_lab.etcd_server import free_port
+from pyflannel_lab.netns_agents import AgentLab
+from pyflannel_lab.netns_lab import LabHost
 from pyflannel_runtime import __version__
 from pyflannel_runtime.cli.main import main
 from pyflannel_runtime.netlink.netns import run_in_netns

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from pyflannel_controller.lab.flood import inner_packet
-from pyflannel_controller.lab.netns_lab import (
+from pyflannel_lab.flood import inner_packet
+from pyflannel_lab.netns_lab import (
     LabHost,
     NetLab,
     close_udp_network,

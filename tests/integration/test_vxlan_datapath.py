@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from pyflannel_controller.lab.netns_lab import (
+from pyflannel_lab.netns_lab import (
     NetLab,
     added,
     close_all,

@@ -1,5 +1,5 @@
-"""No import cycles in pyflannel_runtime and pyflannel_controller, counting every import: module
-level, inside functions (lazy) and under TYPE_CHECKING alike."""
+"""No import cycles in pyflannel_runtime, pyflannel_controller and the lab (pyflannel_lab),
+counting every import: module level, inside functions (lazy) and under TYPE_CHECKING alike."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGE = "pyflannel_runtime"
-PACKAGES = (PACKAGE, "pyflannel_controller")
+PACKAGES = (PACKAGE, "pyflannel_controller", "pyflannel_lab")
 ROOT = Path(__file__).resolve().parents[2]
 
 

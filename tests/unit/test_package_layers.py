@@ -52,7 +52,7 @@ CONTROLLER_LAYERS: tuple[tuple[str, ...], ...] = (
         "pyflannel_controller.wheelhouse",
     ),
     ("pyflannel_controller.cli", "pyflannel_controller.__main__"),
-    ("pyflannel_controller.lab",),
+    ("pyflannel_lab",),
 )
 LAYERS = NODE_LAYERS + CONTROLLER_LAYERS
 TOP_PACKAGES = ("pyflannel_runtime", "pyflannel_controller")
@@ -114,7 +114,7 @@ def test_the_layers_are_the_documented_ones() -> None:
         "pyflannel_runtime.ops.verify",
         "pyflannel_runtime.cli.main",
         "pyflannel_controller.model.cluster",
-        "pyflannel_controller.lab.hosts",
+        "pyflannel_lab.hosts",
     ]
     layers = [layer_of(module) for module in order]
     assert layers == sorted(layers) and len(set(layers)) == len(layers)

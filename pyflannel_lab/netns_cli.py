@@ -1,4 +1,4 @@
-"""``python -m pyflannel_controller.lab netns up|down``: a flannel cluster in network namespaces.
+"""``python -m pyflannel_lab netns up|down``: a flannel cluster in network namespaces.
 
 `up` starts a real etcd in the underlay, pyflanneld on each host (subnets allocated by etcd),
 wires one pod per host through the `flannel` CNI plugin, then prints the leases, each host's
@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pyflannel_controller.lab.netns_agents import AgentLab
-from pyflannel_controller.lab.paths import project_root
+from pyflannel_lab.netns_agents import AgentLab
+from pyflannel_lab.paths import project_root
 from pyflannel_runtime.backend_spec import specs
 
 STATE_ENV = "PYFLANNEL_NETNS_LAB_STATE"  # not lab.paths.STATE_ENV: that one is a directory

@@ -30,14 +30,14 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from pyflannel_controller.lab import inventory, rootns, underlay
-from pyflannel_controller.lab import outside as stand_in
-from pyflannel_controller.lab.errors import LabError
-from pyflannel_controller.lab.locking import locked, locked_dir
-from pyflannel_controller.lab.paths import LabPaths, cache_dir
-from pyflannel_controller.lab.podman import Podman
-from pyflannel_controller.lab.rootfs import ADMIN_USER, DEFAULT_RELEASE, check_release, ensure_image
-from pyflannel_controller.lab.ssh import SSH_FAILED, SshTarget, check_control_dir, generate_key
+from pyflannel_lab import inventory, rootns, underlay
+from pyflannel_lab import outside as stand_in
+from pyflannel_lab.errors import LabError
+from pyflannel_lab.locking import locked, locked_dir
+from pyflannel_lab.paths import LabPaths, cache_dir
+from pyflannel_lab.podman import Podman
+from pyflannel_lab.rootfs import ADMIN_USER, DEFAULT_RELEASE, check_release, ensure_image
+from pyflannel_lab.ssh import SSH_FAILED, SshTarget, check_control_dir, generate_key
 from pyflannel_runtime.fsutil import write_atomic
 
 log = logging.getLogger(__name__)

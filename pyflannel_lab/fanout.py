@@ -20,9 +20,9 @@ import urllib.request
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
 
-from pyflannel_controller.lab.churn import with_etcd
-from pyflannel_controller.lab.netns_agents import PREFIX, AgentLab
-from pyflannel_controller.lab.netns_lab import LabHost
+from pyflannel_lab.churn import with_etcd
+from pyflannel_lab.netns_agents import PREFIX, AgentLab
+from pyflannel_lab.netns_lab import LabHost
 from pyflannel_runtime.netlink.netns import run_in_netns
 from pyflannel_runtime.subnet.etcd.client import Endpoint, EtcdClient, prefix_range_end
 from pyflannel_runtime.wire.lease import LeaseAttrs, make_subnet_key

@@ -26,11 +26,11 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from pyflannel_controller.lab import paths
-from pyflannel_controller.lab.aptsources import debian_mirror
-from pyflannel_controller.lab.errors import LabError
-from pyflannel_controller.lab.locking import locked
-from pyflannel_controller.lab.podman import Podman
+from pyflannel_lab import paths
+from pyflannel_lab.aptsources import debian_mirror
+from pyflannel_lab.errors import LabError
+from pyflannel_lab.locking import locked
+from pyflannel_lab.podman import Podman
 
 log = logging.getLogger(__name__)
 

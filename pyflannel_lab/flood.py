@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from ipaddress import IPv4Address
 
-from pyflannel_controller.lab.netns_lab import NetLab
+from pyflannel_lab.netns_lab import NetLab
 from pyflannel_runtime.backend.udp.packet import checksum, ip_header_checksum
 
 FLOOD_PORT = 4001  # the inner packets' destination port in the pod

@@ -16,8 +16,8 @@ from ipaddress import IPv4Address, IPv4Network
 
 from pydantic import BaseModel
 
-from pyflannel_controller.lab import underlay
-from pyflannel_controller.lab.errors import LabError
+from pyflannel_lab import underlay
+from pyflannel_lab.errors import LabError
 from pyflannel_runtime.connectivity import responder
 
 PORT = 7472

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from pyflannel_controller.lab.etcd_server import EtcdServer, start_etcd
-from pyflannel_controller.lab.netns_lab import Lab, LabHost, NetLab
+from pyflannel_lab.etcd_server import EtcdServer, start_etcd
+from pyflannel_lab.netns_lab import Lab, LabHost, NetLab
 from pyflannel_runtime.netlink.netns import run_in_netns
 from pyflannel_runtime.wire.lease import LeaseAttrs, make_subnet_key
 

@@ -1,4 +1,4 @@
-"""``python -m pyflannel_controller.lab``: the lab's command line.
+"""``python -m pyflannel_lab``: the lab's command line.
 
 hosts up [--hosts N] [--etcd-members M] [--release R[,R...]]
                         boot N hosts (default 3, or one per release listed), the first M
@@ -29,10 +29,10 @@ import sys
 import time
 from collections.abc import Sequence
 
-from pyflannel_controller.lab import hosts, netns_cli, rootfs
-from pyflannel_controller.lab.errors import LabError
-from pyflannel_controller.lab.paths import cache_dir
-from pyflannel_controller.lab.podman import Podman
+from pyflannel_lab import hosts, netns_cli, rootfs
+from pyflannel_lab.errors import LabError
+from pyflannel_lab.paths import cache_dir
+from pyflannel_lab.podman import Podman
 
 
 def _release_option(parser: argparse.ArgumentParser, what: str) -> None:
@@ -122,7 +122,7 @@ def _podman_env(args: argparse.Namespace) -> int:
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
-        prog="python -m pyflannel_controller.lab", description="Lab hosts for the playbook."
+        prog="python -m pyflannel_lab", description="Lab hosts for the playbook."
     )
     commands = top.add_subparsers(required=True, metavar="COMMAND")
     host_commands = commands.add_parser("hosts", help="lab hosts").add_subparsers(

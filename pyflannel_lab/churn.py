@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
 from typing import Literal, TypeVar
 
-from pyflannel_controller.lab.netns_agents import PREFIX, AgentLab
+from pyflannel_lab.netns_agents import PREFIX, AgentLab
 from pyflannel_runtime.netlink.netns import run_in_netns
 from pyflannel_runtime.subnet.etcd.client import Endpoint, EtcdClient
 from pyflannel_runtime.wire.lease import LeaseAttrs, make_subnet_key

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyflannel_controller.lab.errors import LabError
+from pyflannel_lab.errors import LabError
 
 MIRROR_ENV = "PYFLANNEL_LAB_MIRROR"
 

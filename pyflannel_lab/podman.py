@@ -14,7 +14,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from pyflannel_controller.lab.errors import LabError
+from pyflannel_lab.errors import LabError
 
 
 class Podman:

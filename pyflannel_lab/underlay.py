@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Iterable
 from ipaddress import IPv4Address, IPv4Network
 
-from pyflannel_controller.lab.errors import LabError
+from pyflannel_lab.errors import LabError
 
 CANDIDATE_RANGES = (IPv4Network("198.51.100.0/24"), IPv4Network("203.0.113.0/24"))
 SLOT_PREFIX = 26

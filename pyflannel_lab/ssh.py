@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address
 from pathlib import Path
 
-from pyflannel_controller.lab.errors import LabError
-from pyflannel_controller.lab.paths import STATE_ENV
+from pyflannel_lab.errors import LabError
+from pyflannel_lab.paths import STATE_ENV
 
 SSH_FAILED = 255
 # sun_path holds 107 bytes and a NUL; ssh binds a master at the path plus ".<16 random chars>"

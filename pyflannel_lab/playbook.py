@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyflannel_controller.lab.paths import project_root
+from pyflannel_lab.paths import project_root
 
 ROOT = project_root()
 BIN = Path(sys.executable).parent

@@ -19,8 +19,8 @@ INVENTORY_ENV = "PYFLANNEL_LAB_INVENTORY"
 
 
 def project_root() -> Path:
-    """The checkout this package runs from (editable install), else the working directory."""
-    checkout = Path(__file__).resolve().parents[2]
+    """The checkout this package runs from, else the working directory."""
+    checkout = Path(__file__).resolve().parents[1]
     if (checkout / "pyproject.toml").is_file():
         return checkout
     return Path.cwd()
