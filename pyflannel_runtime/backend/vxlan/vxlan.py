@@ -19,7 +19,6 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from pyflannel_runtime.backend.base import AcquireLease, BackendError, DeviceSettings
-from pyflannel_runtime.backend.host import direct_oif
 from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
 from pyflannel_runtime.backend.programmer import PeerProgrammer
 from pyflannel_runtime.backend.vxlan.device import (
@@ -31,6 +30,7 @@ from pyflannel_runtime.backend.vxlan.device import (
     random_vtep_mac,
     verify_mac,
 )
+from pyflannel_runtime.backend.vxlan.inspection import direct_oif
 from pyflannel_runtime.backend_spec.options import VxlanOptions
 from pyflannel_runtime.netdev.types import ExternalInterface
 from pyflannel_runtime.netlink.dump import Ownership
