@@ -62,8 +62,9 @@ from sigterm import interrupt_on_sigterm
 from pyflannel_lab.churn import NETWORK, SUBNET_LEN, configure
 from pyflannel_lab.netns_agents import PREFIX, AgentLab
 from pyflannel_lab.netns_lab import LabHost
-from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
+from pyflannel_runtime.backend.peers import VxlanDevices
 from pyflannel_runtime.backend.programmer import FULL_RECONCILE_PERIOD
+from pyflannel_runtime.backend.vxlan.peers import vxlan_peer_entries
 from pyflannel_runtime.netlink.decoder import decode_neigh, decode_route
 from pyflannel_runtime.netlink.diff import desired_state, diff_ops
 from pyflannel_runtime.netlink.dump import Ownership, open_dump_socket, read_owned_state

@@ -15,14 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from pyflannel_runtime.backend.host import HostDatapath
 from pyflannel_runtime.backend.hostgw.inspection import inspect_hostgw
-from pyflannel_runtime.backend.peers import (
-    PeerSkipped,
-    hostgw_peer_entries,
-    udp_peer_route,
-    vxlan_peer_entries,
-)
+from pyflannel_runtime.backend.hostgw.peers import hostgw_peer_entries
+from pyflannel_runtime.backend.peers import PeerSkipped
 from pyflannel_runtime.backend.udp.inspection import inspect_udp
+from pyflannel_runtime.backend.udp.peers import udp_peer_route
 from pyflannel_runtime.backend.vxlan.inspection import inspect_vxlan
+from pyflannel_runtime.backend.vxlan.peers import vxlan_peer_entries
 from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.backend_spec.specs import BackendSpec
 from pyflannel_runtime.netlink.entries import Entry, IPAddress, IPNetwork

@@ -13,7 +13,9 @@ import pytest
 from pyflannel_runtime.agent.cli_flags import AgentFlagsError, agent_environment, agent_options
 from pyflannel_runtime.agent.flags import Options
 from pyflannel_runtime.backend.host import HostDatapath
-from pyflannel_runtime.backend.peers import VxlanDevices, hostgw_peer_entries, vxlan_peer_entries
+from pyflannel_runtime.backend.hostgw.peers import hostgw_peer_entries
+from pyflannel_runtime.backend.peers import VxlanDevices
+from pyflannel_runtime.backend.vxlan.peers import vxlan_peer_entries
 from pyflannel_runtime.cli.status import (
     AGENT_FLAGS,
     add_arguments,

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from ipaddress import IPv4Address
 
 from pyflannel_runtime.backend.base import AcquireLease, BackendError
-from pyflannel_runtime.backend.peers import hostgw_peer_entries
+from pyflannel_runtime.backend.hostgw.peers import hostgw_peer_entries
 from pyflannel_runtime.backend.programmer import PeerProgrammer
 from pyflannel_runtime.backend_spec.options import HostGwOptions
 from pyflannel_runtime.netdev.types import ExternalInterface

@@ -38,10 +38,10 @@ from typing import TYPE_CHECKING
 from pyroute2.netlink.exceptions import NetlinkError
 
 from pyflannel_runtime.backend.base import AcquireLease, BackendError
-from pyflannel_runtime.backend.peers import udp_peer_route
 from pyflannel_runtime.backend.udp import socket_filter
 from pyflannel_runtime.backend.udp.inspection import UDP_WORKER_MODULE, UDP_WORKER_ROLES
 from pyflannel_runtime.backend.udp.packet import Command, CommandMessage, Peer, encode_command
+from pyflannel_runtime.backend.udp.peers import udp_peer_route
 from pyflannel_runtime.backend.udp.superpacket import advertises, backend_data
 from pyflannel_runtime.backend.udp.worker import COUNTERS_PER_WORKER, READY, UDP_GRO, Counter
 from pyflannel_runtime.backend_spec.options import UdpOptions

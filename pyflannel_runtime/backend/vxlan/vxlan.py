@@ -19,7 +19,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from pyflannel_runtime.backend.base import AcquireLease, BackendError, DeviceSettings
-from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
+from pyflannel_runtime.backend.peers import VxlanDevices
 from pyflannel_runtime.backend.programmer import PeerProgrammer
 from pyflannel_runtime.backend.vxlan.device import (
     Device,
@@ -31,6 +31,7 @@ from pyflannel_runtime.backend.vxlan.device import (
     verify_mac,
 )
 from pyflannel_runtime.backend.vxlan.inspection import direct_oif
+from pyflannel_runtime.backend.vxlan.peers import vxlan_peer_entries
 from pyflannel_runtime.backend_spec.options import VxlanOptions
 from pyflannel_runtime.netdev.types import ExternalInterface
 from pyflannel_runtime.netlink.dump import Ownership
