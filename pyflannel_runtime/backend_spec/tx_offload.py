@@ -9,20 +9,15 @@ kernel's default, ``off`` turns offload off on every device the agent creates or
 checksums were seen failing through the device, on otherwise.
 
 The verdict is a small text file the suite writes and the agent only reads: ``off: <why>``.
-Pure apart from ``read_auto_verdict`` and ``record_auto_off``.
+Pure: the file itself is read and written by ``backend/vxlan/offload_verdict.py``.
 """
 
 from __future__ import annotations
-
-import os
-
-from pyflannel_runtime.fsutil import read_small_file, write_atomic
 
 MODES = ("on", "off", "auto")
 DEFAULT_MODE = "on"
 # Survives reboots: the device comes back with the kernel's default until it is turned off.
 AUTO_VERDICT_FILE = "/var/lib/pyflannel/vxlan-tx-checksum-offload"
-_VERDICT_LIMIT = 4096
 _OFF = "off"
 
 
@@ -60,22 +55,3 @@ def describe(mode: str, enabled: bool | None, verdict: str | None) -> str:
     else:
         source = f"--vxlan-tx-checksum-offload={mode}"
     return f"tx checksum offload {state} ({source})"
-
-
-def read_auto_verdict(path: str = AUTO_VERDICT_FILE) -> str | None:
-    """The recorded auto verdict's reason; None when there is none (or it says on)."""
-    try:
-        text = read_small_file(path, _VERDICT_LIMIT).decode("utf-8", errors="replace")
-    except OSError:
-        return None
-    return parse_verdict(text)
-
-
-def record_auto_off(reason: str, path: str = AUTO_VERDICT_FILE) -> bool:
-    """Record that offload is to stay off; False when that was recorded already."""
-    text = render_verdict(reason)
-    if read_auto_verdict(path) is not None:
-        return False
-    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-    write_atomic(path, text.encode(), 0o644)
-    return True

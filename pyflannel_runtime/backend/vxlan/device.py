@@ -16,6 +16,7 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
+from pyflannel_runtime.backend.vxlan import offload_verdict
 from pyflannel_runtime.backend_spec import tx_offload
 from pyflannel_runtime.netlink.entries import IPAddress, IPNetwork
 from pyflannel_runtime.netlink.ethtool import set_tx_checksum_offload
@@ -163,7 +164,7 @@ def apply_tx_checksum_offload(name: str, mode: str, verdict_file: str, netns: st
     """Switch the device's tx checksum offload as `mode` (tx_offload.MODES) wants it. A device
     that refuses stays as it is, logged: the datapath works either way, and ``pyflannel
     status`` shows the state the device is really in."""
-    verdict = tx_offload.read_auto_verdict(verdict_file) if mode == "auto" else None
+    verdict = offload_verdict.read_auto_verdict(verdict_file) if mode == "auto" else None
     enabled = tx_offload.wanted(mode, verdict)
     try:
         changed = set_tx_checksum_offload(name, enabled, netns)
