@@ -102,8 +102,6 @@ def _config_publish(args: argparse.Namespace) -> int:
     from pyflannel_runtime.agent.stores import etcd_settings
     from pyflannel_runtime.fsutil import os_error_text
     from pyflannel_runtime.ops.publish import PublishError, publish
-    from pyflannel_runtime.subnet.etcd.client import EtcdClientError
-    from pyflannel_runtime.subnet.etcd.etcd import EtcdError
 
     # The etcd client logs the agent's warnings (e.g. plain http); a failure is reported below.
     logging.basicConfig(level=logging.ERROR, format="%(message)s")
@@ -116,7 +114,7 @@ def _config_publish(args: argparse.Namespace) -> int:
         (change,) = publish(etcd_settings(opts), text, check=args.dry_run)
     except PublishError as err:
         raise CommandError(str(err)) from None
-    except (EtcdError, EtcdClientError, OSError) as err:
+    except (PyflannelError, OSError) as err:  # etcd's own errors, through the one error base
         reason = os_error_text(err) if isinstance(err, OSError) and err.errno else str(err)
         raise CommandError(
             f"cannot publish to etcd {opts.etcd_endpoints} (prefix {opts.etcd_prefix}): {reason}"
