@@ -1,6 +1,7 @@
 """pyflanneld in kube mode end to end: the Node API test double, agents in host namespaces
-(docs/compatibility.md, "Node annotations"). The double enforces the README's least-privilege
-RBAC for the agents' token (get, list, watch nodes; patch nodes/status) on every request."""
+(docs/compatibility.md, "Node annotations"). The double enforces the least-privilege RBAC of
+docs/operating.md for the agents' token (get, list, watch nodes; patch nodes/status) on every
+request."""
 
 from __future__ import annotations
 

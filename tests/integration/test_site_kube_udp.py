@@ -51,7 +51,8 @@ def lab() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def kube_api(lab: Any) -> Iterator[FakeKubeApi]:
     """The TEST DOUBLE of the Node API, where the hosts reach the controller; the kubeconfig's
-    token may do what the agents' ClusterRole allows (README, "Kubernetes RBAC") and no more."""
+    token may do what the agents' ClusterRole allows (docs/operating.md, "Kubernetes RBAC") and
+    no more."""
     tokens = {TOKEN: FLANNEL_AGENT}
     with FakeKubeApi(host=str(underlay.gateway(lab.network)), tokens=tokens) as api:
         for name in lab.names():

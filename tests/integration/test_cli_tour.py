@@ -1,6 +1,6 @@
-"""The README's tour runs as written: every command of its `sh` block, unchanged, one after the
-other in one shell, with what the tour says it needs: the repository root as the working
-directory and an etcd answering at http://127.0.0.1:2379.
+"""The command line's tour (docs/cli.md) runs as written: every command of its `sh` block,
+unchanged, one after the other in one shell, with what the tour says it needs: the repository
+root as the working directory and an etcd answering at http://127.0.0.1:2379.
 
 That etcd is a real one on the loopback of a network namespace of the test's own, and the
 shell runs inside that namespace (so the tour's default endpoints reach it and nothing else)
@@ -25,20 +25,20 @@ from pyflannel_lab.etcd_server import EtcdServer, start_etcd
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
-TOUR_DIR = Path("/tmp/pyflannel-tour")  # the README's own path
+TOUR_PAGE = ROOT / "docs" / "cli.md"
+TOUR_DIR = Path("/tmp/pyflannel-tour")  # the tour's own path
 
 
-def tour_commands(readme: str) -> list[str]:
+def tour_commands(page: str) -> list[str]:
     """The command lines of the first ``sh`` block under "## A short tour"."""
-    section = readme.split("\n## A short tour\n", 1)[1].split("\n## ", 1)[0]
+    section = page.split("\n## A short tour\n", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
     assert block is not None, "the tour has no sh block"
     return [line for line in block.group(1).splitlines() if line.strip()]
 
 
 def test_the_tour_is_a_list_of_commands_covering_the_cli() -> None:
-    commands = tour_commands(README.read_text())
+    commands = tour_commands(TOUR_PAGE.read_text())
     words = [shlex.split(line, comments=True) for line in commands]
     assert all(words), "every line of the tour is a command"
     used = {" ".join(w[:3]) for w in words if w[0] == "pyflannel"}
@@ -85,7 +85,7 @@ def test_every_tour_command_runs_as_written(
     tour_etcd: tuple[str, EtcdServer], tour_dir: Path
 ) -> None:
     netns, etcd = tour_etcd
-    commands = tour_commands(README.read_text())
+    commands = tour_commands(TOUR_PAGE.read_text())
     script = "\n".join(
         [
             "set -euo pipefail",
