@@ -3,10 +3,11 @@ its own that lives from the suite's setup to its clean-up (and never longer than
 ``--lifetime``, should the clean-up never come).
 
 In each probe pod: a TCP listener (streams whose bytes it counts and hashes; UDP burst
-sessions, one at a time, with the pod's checksum-error counters read before and after), a UDP
-echo (answers with the payload's digest and the source address it saw) and the burst
-receiver. On the host: a UDP echo on the node's address. With ``--outside``: only a UDP echo
-on that address, for the lab's stand-in of an address outside the cluster.
+sessions, one at a time, with the pod's checksum-error counters read before and after; echoes
+of long-lived connections, the disruption probe's), a UDP echo (answers with the payload's
+digest and the source address it saw) and the burst receiver. On the host: a UDP echo on the
+node's address. With ``--outside``: a UDP echo and a TCP listener (streams and echoes) on that
+address and port, for the lab's stand-in of an address outside the cluster.
 
 Every socket is opened inside its namespace at start; the ports (chosen by the kernel) go to
 stdout as one JSON line, after which stdout is closed, so whoever started the process reads
@@ -26,7 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -140,25 +141,7 @@ class Pod:
         return [echo, burst, server]
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        try:
-            line = await asyncio.wait_for(reader.readline(), COMMAND_TIMEOUT_SECONDS)
-            command, args = wire.parse_command(line)
-            if command == wire.STREAM and len(args) == 1:
-                report = await _count_stream(reader, int(args[0]))
-                report["seen"] = peer[0]
-            elif command == wire.SESSION and len(args) == 2:
-                report = await self._burst(reader, writer, bytes.fromhex(args[0]), int(args[1]))
-            else:
-                report = {"error": f"unknown command {command}"}
-            writer.write(wire.report_line(report))
-            await writer.drain()
-        except (OSError, ValueError, TimeoutError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
+        await _command_client(reader, writer, self._burst)
 
     async def _burst(
         self,
@@ -191,6 +174,48 @@ class Pod:
         }
 
 
+Burst = Callable[
+    [asyncio.StreamReader, asyncio.StreamWriter, bytes, int], Awaitable[dict[str, Any]]
+]
+
+
+async def _command_client(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, burst: Burst | None = None
+) -> None:
+    """One connection's command and its answer (`burst`: the pod's burst sessions; None
+    where there are none)."""
+    peer = writer.get_extra_info("peername")
+    try:
+        line = await asyncio.wait_for(reader.readline(), COMMAND_TIMEOUT_SECONDS)
+        command, args = wire.parse_command(line)
+        if command == wire.ECHO and not args:
+            writer.write(wire.command_line(wire.GO))
+            await _echo(reader, writer)
+            return
+        if command == wire.STREAM and len(args) == 1:
+            report = await _count_stream(reader, int(args[0]))
+            report["seen"] = peer[0]
+        elif command == wire.SESSION and len(args) == 2 and burst is not None:
+            report = await burst(reader, writer, bytes.fromhex(args[0]), int(args[1]))
+        else:
+            report = {"error": f"unknown command {command}"}
+        writer.write(wire.report_line(report))
+        await writer.drain()
+    except (OSError, ValueError, TimeoutError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
+async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Every byte back as it comes, for as long as the other end keeps the connection."""
+    while chunk := await reader.read(_READ_CHUNK):
+        writer.write(chunk)
+        await writer.drain()
+
+
 async def _counters(netns: str | None) -> dict[str, int]:
     return await asyncio.to_thread(snmp.read_counters, netns)
 
@@ -214,7 +239,9 @@ async def _count_stream(reader: asyncio.StreamReader, announced: int) -> dict[st
     return {"bytes": count, "announced": announced, "sha256": hashed.hexdigest()}
 
 
-async def _serve(pods: list[Pod], echoes: list[socket.socket], lifetime: float) -> None:
+async def _serve(
+    pods: list[Pod], echoes: list[socket.socket], listeners: list[socket.socket], lifetime: float
+) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -225,6 +252,8 @@ async def _serve(pods: list[Pod], echoes: list[socket.socket], lifetime: float) 
     for sock in echoes:
         transport, _ = await loop.create_datagram_endpoint(_Echo, sock=sock)
         running.append(transport)
+    for sock in listeners:
+        running.append(await asyncio.start_server(_command_client, sock=sock, limit=wire.MAX_LINE))
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), lifetime or None)
     for item in running:
@@ -236,18 +265,25 @@ def _address_port(text: str) -> tuple[str, int]:
     return address, int(port)
 
 
-def _detach_stdout() -> None:
+def detach_stdout() -> None:
+    """Stdout to /dev/null: whoever started the process has read its announcement."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
 
 
-def launch(args: Sequence[str], prefix: Sequence[str] = ()) -> dict[str, Any]:
-    """Start the responder as a process of its own (it outlives the caller, in a session of
-    its own) and return what it announced once it listens; OSError when it did not start.
-    `prefix` runs it through another command, e.g. ``ip netns exec NAME``."""
+def launch(
+    args: Sequence[str],
+    prefix: Sequence[str] = (),
+    module: str = MODULE,
+    timeout: float = START_TIMEOUT_SECONDS,
+) -> dict[str, Any]:
+    """Start the responder (or another `module` that announces itself the same way: one JSON
+    line on stdout) as a process of its own (it outlives the caller, in a session of its own)
+    and return what it announced once it listens; OSError when it did not start. `prefix` runs
+    it through another command, e.g. ``ip netns exec NAME``."""
     process = subprocess.Popen(
-        [*prefix, sys.executable, "-m", MODULE, *args],
+        [*prefix, sys.executable, "-m", module, *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -255,14 +291,14 @@ def launch(args: Sequence[str], prefix: Sequence[str] = ()) -> dict[str, Any]:
     )
     assert process.stdout is not None
     with process.stdout:
-        ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT_SECONDS)
+        ready, _, _ = select.select([process.stdout], [], [], timeout)
         line = process.stdout.readline() if ready else b""
     try:
         announced: dict[str, Any] = json.loads(line)
     except ValueError:
         process.kill()
         process.wait()
-        raise OSError(f"the connectivity responder did not start: {' '.join(args)}") from None
+        raise OSError(f"{module} did not start: {' '.join(args)}") from None
     return announced
 
 
@@ -270,22 +306,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pyflannel_runtime.connectivity.responder")
     parser.add_argument("--pod", action="append", default=[], help="a probe pod's netns")
     parser.add_argument("--host-address", help="the node's address, for the host's UDP echo")
-    parser.add_argument("--outside", metavar="ADDRESS:PORT", help="a UDP echo there, alone")
+    parser.add_argument(
+        "--outside", metavar="ADDRESS:PORT", help="a UDP echo and a TCP listener there, alone"
+    )
     parser.add_argument(
         "--lifetime", type=float, default=300.0, help="seconds, at most (0: no end)"
     )
     args = parser.parse_args(argv)
     pods = [Pod.open(name) for name in args.pod]
     echoes = []
+    listeners = []
     ready: dict[str, Any] = {"pid": os.getpid(), "pods": {p.netns: p.ports() for p in pods}}
     if args.host_address:
         echoes.append(_socket(None, socket.SOCK_DGRAM, args.host_address))
         ready["host_udp_port"] = echoes[-1].getsockname()[1]
     if args.outside:
         echoes.append(_socket(None, socket.SOCK_DGRAM, *_address_port(args.outside)))
+        listeners.append(_socket(None, socket.SOCK_STREAM, *_address_port(args.outside)))
     print(json.dumps(ready), flush=True)
-    _detach_stdout()
-    asyncio.run(_serve(pods, echoes, args.lifetime))
+    detach_stdout()
+    asyncio.run(_serve(pods, echoes, listeners, args.lifetime))
     return 0
 
 

@@ -7,7 +7,9 @@ SHA-256, so the probe checks the payload end to end and whether it was masquerad
 Burst datagrams: ``BURST + session + sequence + payload + digest of the rest``: the receiver
 counts the session's datagrams and those that arrived intact.
 
-TCP: one command line, then the command's data; the responder answers with one line.
+TCP: one command line, then the command's data; the responder answers with one line, or, to
+``ECHO``, with ``GO`` and then every byte that follows, sent back as it arrives (the disruption
+probe's long-lived connections).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ _BURST_DIGEST = 8
 # Commands of the TCP control connection.
 STREAM = "STREAM"
 SESSION = "BURST"
+ECHO = "ECHO"  # answered with GO, then every byte is sent back as it comes
 DONE = "DONE"
 GO = "GO"
 MAX_LINE = 4096

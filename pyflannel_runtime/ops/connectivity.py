@@ -14,6 +14,7 @@ a host-local allocation or a flannel state file of a probe pod.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -63,16 +64,17 @@ def setup(
     nftables_mode: bool = False,
     vxlan_device: str = "",
     offload_mode: str = tx_offload.DEFAULT_MODE,
+    lifetime: float = RESPONDER_LIFETIME,
 ) -> dict[str, Any]:
     """Probe pods and the responder (with a UDP echo on `host_address` for the other nodes'
-    pods, unless it is empty); raises ProbeError. What an interrupted run left is removed
-    first."""
+    pods, unless it is empty; ending by itself after `lifetime` seconds); raises ProbeError.
+    What an interrupted run left is removed first."""
     teardown(name, conflist, bin_dir)
     names = pod_names(name)
     with ThreadPoolExecutor(max_workers=len(names)) as pool:
         pods = list(pool.map(lambda n: add_pod(n, conflist, bin_dir), names))
     try:
-        ready = start_responder(list(names), host_address, name)
+        ready = start_responder(list(names), host_address, name, lifetime)
     except BaseException:
         teardown(name, conflist, bin_dir)
         raise
@@ -86,9 +88,11 @@ def setup(
     }
 
 
-def start_responder(pods: Sequence[str], host_address: str, name: str) -> dict[str, Any]:
+def start_responder(
+    pods: Sequence[str], host_address: str, name: str, lifetime: float = RESPONDER_LIFETIME
+) -> dict[str, Any]:
     """The responder as a process of its own (it outlives this one), once it listens."""
-    args = ["--lifetime", str(RESPONDER_LIFETIME), *(f"--pod={pod}" for pod in pods)]
+    args = ["--lifetime", str(lifetime), *(f"--pod={pod}" for pod in pods)]
     if host_address:
         args.append(f"--host-address={host_address}")
     try:
@@ -245,26 +249,33 @@ def teardown(name: str, conflist: str, bin_dir: str) -> dict[str, Any]:
 
 def stop_responder(name: str) -> bool:
     """SIGTERM to the responder the pid file names (if it is still that process)."""
-    path = _pid_file(name)
+    return stop_recorded(_pid_file(name), responder.MODULE)
+
+
+def stop_recorded(path: str, module: str) -> bool:
+    """SIGTERM to the process pid file `path` names, if it still runs `module` (SIGKILL when
+    it lingers); the pid file goes either way. True when there was such a process."""
     try:
         with open(path) as handle:
             pid = int(handle.read().strip() or 0)
     except (OSError, ValueError):
         return False
     stopped = False
-    if pid and _is_responder(pid):
+    if pid and runs(pid, module):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + _STOP_TIMEOUT
-        while _is_responder(pid) and time.monotonic() < deadline:
+        while runs(pid, module) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if _is_responder(pid):
+        if runs(pid, module):
             os.kill(pid, signal.SIGKILL)
         stopped = True
-    os.unlink(path)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
     return stopped
 
 
-def _is_responder(pid: int) -> bool:
+def runs(pid: int, module: str) -> bool:
+    """Whether process `pid` is alive and runs ``python -m <module>``."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
             words = handle.read().split(b"\0")
@@ -272,7 +283,7 @@ def _is_responder(pid: int) -> bool:
             state = handle.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return False
-    return responder.MODULE.encode() in words and state != "Z"
+    return module.encode() in words and state != "Z"
 
 
 def left_behind(name: str, conflist: str) -> list[str]:
