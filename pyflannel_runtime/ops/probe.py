@@ -104,9 +104,14 @@ def add_pod(name: str, conflist_path: str, bin_dir: str) -> ProbePod:
 
 
 def remove_pod(name: str, conflist_path: str, bin_dir: str) -> bool:
-    """CNI DEL and the namespace gone; False when there was nothing to remove."""
+    """CNI DEL and the namespace gone; False when there was nothing to remove. A pod whose
+    namespace is gone already (the node rebooted under it) still gets its DEL, which releases
+    its address, when the flannel plugin kept its state."""
     if not (NETNS_DIR / name).exists():
-        return False
+        if not _plugin_state(name, conflist_path):
+            return False
+        _cni("DEL", name, conflist_path, bin_dir)
+        return True
     try:
         _cni("DEL", name, conflist_path, bin_dir)
     finally:
@@ -114,6 +119,17 @@ def remove_pod(name: str, conflist_path: str, bin_dir: str) -> bool:
     if done.returncode != 0:
         raise ProbeError(f"ip netns delete {name}: {done.stderr.strip()}")
     return True
+
+
+def _plugin_state(name: str, conflist_path: str) -> bool:
+    """Whether the flannel plugin holds a saved config for the pod (its ADD went through)."""
+    from pyflannel_runtime.ipam.node import IpamError, load_target
+
+    try:
+        target = load_target(conflist_path)
+    except IpamError:
+        return False
+    return os.path.exists(os.path.join(target.state_dir, name))
 
 
 def ping_from(name: str, targets: Sequence[str]) -> dict[str, bool]:
