@@ -22,6 +22,7 @@ from pyflannel_runtime.firewall.rules import (
     bootstrap_payload,
     chain_removal_payload,
     forward_rules,
+    install_payload,
     masq_rules,
     owned_rule_lines,
     teardown_payload,
@@ -182,11 +183,15 @@ class IPTablesManager:
     # --- mechanics --------------------------------------------------------------------------
 
     async def _install(self, version: int, table: str, chain: str, rules: list[Rule]) -> None:
+        """The chain emptied and filled again in one transaction (``install_payload``): the
+        masquerade rules are never missing in between."""
         # Registered first so resync retries even when this first bootstrap fails.
         self._rule_sets[(version, table)] = rules
         async with self._locks[version]:
-            await self._clear_chain(version, table, chain)
-            await self._bootstrap(version, rules)
+            jumps = [rule for rule in rules if rule.chain != chain]
+            present = await self._present_rules(version, jumps)
+            await self._apply(version, install_payload(chain, rules, present))
+            log.info("bootstrap done")
 
     async def _is_modern(self, version: int) -> bool:
         if version not in self._modern:

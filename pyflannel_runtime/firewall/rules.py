@@ -118,6 +118,23 @@ def bootstrap_payload(rules: Sequence[Rule], existing: Collection[Rule]) -> str:
     return render_restore_payload(lines)
 
 
+def install_payload(chain: str, rules: Sequence[Rule], existing: Collection[Rule]) -> str:
+    """`chain` declared afresh (iptables-restore --noflush empties a user chain it is given,
+    or creates it) and filled with its rules, the others (the jump into it) deleted where they
+    exist and appended: one transaction. flannel flushes the chain with a command of its own
+    first (pkg/trafficmngr/iptables/iptables.go: CreateIP4Chain, ClearChain); on a host where
+    the masquerade rules are all that needs connection tracking, the kernel stops tracking
+    connections until they are back, and replies of masqueraded connections meanwhile reach the
+    host untranslated, which answers them with resets."""
+    table = rules[0].table
+    lines = [(table, f":{chain} - [0:0]")]
+    for rule in rules:
+        if rule.chain != chain and rule in existing:
+            lines.append((rule.table, restore_line("-D", rule)))
+        lines.append((rule.table, restore_line("-A", rule)))
+    return render_restore_payload(lines)
+
+
 def teardown_payload(rules: Sequence[Rule], existing: Collection[Rule]) -> str:
     """Delete only the rules that exist (deleting a missing rule aborts the whole restore)."""
     return render_restore_payload(

@@ -67,6 +67,11 @@ class FakeIptables(CommandRunner):
         for line in payload.splitlines():
             if line.startswith("*"):
                 table = line[1:]
+            elif line.startswith(":"):
+                # --noflush: a user chain declared is emptied, or created.
+                chain = line[1:].split()[0]
+                action = "-F" if (table, chain) in self.chains else "-N"
+                self._apply(table, [action, chain])
             elif line != "COMMIT":
                 self._apply(table, shlex.split(line))
 
@@ -113,6 +118,25 @@ def test_setup_masq_installs_the_rules_in_order_with_wait() -> None:
     restores = [call for call in fake.calls if call[0] == "iptables-restore"]
     assert restores == [("iptables-restore", "--noflush", "--wait")]
     assert all("--wait" in call for call in fake.calls if "-C" in call)
+
+
+def test_a_start_replaces_the_rules_in_one_transaction() -> None:
+    """What each agent start does, on rules already in place: never a chain flushed on its own
+    (masqueraded connections would lose their translation until the rules are back)."""
+    fake = FakeIptables()
+    run(IPTablesManager(fake).setup_masq(N, S))
+    run(IPTablesManager(fake).setup_forward(N))
+    fake.calls.clear()
+    fake.restores.clear()
+    run(IPTablesManager(fake).setup_masq(N, S))
+    run(IPTablesManager(fake).setup_forward(N))
+    assert fake.rules == fake.rule_keys(masq_rules(N, S, True) + forward_rules(N))
+    changes = [c for c in fake.calls if c[0] != "iptables-restore" and {"-F", "-N", "-A"} & {*c}]
+    assert changes == []
+    assert [payload.splitlines()[1] for payload in fake.restores] == [
+        ":FLANNEL-POSTRTG - [0:0]",
+        ":FLANNEL-FWD - [0:0]",
+    ]
 
 
 def test_old_iptables_gets_neither_wait_nor_random_fully() -> None:
