@@ -41,13 +41,16 @@ from pyflannel_runtime.netlink.dump import (
 )
 from pyflannel_runtime.netlink.entries import Action, DatapathState, Entry, Fdb, Neigh, Op, Route
 from pyflannel_runtime.netlink.monitor import (
+    RTMGRP_IPV4_IFADDR,
     RTMGRP_IPV4_ROUTE,
+    RTMGRP_IPV6_IFADDR,
     RTMGRP_IPV6_ROUTE,
     RTMGRP_LINK,
     RTMGRP_NEIGH,
     LinkEvent,
     NeighEvent,
     RouteEvent,
+    address_changes,
     open_monitor,
     parse_events,
 )
@@ -69,7 +72,16 @@ REPAIR_DELAY = 0.02
 # for a peer's few entries). A worker thread would add two wake-ups per lease event, each a
 # scheduling delay on a busy machine; reconciles of thousands of entries still go to one.
 INLINE_WRITES = 64
-_MONITOR_GROUPS = RTMGRP_LINK | RTMGRP_NEIGH | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE
+# Addresses too: the kernel flushes the routes through an address's subnet when the address
+# goes, without a notification for each (a host renumbered loses its host-gw routes).
+_MONITOR_GROUPS = (
+    RTMGRP_LINK
+    | RTMGRP_NEIGH
+    | RTMGRP_IPV4_ROUTE
+    | RTMGRP_IPV6_ROUTE
+    | RTMGRP_IPV4_IFADDR
+    | RTMGRP_IPV6_IFADDR
+)
 _MONITOR_RECV = 1 << 16
 
 
@@ -332,6 +344,8 @@ class PeerProgrammer(abc.ABC):
                 self._distrust()
                 self.on_notifications_lost()
                 continue
+            if any(c.deleted and c.routable for c in address_changes(data)):
+                self._distrust()  # the next check reconciles in full
             for event in parse_events(data, own):
                 if isinstance(event, LinkEvent):
                     links.append(event)

@@ -1,6 +1,7 @@
 """Kernel change notifications (rtnetlink multicast) on a raw socket the asyncio loop polls:
-links (RTNLGRP_LINK), routes (RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE), and neighbours and FDB
-entries (RTNLGRP_NEIGH carries both)."""
+links (RTNLGRP_LINK), routes (RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE), neighbours and FDB
+entries (RTNLGRP_NEIGH carries both), and addresses (RTNLGRP_IPV4_IFADDR, RTNLGRP_IPV6_IFADDR:
+only which link's changed)."""
 
 from __future__ import annotations
 
@@ -16,21 +17,27 @@ from pyflannel_runtime.netlink.netns import run_in_netns
 NETLINK_ROUTE = 0
 RTMGRP_LINK = 0x1
 RTMGRP_NEIGH = 0x4
+RTMGRP_IPV4_IFADDR = 0x10
 RTMGRP_IPV4_ROUTE = 0x40
+RTMGRP_IPV6_IFADDR = 0x100
 RTMGRP_IPV6_ROUTE = 0x400
 RTM_NEWLINK = 16
 RTM_DELLINK = 17
+RTM_NEWADDR = 20
+RTM_DELADDR = 21
 RTM_NEWROUTE = 24
 RTM_DELROUTE = 25
 RTM_NEWNEIGH = 28
 RTM_DELNEIGH = 29
 IFLA_IFNAME = 3
+RT_SCOPE_LINK = 253
 SO_RCVBUFFORCE = 33
 # A full sync of 5 000 vxlan peers makes 15 000 notifications of ~100 bytes at once.
 _BUFFER = 8 << 20
 
 _NLMSGHDR = struct.Struct("=IHHII")
 _IFINFOMSG = struct.Struct("=BxHiII")  # family, type, index, flags, change
+_IFADDRMSG = struct.Struct("=BBBBI")  # family, prefixlen, flags, scope, index
 _NLATTR = struct.Struct("=HH")
 
 
@@ -79,6 +86,34 @@ def parse_events(buf: bytes, skip_port: int = 0) -> Iterator[Event]:
         elif msg_type in (RTM_NEWNEIGH, RTM_DELNEIGH):
             yield NeighEvent(msg_type == RTM_DELNEIGH, decode_neigh(buf, body, end))
         offset += (length + 3) & ~3
+
+
+@dataclass(frozen=True)
+class AddressChange:
+    deleted: bool
+    index: int  # the link's
+    scope: int  # RT_SCOPE_*: 0 universe, 253 link, 254 host
+
+    @property
+    def routable(self) -> bool:
+        """Not a link-local or host address: routes through other hosts may depend on it."""
+        return self.scope < RT_SCOPE_LINK
+
+
+def address_changes(buf: bytes) -> list[AddressChange]:
+    """The address notifications in one datagram: which link's, added or deleted."""
+    changes: list[AddressChange] = []
+    offset = 0
+    while offset + _NLMSGHDR.size <= len(buf):
+        length, msg_type, _flags, _seq, _port = _NLMSGHDR.unpack_from(buf, offset)
+        if length < _NLMSGHDR.size or offset + length > len(buf):
+            break
+        body = offset + _NLMSGHDR.size
+        if msg_type in (RTM_NEWADDR, RTM_DELADDR) and body + _IFADDRMSG.size <= len(buf):
+            _family, _prefixlen, _flags, scope, index = _IFADDRMSG.unpack_from(buf, body)
+            changes.append(AddressChange(msg_type == RTM_DELADDR, index, scope))
+        offset += (length + 3) & ~3
+    return changes
 
 
 def _ifname(attrs: bytes) -> str:
