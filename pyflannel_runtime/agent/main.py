@@ -13,12 +13,12 @@ import os
 import signal
 import stat
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from typing import Any
 
 from pyflannel_runtime import __version__
-from pyflannel_runtime.agent import sdnotify
+from pyflannel_runtime.agent import address_watch, sdnotify
 from pyflannel_runtime.agent.datapath import DatapathLoop
 from pyflannel_runtime.agent.errors import StartupError
 from pyflannel_runtime.agent.flags import FlagError, Options, parse_flags, usage, validate
@@ -47,6 +47,10 @@ log = logging.getLogger("pyflannel.agent")
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+# Advertising a new external address is retried this often while the store cannot be reached.
+MOVE_RETRY_FIRST = 1.0
+MOVE_RETRY_MAX = 30.0
+MOVE_ATTEMPT_SECONDS = 5.0
 
 _BR_NETFILTER = {
     4: "/proc/sys/net/bridge/bridge-nf-call-iptables",
@@ -169,6 +173,7 @@ class Agent:
         self._tasks: list[asyncio.Task[Any]] = []
         self._health: HealthServer | None = None
         self._pid_file: str | None = None  # written once the subnet file's directory is known
+        self._pick: Callable[[], ExternalInterface] | None = None  # the interface selection
 
     def _on_signal(self, signum: int) -> None:
         log.info("shutdownHandler sent cancel signal... (%s)", signal.Signals(signum).name)
@@ -262,7 +267,7 @@ class Agent:
         self._check_br_netfilter(config)
         ext = await self._choose_interface(sm, stack)
         network = await self._register(sm, spec, config, ext, previous)
-        return await self._supervise(sm, config, network)
+        return await self._supervise(sm, config, network, ext)
 
     async def _choose_interface(
         self, sm: SubnetManager, stack: tuple[bool, bool]
@@ -275,9 +280,9 @@ class Agent:
         except Exception as err:
             log.warning("could not read the stored public IP: %s", err)
             stored_ip, stored_ipv6 = "", ""
-        with startup_step(InterfaceError):
-            return await asyncio.to_thread(
-                select_external_interface,
+
+        def pick() -> ExternalInterface:
+            return select_external_interface(
                 list(opts.iface),
                 list(opts.iface_regex),
                 opts.iface_can_reach,
@@ -285,6 +290,10 @@ class Agent:
                 stored_ipv6 or opts.public_ipv6,
                 *stack,
             )
+
+        self._pick = pick
+        with startup_step(InterfaceError):
+            return await asyncio.to_thread(pick)
 
     async def _register(
         self,
@@ -327,10 +336,13 @@ class Agent:
         log.info("Running backend.")
         return network
 
-    async def _supervise(self, sm: SubnetManager, config: NetworkConfig, network: Network) -> int:
-        """Keep the datapath in step with the leases and the own lease renewed until a signal
-        (exit 0), a revoked lease (0: the supervisor restarts the agent to re-acquire) or a
-        failure of either (1)."""
+    async def _supervise(
+        self, sm: SubnetManager, config: NetworkConfig, network: Network, ext: ExternalInterface
+    ) -> int:
+        """Keep the datapath in step with the leases, the own lease renewed and advertised at
+        the node's external address until a signal (exit 0), a revoked lease (0: the
+        supervisor restarts the agent to re-acquire), a new address the datapath cannot take
+        in place (0: likewise, to build it there) or a failure (1)."""
         opts = self.opts
         scope = LeaseScope.of(config, check_lengths=not opts.kube_subnet_mgr)
         datapath = asyncio.create_task(
@@ -340,10 +352,34 @@ class Agent:
 
         complete = asyncio.create_task(sm.complete_lease(network.lease), name="complete-lease")
         stop = asyncio.create_task(self._stop.wait(), name="stop")
+        follow = self._follow(ext)
         self._tasks += [datapath, complete, stop]
-        watched = {datapath, complete, stop}
+        watched = {datapath, complete, stop, follow}
         while not stop.done():
             done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            if follow in done:
+                watched.discard(follow)
+                if (moved := _moved_to(follow)) is not None:
+                    renewing = complete in watched
+                    if renewing:  # the renewals write the old address: none while it moves
+                        watched.discard(complete)
+                        complete.cancel()
+                        await asyncio.gather(complete, return_exceptions=True)
+                    outcome = await self._move(sm, network, ext, moved)
+                    if outcome is not None:
+                        return outcome
+                    if not await network.move(moved):
+                        log.info("Restarting to build the datapath on the new address")
+                        break
+                    ext = moved
+                    if renewing:
+                        complete = asyncio.create_task(
+                            sm.complete_lease(network.lease), name="complete-lease"
+                        )
+                        self._tasks.append(complete)
+                        watched.add(complete)
+                follow = self._follow(ext)
+                watched.add(follow)
             if datapath in done:
                 log.error("Lease watch ended: %s", datapath.exception() or "no more events")
                 return EXIT_FAILURE
@@ -360,6 +396,55 @@ class Agent:
         await network.close()
         log.info("Exiting cleanly...")
         return EXIT_OK
+
+    def _follow(self, ext: ExternalInterface) -> asyncio.Task[ExternalInterface]:
+        assert self._pick is not None
+        task = asyncio.create_task(address_watch.next_move(ext, self._pick), name="address")
+        self._tasks.append(task)
+        return task
+
+    async def _move(
+        self, sm: SubnetManager, network: Network, ext: ExternalInterface, moved: ExternalInterface
+    ) -> int | None:
+        """Advertise the own lease at the new address, retrying while the store cannot be
+        reached (the node's connections to it went with the old address); an exit status when
+        the agent is to end instead (a signal, or the lease is another node's now)."""
+        log.info(
+            "%s: advertising it on %s", address_watch.describe(ext, moved), network.lease.key()
+        )
+        attrs = address_watch.moved_attrs(network.lease.attrs, moved)
+        backoff = MOVE_RETRY_FIRST
+        while not self._stop.is_set():
+            try:
+                # A request on a connection made from the old address waits for an answer
+                # that cannot come: cut it short, and the next attempt connects afresh.
+                network.lease = await asyncio.wait_for(
+                    sm.move_lease(network.lease, attrs), MOVE_ATTEMPT_SECONDS
+                )
+                return None
+            except LeaseTaken as err:
+                log.error("%s", err)
+                self._note(str(err))
+                return EXIT_FAILURE
+            except Exception as err:
+                why = str(err) or f"no answer in {MOVE_ATTEMPT_SECONDS:g}s"
+                log.warning(
+                    "Cannot advertise the new address yet (retrying in %.0fs): %s", backoff, why
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), timeout=backoff)
+            backoff = min(backoff * 2, MOVE_RETRY_MAX)
+        return EXIT_OK
+
+
+def _moved_to(follow: asyncio.Task[ExternalInterface]) -> ExternalInterface | None:
+    """Where the external address moved, or None when watching it failed (logged: the agent
+    runs on without following it)."""
+    error = follow.exception()
+    if error is not None:
+        log.error("Stopped following the external address: %s", error)
+        return None
+    return follow.result()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

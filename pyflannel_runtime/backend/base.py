@@ -49,6 +49,10 @@ class Network(Protocol):
         """The periodic check against drift: a reconcile (on `survey`, when given), or less
         where the datapath knows the kernel is as it left it; returns the writes made."""
 
+    async def move(self, ext: ExternalInterface) -> bool:
+        """Follow the external interface to a new address (the node was renumbered) in place;
+        False when the datapath has to be built anew (the agent restarts to do that)."""
+
     async def close(self) -> None:
         """Stop watchers. The datapath stays in place, as flannel leaves it on shutdown."""
 

@@ -66,6 +66,11 @@ class SubnetManager(Protocol):
 
     async def renew_lease(self, lease: Lease) -> Lease: ...
 
+    async def move_lease(self, lease: Lease, attrs: LeaseAttrs) -> Lease:
+        """The own lease advertised with new attributes (the node's public address moved), on
+        the same subnet; raises LeaseTaken when the store holds another node's lease there."""
+        ...
+
     def watch_leases(self) -> AsyncIterator[LeaseWatchBatch]:
         """Peers' leases: usually a snapshot first, then events; runs until cancelled."""
         ...

@@ -75,5 +75,16 @@ class HostGwNetwork(PeerProgrammer):
     def ownership(self) -> Ownership:
         return Ownership(networks=self._config.enabled_networks)
 
+    async def move(self, ext: ExternalInterface) -> bool:
+        """The routes go to the peers' addresses through the external interface: a new address
+        of the same interface changes none of them. Another interface, or a public address
+        that is not the interface's, needs the datapath built anew."""
+        enabled = self._config
+        return (
+            ext.index == self._ext_index
+            and (not enabled.enable_ipv4 or ext.ext_addr == ext.iface_addr)
+            and (not enabled.enable_ipv6 or ext.ext_v6_addr == ext.iface_v6_addr)
+        )
+
     async def close(self) -> None:
         await self.close_kernel()

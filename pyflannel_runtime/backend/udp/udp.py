@@ -368,6 +368,11 @@ class UdpNetwork:
         """Dead workers are noticed only by looking: every check is a reconcile (cheap)."""
         return await self.reconcile(peers)
 
+    async def move(self, ext: ExternalInterface) -> bool:
+        """The workers' sockets are bound to the interface's address (as flannel binds them):
+        a new address needs the datapath built anew."""
+        return False
+
     async def close(self) -> None:
         async with self._lock:
             await asyncio.to_thread(self._shutdown)

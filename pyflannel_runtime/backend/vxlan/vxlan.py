@@ -277,6 +277,36 @@ class VxlanNetwork(PeerProgrammer):
             self._devices[version] = device
         await self.configure_devices()
 
+    async def move(self, ext: ExternalInterface) -> bool:
+        """Each device's local address changes in place: its MAC, its address and its peers'
+        entries stay, so the lease's VTEP MAC does too. Another external interface (the
+        devices' lower one) needs the devices built anew."""
+        locals_: dict[int, IPAddress | None] = {4: ext.ext_addr, 6: ext.ext_v6_addr}
+        for version, family in self._families.items():
+            local = locals_[version]
+            if family.spec.link_index != ext.index or local is None:
+                return False
+            if local == family.spec.local:
+                continue
+            attribute = {("vxlan_local" if version == 4 else "vxlan_local6"): str(local)}
+
+            def change(
+                ipr: IPRoute,
+                index: int = self._devices[version].index,
+                attribute: dict[str, str] = attribute,
+            ) -> None:
+                ipr.link("set", index=index, kind="vxlan", **attribute)
+
+            async with self._lock:
+                try:
+                    await self.kernel(change)
+                except (OSError, NetlinkError) as err:
+                    log.error("Cannot move %s to %s: %s", family.spec.name, local, err)
+                    return False
+                self._families[version] = replace(family, spec=replace(family.spec, local=local))
+            log.info("%s now sends from %s", family.spec.name, local)
+        return True
+
     async def close(self) -> None:
         self.stop_watching()
         if self._healer is not None:

@@ -467,6 +467,14 @@ class EtcdClient:
                 sock.setsockopt(socket.IPPROTO_TCP, option, value)
         return _Connection(reader, writer)
 
+    def drop_idle(self) -> None:
+        """Close the idle keep-alive connections: the next request connects afresh (they were
+        made from an address the host no longer has)."""
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            with contextlib.suppress(Exception):
+                connection.close()
+
     async def close(self) -> None:
         self._closed = True
         idle, self._idle = self._idle, []

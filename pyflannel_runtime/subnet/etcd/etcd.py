@@ -476,6 +476,30 @@ class EtcdSubnetManager:
             return dataclasses.replace(lease, expiration=None)
         return dataclasses.replace(lease, expiration=granted + ttl)
 
+    async def move_lease(self, lease: Lease, attrs: LeaseAttrs) -> Lease:
+        """The own key rewritten with `attrs` where it still holds the lease's attributes (a
+        reservation stays one; a leased key gets a fresh etcd lease, as a renewal does). The
+        requests go on new connections: the node's address moved under the idle ones."""
+        self._conn.client().drop_idle()
+        key = self._subnet_key(lease.subnet, lease.ipv6_subnet)
+        old, new = lease.attrs.to_json().encode(), attrs.to_json().encode()
+        if lease.expiration is None:
+            moved, held = await self._call(lambda c: c.replace(key, old, new, 0))
+            if not moved:
+                raise LeaseTaken(_moved_away_message(lease, held))
+            return dataclasses.replace(lease, attrs=attrs)
+        granted = time.time()
+        lease_id, ttl = await self._grant()
+        try:
+            moved, held = await self._call(lambda c: c.replace(key, old, new, lease_id))
+        except BaseException:
+            await self._revoke_quietly(lease_id)
+            raise
+        if not moved:
+            await self._revoke_quietly(lease_id)
+            raise LeaseTaken(_moved_away_message(lease, held))
+        return dataclasses.replace(lease, attrs=attrs, expiration=granted + ttl)
+
     async def _keep_key(self, lease: Lease, key: bytes, value: bytes, lease_id: int) -> bool | None:
         """Attach the own key to ``lease_id``: True once done, None when it became a reservation
         for this node (kept as one). Raises LeaseTaken."""
@@ -722,6 +746,12 @@ def _taken_message(lease: Lease, holder: str) -> str:
         f"reached to renew it, and {holder} holds {subnets} now; this node's pods are addressed "
         f"from {subnets}, and taking another subnet would leave them unreachable"
     )
+
+
+def _moved_away_message(lease: Lease, held: KeyValue | None) -> str:
+    subnets = ", ".join(str(s) for s in (lease.subnet, lease.ipv6_subnet) if s is not None)
+    now = f"{_holder(held)} holds it now" if held is not None else "the key is gone"
+    return f"this node's lease on {subnets} could not take its new address: {now}"
 
 
 def _log_taken(message: str) -> None:

@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -338,6 +338,15 @@ class KubeSubnetManager:
 
     async def renew_lease(self, lease: Lease) -> Lease:
         raise Unimplemented()
+
+    async def move_lease(self, lease: Lease, attrs: LeaseAttrs) -> Lease:
+        """The node's annotations patched with `attrs`; its subnet is its podCIDR, which stays."""
+        node = await self._retry(self._read_own_node, "get")
+        changes = kube_nodes.annotation_changes(kube_nodes.node_annotations(node), attrs, self.keys)
+        if changes:
+            body = kube_nodes.annotations_patch(changes)
+            await self._retry(lambda: self._patch_own_status(body), "patch")
+        return replace(lease, attrs=attrs)
 
     async def complete_lease(self, lease: Lease) -> None:
         if not self._settings.set_node_network_unavailable:
