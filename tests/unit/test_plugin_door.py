@@ -9,8 +9,8 @@ The rule, by where a plugin runs:
   the same, plus the controller package (``pyflannel_controller``: the cluster model, render,
   the inventory check, the wheelhouse), the pure layers below everything (``wire``, the
   ``backend_spec``), and the few I/O-free helpers a filter formats or computes with:
-  connectivity's summary views, fsutil's bounded read. Never the node's stores, netlink,
-  agent, CNI or IPAM code.
+  connectivity's summary views and the disruption probe's table, fsutil's bounded read. Never
+  the node's stores, netlink, agent, CNI or IPAM code.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ CONTROLLER_DOOR = (
     f"{PACKAGE}.wire",
     f"{PACKAGE}.backend_spec",
     f"{PACKAGE}.connectivity.causes",
+    f"{PACKAGE}.connectivity.disruption",
     f"{PACKAGE}.connectivity.scenarios",
     f"{PACKAGE}.connectivity.summary",
     f"{PACKAGE}.fsutil",
