@@ -13,6 +13,7 @@ hosts start NAME        power it on again
 hosts down              remove the lab; the image cache stays
 hosts status            the hosts, their addresses and containers
 hosts restart NAME      reboot one host (same address, same NIC)
+hosts readdress NAME    move one host to a new address on the lab's bridge (same NIC)
 image [--release R]     build the release's host image if the cache lacks it; print its tag
 podman-env              shell exports that point podman (or molecule) at the lab's storage
 netns up [--backend B] [--hosts N]
@@ -104,6 +105,7 @@ _HOST_ACTIONS = {
     "stop": (hosts.stop_host, "is powered off"),
     "start": (hosts.start_host, "is back"),
     "remove": (hosts.remove_host, "is gone, and out of the inventory"),
+    "readdress": (hosts.readdress_host, "is its new address, in the inventory too"),
 }
 
 
@@ -154,6 +156,7 @@ def parser() -> argparse.ArgumentParser:
         ("stop", "power one host off"),
         ("start", "power a stopped host on"),
         ("remove", "throw one host away and take it out of the inventory"),
+        ("readdress", "move one host to a new address on the lab's bridge"),
     ):
         command = host_commands.add_parser(action, help=what)
         command.add_argument("name")

@@ -10,8 +10,8 @@ A state file records everything ``up`` created, written as it goes, so ``down`` 
 another process and after a failed ``up``; the image cache is left in place.
 
 A running lab can grow (``add``, or ``up`` with more hosts) and shrink (``remove``), and a host
-can be powered off and on again (``stop``, ``start``), as machines of a real cluster are; the
-inventory follows. Each host runs one Debian release (``rootfs.RELEASES``), so a lab can be a
+can be powered off and on again (``stop``, ``start``) or renumbered (``readdress``: a new address
+on the same bridge), as machines of a real cluster are; the inventory follows. Each host runs one Debian release (``rootfs.RELEASES``), so a lab can be a
 fleet of mixed releases, as clusters being upgraded are.
 """
 
@@ -192,6 +192,24 @@ def start_host(name: str, paths: LabPaths | None = None) -> Host:
     """Power a stopped host on again, with the same NIC; returns once it answers."""
     with _locked_host(name, paths) as (state, host, _):
         _power_on(state, host)
+        return host
+
+
+def readdress_host(name: str, paths: LabPaths | None = None) -> Host:
+    """Move one running host to the lowest free address of the lab's range, its NIC and MAC
+    kept, as a DHCP server renumbering it would; the record and the inventory follow."""
+    with _locked_host(name, paths) as (state, host, paths):
+        taken = {underlay.host_number(state.network, h.address) for h in state.hosts}
+        free = [n for n in range(1, underlay.MAX_HOSTS + 1) if n not in taken]
+        if not free:
+            raise LabError(f"no free address left in {state.network}")
+        new = underlay.host_address(state.network, free[0])
+        state.ssh(host).close_master()
+        pid = state.podman().container_pid(host.container)
+        underlay.readdress_host(pid, host.address, new, state.network)
+        host.address = new
+        _save(state, paths)
+        inventory.write(state.inventory, _inventory_text(state))
         return host
 
 

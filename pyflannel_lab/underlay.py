@@ -103,6 +103,19 @@ def attach_host(bridge: str, veth: str, pid: int, address: IPv4Address, slot: IP
     )
 
 
+def readdress_host(pid: int, old: IPv4Address, new: IPv4Address, slot: IPv4Network) -> None:
+    """Give the netns of process ``pid`` a new address on its ``eth0`` in place of the old
+    (the NIC and its MAC stay), as a DHCP server renumbering the host would."""
+    _ip_batch(
+        [
+            f"addr del {old}/{slot.prefixlen} dev eth0",
+            f"addr add {new}/{slot.prefixlen} dev eth0",
+            f"route replace default via {gateway(slot)} dev eth0",
+        ],
+        netns_pid=pid,
+    )
+
+
 def delete_link(name: str) -> None:
     if link_exists(name):
         _ip("link", "del", name)
