@@ -16,7 +16,6 @@ import itertools
 import json
 import re
 import shlex
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from pyflannel_lab.playbook import ROOT, PlaybookRun, run_playbook
+from pyflannel_lab.playbook import PlaybookRun, run_playbook
 from pyflannel_runtime import __version__
-from tests.integration.site_lab import assert_converged, lab_hosts, on_host
+from tests.integration.site_lab import assert_converged, lab_hosts, on_host, runtime_copy
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 
@@ -56,28 +55,6 @@ def report(capsys: pytest.CaptureFixture[str], line: str) -> None:
 
 
 # --- the runtimes rolled out ------------------------------------------------------------------
-
-
-def runtime_copy(target: Path, version: str) -> Path:
-    """A copy of this source tree (what its wheel is built from) with another version."""
-    shutil.copytree(
-        ROOT / "pyflannel_runtime",
-        target / "pyflannel_runtime",
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-    )
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(ROOT / name, target / name)
-    for name, key in (
-        ("pyproject.toml", "version"),
-        ("pyflannel_runtime/__init__.py", "__version__"),
-    ):
-        path = target / name
-        text, count = re.subn(
-            rf'^{key} = "[^"]+"$', f'{key} = "{version}"', path.read_text(), flags=re.M
-        )
-        assert count == 1, name
-        path.write_text(text)
-    return target
 
 
 @dataclass(frozen=True)
