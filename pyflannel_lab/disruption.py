@@ -73,10 +73,12 @@ class Probe:
         )
         return [Row.of(row) for n in self.names for row in opened[n]]
 
-    def check(self, operation: str, settle: float = 5.0) -> list[Row]:
-        """Every connection's window since the last check (or the opening)."""
-        found = each(self.names, lambda n: ops_call(self.lab, n, f"check({NAME!r}, {settle})"))
-        rows = [Row.of(row) for n in self.names for row in found[n]]
+    def check(self, operation: str, settle: float = 5.0, names: Sequence[str] = ()) -> list[Row]:
+        """Every connection's window since the last check (or the opening), from every node or
+        those of `names` (a node that rebooted has no probe left to ask)."""
+        asked = list(names or self.names)
+        found = each(asked, lambda n: ops_call(self.lab, n, f"check({NAME!r}, {settle})"))
+        rows = [Row.of(row) for n in asked for row in found[n]]
         self.windows.append((operation, rows))
         return rows
 

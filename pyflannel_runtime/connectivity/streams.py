@@ -25,7 +25,7 @@ import os
 import secrets
 import signal
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyflannel_runtime.connectivity import wire
@@ -204,7 +204,10 @@ class Streams:
 
 
 async def serve(
-    targets: Sequence[Target], control_path: str, lifetime: float, announce: Any
+    targets: Sequence[Target],
+    control_path: str,
+    lifetime: float,
+    announce: Callable[[Sequence[Row]], None],
 ) -> bool:
     """Hold the connections open and answer the control socket until SIGTERM, or until
     `lifetime` seconds have passed (then True). `announce(rows)` is called once the
