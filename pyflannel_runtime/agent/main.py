@@ -365,10 +365,14 @@ class Agent:
                         watched.discard(complete)
                         complete.cancel()
                         await asyncio.gather(complete, return_exceptions=True)
+                    # The datapath first: peers send to the new address once the lease says so.
+                    in_place = await network.move(moved)
                     outcome = await self._move(sm, network, ext, moved)
-                    if outcome is not None:
+                    if outcome == EXIT_FAILURE:
                         return outcome
-                    if not await network.move(moved):
+                    if outcome == EXIT_OK:
+                        break  # a signal came meanwhile
+                    if not in_place:
                         log.info("Restarting to build the datapath on the new address")
                         break
                     ext = moved

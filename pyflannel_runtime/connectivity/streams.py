@@ -26,6 +26,7 @@ import secrets
 import signal
 import socket
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from pyflannel_runtime.connectivity import wire
@@ -146,11 +147,13 @@ class Stream:
         """Where the sender is: which connection, and how many messages it sent on it."""
         return self._generation, self._sent
 
-    def caught_up(self, mark: tuple[int, int]) -> bool:
-        """Whether every message sent up to `mark` has been echoed, or will never be (the
-        connection it went on is gone)."""
+    def awaited(self, mark: tuple[int, int]) -> int:
+        """How many messages sent up to `mark` are still awaited: none when the connection
+        they went on is gone (they are counted lost)."""
         generation, sent = mark
-        return self._writer is None or self._generation != generation or self._echoed >= sent
+        if self._writer is None or self._generation != generation:
+            return 0
+        return max(0, sent - self._echoed)
 
 
 def _reason(err: BaseException) -> str:
@@ -185,14 +188,18 @@ class Streams:
 
     async def window(self, settle: float) -> list[Row]:
         """The window so far, once what was sent before this call is echoed (or `settle`
-        seconds have passed); the next window starts now."""
+        seconds have passed); its ``pending`` are those still awaited then, not the messages
+        in flight that were sent while it waited. The next window starts now."""
         loop = asyncio.get_running_loop()
         marks = [(stream, stream.mark()) for stream in self.streams]
         deadline = loop.time() + min(max(settle, 0.0), MAX_SETTLE)
-        while loop.time() < deadline and not all(s.caught_up(mark) for s, mark in marks):
+        while loop.time() < deadline and any(s.awaited(mark) for s, mark in marks):
             await asyncio.sleep(_SETTLE_POLL)
         now = loop.time()
-        rows = self.rows(now)
+        rows = [
+            Row(s.target, replace(s.account.report(now), pending=s.awaited(mark)))
+            for s, mark in marks
+        ]
         for stream in self.streams:
             stream.account.next_window(now)
         return rows
