@@ -7,6 +7,7 @@ answer."""
 from __future__ import annotations
 
 import base64
+import io
 import ipaddress
 import json
 import stat
@@ -100,32 +101,38 @@ def node_secrets(lab: AgentLab, host: LabHost) -> tuple[Path, list[str]]:
 def bundle(
     lab: AgentLab, host: LabHost, out: Path, *extra: str
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, bytes]]:
-    """`pyflannel bundle` run on the host, and the files of the archive it wrote (at `out`, or
-    in it when it is a directory) by their path inside the bundle's directory."""
-    done = lab.net.run(
-        host.ns,
-        "env",
-        f"NODE_NAME={host.ns}",  # as the agent's is named (all the lab's hosts share a hostname)
-        sys.executable,
-        "-c",
-        RUN_CLI,
-        "bundle",
-        f"--conflist={lab.write_conflist(host)}",
-        f"--output={out}",
-        *extra,
+    """`pyflannel bundle` run on the host, as root on a node runs it, in the directory `out`
+    (the bundle written there under its default name), or with ``--output out``; and the
+    files of the archive it wrote, by their path inside the bundle's directory."""
+    where = ["--output", str(out)] if not out.is_dir() else []
+    done = subprocess.run(
+        [*on_host(lab, host), "bundle", f"--conflist={lab.write_conflist(host)}", *where, *extra],
+        cwd=out if out.is_dir() else None,
+        capture_output=True,
+        text=True,
         check=False,
     )
-    files: dict[str, bytes] = {}
     written = [out] if out.is_file() else sorted(out.glob("*.tar.gz"))
-    if written:
-        with tarfile.open(written[0], "r:gz") as tar:
-            (top,) = {m.name.split("/")[0] for m in tar.getmembers()}
-            assert top.startswith(f"pyflannel-bundle-{host.ns}-"), top
-            for member in tar.getmembers():
-                handle = tar.extractfile(member) if member.isfile() else None
-                if handle is not None:
-                    files[member.name.split("/", 1)[1]] = handle.read()
-    return done, files
+    return done, archive_files(written[0].read_bytes(), host) if written else {}
+
+
+def on_host(lab: AgentLab, host: LabHost) -> list[str]:
+    """`pyflannel` in the host's namespace, its node named as the agent's is (the lab's hosts
+    share one hostname)."""
+    return ["ip", "netns", "exec", host.ns, "env", f"NODE_NAME={host.ns}", sys.executable,
+            "-c", RUN_CLI]  # fmt: skip
+
+
+def archive_files(data: bytes, host: LabHost) -> dict[str, bytes]:
+    files: dict[str, bytes] = {}
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        (top,) = {m.name.split("/")[0] for m in tar.getmembers()}
+        assert top.startswith(f"pyflannel-bundle-{host.ns}-"), top
+        for member in tar.getmembers():
+            handle = tar.extractfile(member) if member.isfile() else None
+            if handle is not None:
+                files[member.name.split("/", 1)[1]] = handle.read()
+    return files
 
 
 def leased(lab: AgentLab, host: LabHost) -> ipaddress.IPv4Network:
@@ -231,3 +238,23 @@ def test_a_bundle_is_written_when_etcd_does_not_answer(lab: AgentLab) -> None:
     )
     assert found["kernel"]["status"] == "ok" and "kernel/routes.json" in files
     assert json.loads(files["manifest.json"])["complete"] is False
+
+
+def test_a_bundle_goes_to_standard_output_with_dash(lab: AgentLab) -> None:
+    host = lab.net.hosts[1]
+    settings = [
+        *lab.store_args(),
+        f"--subnet-file={lab.subnet_file(host)}",
+        f"--healthz-port={HEALTHZ_PORT}",
+        f"--conflist={lab.write_conflist(host)}",
+        "--agent-env=",
+    ]
+    done = subprocess.run(
+        [*on_host(lab, host), "bundle", "-o", "-", *settings], capture_output=True, check=False
+    )
+    assert b"pyflannel bundle: wrote standard output (" in done.stderr, done.stderr
+    files = archive_files(done.stdout, host)
+    failed = {name for name, part in parts(files).items() if part["status"] == "failed"}
+    assert failed in ({"unit"}, {"unit", "journal"}) and done.returncode == 1, files["errors.txt"]
+    assert json.loads(files["status.json"])["agent"]["state"] == "ready"
+    assert json.loads(files["manifest.json"])["node"] == host.ns
