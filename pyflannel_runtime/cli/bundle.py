@@ -22,23 +22,17 @@ import socket
 import sys
 import time
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from pyflannel_runtime.agent.cli_flags import AgentFlagsError, agent_environment, agent_options
 from pyflannel_runtime.agent.envfile import AGENT_ENV_FILE
 from pyflannel_runtime.agent.flags import Options
-from pyflannel_runtime.cli import ipam, status
-from pyflannel_runtime.fsutil import os_error_text
-from pyflannel_runtime.ipam.node import IpamError
-from pyflannel_runtime.ops.bundle import (
-    Collector,
-    CollectorFailed,
-    Files,
-    Record,
-    archive,
-    collect,
-    write_bundle,
-)
-from pyflannel_runtime.ops.bundle_node import NodeSettings, known_secrets, node_collectors
+from pyflannel_runtime.cli import status
+
+# The bundle's machinery loads when the command runs: `pyflannel config check` stays quick.
+if TYPE_CHECKING:
+    from pyflannel_runtime.ops.bundle import Collector, Files
+    from pyflannel_runtime.ops.bundle_node import NodeSettings
 
 HELP = "write a diagnostics bundle of this node, secrets left out"
 DESCRIPTION = (
@@ -96,6 +90,8 @@ def _env_file(args: argparse.Namespace) -> str | None:
 
 
 def _status(args: argparse.Namespace, environ: Mapping[str, str]) -> Files:
+    from pyflannel_runtime.ops.bundle import CollectorFailed
+
     checked = argparse.Namespace(**{**vars(args), "netns": None, "leases_only": False})
     try:
         found = status.collect(checked, environ)
@@ -108,6 +104,10 @@ def _status(args: argparse.Namespace, environ: Mapping[str, str]) -> Files:
 
 
 def _ipam(args: argparse.Namespace) -> Files:
+    from pyflannel_runtime.cli import ipam
+    from pyflannel_runtime.ipam.node import IpamError
+    from pyflannel_runtime.ops.bundle import CollectorFailed
+
     asked = argparse.Namespace(conflist=args.conflist, valid_containers=None)
     try:
         node = ipam.node_ipam(asked)
@@ -117,6 +117,8 @@ def _ipam(args: argparse.Namespace) -> Files:
 
 
 def _failing(name: str, error: str) -> Collector:
+    from pyflannel_runtime.ops.bundle import Collector, CollectorFailed
+
     def fail() -> Files:
         raise CollectorFailed(error)
 
@@ -128,6 +130,9 @@ def collectors(
 ) -> tuple[list[Collector], NodeSettings]:
     """Everything the bundle collects, and the node's settings. Settings the agent would
     refuse are a failed part of their own: the rest is collected with the defaults."""
+    from pyflannel_runtime.ops.bundle import Collector
+    from pyflannel_runtime.ops.bundle_node import NodeSettings, node_collectors
+
     parts: list[Collector] = []
     try:
         env = agent_environment(args, environ)
@@ -146,6 +151,10 @@ def collectors(
 
 
 def command(args: argparse.Namespace) -> int:
+    from pyflannel_runtime.fsutil import os_error_text
+    from pyflannel_runtime.ops.bundle import Record, archive, collect, write_bundle
+    from pyflannel_runtime.ops.node_secrets import known_secrets
+
     # The lease stores log retries and TLS warnings; a failure is recorded in the bundle.
     logging.basicConfig(level=logging.CRITICAL, format="%(message)s")
     to_stdout = args.output == "-"

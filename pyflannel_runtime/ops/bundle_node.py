@@ -8,27 +8,21 @@ saved configs and host-local's store), the agent's systemd unit and the end of i
 and the versions of what runs. ``pyflannel bundle`` adds ``pyflannel status`` and
 ``pyflannel ipam`` (pyflannel_runtime/cli/bundle.py).
 
-`known_secrets` lists what the node holds that no bundle may: the etcd password, the
-credentials of the kubeconfig the agent uses (its token, password and client key, and the
-files holding them) and the lines of the etcd client key; `ops.bundle` redacts them wherever
-they appear. A key file's path is no secret and stays.
+What the node holds that no bundle may is in `ops.node_secrets`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import json
 import os
 import platform
-import re
 import selectors
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from ipaddress import ip_network
 from typing import Any
@@ -47,14 +41,12 @@ from pyflannel_runtime.wire.subnet_env import SubnetEnvError, parse_cni_subnet_e
 
 UNIT = "pyflanneld"
 JOURNAL_LINES = 2000
-SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 # Read beyond a file's limit, so that the bundle cuts it at a whole line.
 _SLACK = 64 * 1024
 _SMALL = 256 * 1024
 _JOURNAL_LIMIT = 8 << 20
 _STATE_FILES = 4096  # per CNI state directory
 _STATE_FILE_LIMIT = 64 * 1024
-_SECRET_FILE_LIMIT = 1 << 20
 _COMMAND_TIMEOUT = 20.0
 _STDERR_LIMIT = 4096
 
@@ -416,70 +408,3 @@ def node_collectors(settings: NodeSettings) -> list[Collector]:
         ),
     ]
     return collectors
-
-
-# --- secrets ----------------------------------------------------------------------------------
-
-# A kubeconfig's credentials, as `key: value` lines (the file is YAML or JSON).
-_KUBECONFIG_SECRET = re.compile(
-    r"""^\s*-?\s*["']?(?P<key>token|password|client-key-data|id-token|refresh-token"""
-    r"""|access-token|client-secret|secret)["']?\s*:\s*["']?(?P<value>[^"'\s,}]+)""",
-    re.MULTILINE,
-)
-_KUBECONFIG_FILE = re.compile(
-    r"""^\s*-?\s*["']?(?P<key>tokenFile|client-key)["']?\s*:\s*["']?(?P<value>[^"'\s,}]+)""",
-    re.MULTILINE,
-)
-_MIN_KEY_LINE = 16
-
-
-def _read_secret_file(path: str) -> str | None:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(_SECRET_FILE_LIMIT).decode("utf-8", errors="replace")
-    except OSError:
-        return None  # what cannot be read cannot leak
-
-
-def pem_lines(text: str) -> list[str]:
-    """A key file's secret parts: its whole text and each long line of its PEM bodies."""
-    lines = [
-        line.strip()
-        for line in text.splitlines()
-        if len(line.strip()) >= _MIN_KEY_LINE and not line.startswith("-----")
-    ]
-    return [text.strip(), *lines] if text.strip() else lines
-
-
-def kubeconfig_secrets(text: str, directory: str) -> Iterator[str]:
-    """The credentials a kubeconfig holds: tokens, passwords, client keys (and what the key
-    data decodes to), and the contents of the token and key files it names."""
-    for match in _KUBECONFIG_SECRET.finditer(text):
-        value = match.group("value")
-        yield value
-        if match.group("key") == "client-key-data":
-            try:
-                decoded = base64.b64decode(value, validate=True).decode("utf-8", "replace")
-            except (binascii.Error, ValueError):
-                continue
-            yield from pem_lines(decoded)
-    for match in _KUBECONFIG_FILE.finditer(text):
-        path = os.path.join(directory, match.group("value"))
-        held = _read_secret_file(path)
-        if held is not None:
-            yield from pem_lines(held) if "PRIVATE KEY" in held else [held.strip()]
-
-
-def known_secrets(settings: NodeSettings) -> list[str]:
-    """What the node holds that no bundle may, as the agent's settings name it."""
-    opts = settings.opts
-    found = [opts.etcd_password]
-    if opts.etcd_keyfile:
-        found += pem_lines(_read_secret_file(opts.etcd_keyfile) or "")
-    if opts.kubeconfig_file:
-        text = _read_secret_file(opts.kubeconfig_file) or ""
-        directory = os.path.dirname(os.path.abspath(opts.kubeconfig_file))
-        found += kubeconfig_secrets(text, directory)
-    if opts.kube_subnet_mgr:
-        found.append((_read_secret_file(SERVICE_ACCOUNT_TOKEN) or "").strip())
-    return sorted({secret for secret in found if secret.strip()})

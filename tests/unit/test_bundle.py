@@ -37,14 +37,8 @@ from pyflannel_runtime.ops.bundle import (
     member_path,
     write_bundle,
 )
-from pyflannel_runtime.ops.bundle_node import (
-    NodeSettings,
-    flannel_iptables,
-    known_secrets,
-    kubeconfig_secrets,
-    pem_lines,
-    run_bounded,
-)
+from pyflannel_runtime.ops.bundle_node import NodeSettings, flannel_iptables, run_bounded
+from pyflannel_runtime.ops.node_secrets import known_secrets, kubeconfig_secrets, pem_lines
 from pyflannel_runtime.ops.redact import MARK
 
 CREATED = 1_700_000_000.0  # 2023-11-14T22:13:20Z
