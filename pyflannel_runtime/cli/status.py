@@ -370,7 +370,7 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _seconds(text: str) -> float:
     value = float(text)
-    if not value >= 0 or value == float("inf"):
+    if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text}")
     return value
 

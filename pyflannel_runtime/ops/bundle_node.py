@@ -105,7 +105,7 @@ def run_bounded(
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise CollectorFailed(f"{' '.join(argv)}: still running after {timeout:g}s")
-                for key, _ in selector.select(left):
+                for key, _events in selector.select(left):
                     chunk = os.read(key.fd, 1 << 16)
                     if not chunk:
                         selector.unregister(key.fileobj)
