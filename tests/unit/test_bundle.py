@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import io
+import ipaddress
 import json
 import os
 import re
@@ -38,6 +39,7 @@ from pyflannel_runtime.ops.bundle import (
     write_bundle,
 )
 from pyflannel_runtime.ops.bundle_node import NodeSettings, flannel_iptables, run_bounded
+from pyflannel_runtime.ops.flannel_kernel import plain, route_to_network
 from pyflannel_runtime.ops.node_secrets import known_secrets, kubeconfig_secrets, pem_lines
 from pyflannel_runtime.ops.redact import MARK
 
@@ -346,3 +348,66 @@ def test_a_command_is_bounded_in_output_and_named_when_absent() -> None:
         run_bounded(["no-such-program-here"])
     with pytest.raises(CollectorFailed, match=re.escape("still running after 0.2s")):
         run_bounded(["sleep", "30"], timeout=0.2)
+
+
+def test_a_netlink_message_becomes_plain_json() -> None:
+    dumped = {
+        "attrs": [
+            ["IFLA_IFNAME", "flannel.1"],
+            ["UNKNOWN", {"header": {"length": 5, "type": 67}}],
+            ["IFLA_AF_SPEC", {"attrs": [["AF_INET6", {"attrs": []}]]}],
+            [
+                "IFLA_LINKINFO",
+                {
+                    "attrs": [
+                        ["IFLA_INFO_KIND", "vxlan"],
+                        [
+                            "IFLA_INFO_DATA",
+                            {"attrs": [["IFLA_VXLAN_ID", 1], ["IFLA_VXLAN_PORT", 8472]]},
+                        ],
+                    ]
+                },
+            ],
+            ["IFLA_STATS64", {"rx_packets": 3, "tx_dropped": 0}],
+        ],
+        "header": {"length": 1, "stats": object()},
+        "event": "RTM_NEWLINK",
+        "index": 4,
+        "flags": 69699,
+        "ifi_type": (1, 2),
+        "odd": frozenset(),
+    }
+    found = plain(dumped)
+    assert found == {
+        "index": 4,
+        "flags": 69699,
+        "ifi_type": [1, 2],
+        "odd": "frozenset()",
+        "IFLA_IFNAME": "flannel.1",
+        "IFLA_LINKINFO": {
+            "IFLA_INFO_KIND": "vxlan",
+            "IFLA_INFO_DATA": {"IFLA_VXLAN_ID": 1, "IFLA_VXLAN_PORT": 8472},
+        },
+        "IFLA_STATS64": {"rx_packets": 3, "tx_dropped": 0},
+    }
+    assert json.loads(json.dumps(found)) == found
+
+
+@pytest.mark.parametrize(
+    ("dst", "dst_len", "inside"),
+    [
+        ("10.244.3.0", 24, True),
+        ("10.244.0.0", 16, True),
+        ("10.0.0.0", 8, False),  # wider than the network
+        ("192.0.2.0", 24, False),
+        (None, 0, False),  # the default route
+        ("fd00:10:244:3::", 64, True),
+        ("fd00:99::", 64, False),
+    ],
+)
+def test_a_route_to_the_pod_network_is_one_inside_it(
+    dst: str | None, dst_len: int, inside: bool
+) -> None:
+    networks = [ipaddress.ip_network("10.244.0.0/16"), ipaddress.ip_network("fd00:10:244::/56")]
+    route = {"dst_len": dst_len, "attrs": [["RTA_DST", dst]] if dst else []}
+    assert route_to_network(route, networks) is inside
