@@ -47,7 +47,7 @@ _AUTHORIZATION = re.compile(
 )
 _BEARER = re.compile(r"(?P<name>\bbearer)(?P<sep>[ \t]+)(?P<value>[A-Za-z0-9._~+/=-]+)", re.I)
 _URL_PASSWORD = re.compile(
-    r"(?P<name>\b[a-z][a-z0-9+.-]*://[^\s:/@]*)(?P<sep>:)(?P<value>[^\s/@]+)(?=@)", re.I
+    r"(?P<name>\b[a-z][a-z0-9+.-]*://[^\s:/@]*)(?P<sep>:)(?P<value>[^\s@]+)(?=@)", re.I
 )
 _PEM_KEY = re.compile(
     r"-----BEGIN (?P<kind>[A-Z0-9 ]*)PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)",

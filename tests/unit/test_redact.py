@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from pyflannel_runtime.ops.redact import MARK, redact, secret_forms
@@ -15,7 +15,7 @@ from pyflannel_runtime.ops.redact import MARK, redact, secret_forms
 VALUES = st.text(
     alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/=_~.-", min_size=1, max_size=40
 ).filter(lambda v: v.strip(".-") != "")
-# Text around them that cannot spell one of them (no upper case, no digits).
+# Text around them (no upper case, no digits: it seldom spells one).
 AROUND = st.text(alphabet="abcdefghijklmnopqrstuvwxyz \t\n,;:={}[]()#/'\"", max_size=60)
 # Text that no pattern takes: no a, e or o (every credential word holds one), no '@'.
 PLAIN = st.text(
@@ -56,6 +56,8 @@ def test_no_known_secret_survives_anywhere(text: str, secrets: list[str]) -> Non
 def test_a_credential_setting_loses_its_value(
     before: str, form: str, value: str, after: str
 ) -> None:
+    # Else it is there anyway, around the setting.
+    assume(value not in before + form.format("") + after and value not in MARK)
     text = before + "\n" + form.format(value) + "\n" + after
     redacted = redact(text)
     assert value not in redacted.text
