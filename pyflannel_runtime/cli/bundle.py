@@ -130,7 +130,7 @@ def collectors(
 ) -> tuple[list[Collector], NodeSettings]:
     """Everything the bundle collects, and the node's settings. Settings the agent would
     refuse are a failed part of their own: the rest is collected with the defaults."""
-    from pyflannel_runtime.ops.bundle import Collector
+    from pyflannel_runtime.ops.bundle import LARGE_LIMIT, Collector
     from pyflannel_runtime.ops.bundle_node import NodeSettings, node_collectors
 
     parts: list[Collector] = []
@@ -143,8 +143,9 @@ def collectors(
     settings = NodeSettings(opts, args.conflist, _env_file(args), args.timeout, env)
     parts += [
         Collector("status", "pyflannel status -o json", lambda: _status(args, environ),
-                  timeout=args.timeout * 4 + 10),
-        Collector("ipam", "pyflannel ipam -o json", lambda: _ipam(args), timeout=150.0),
+                  timeout=args.timeout * 4 + 10, limit=LARGE_LIMIT),
+        Collector("ipam", "pyflannel ipam -o json", lambda: _ipam(args), timeout=150.0,
+                  limit=LARGE_LIMIT),
         *node_collectors(settings),
     ]  # fmt: skip
     return parts, settings

@@ -34,7 +34,8 @@ ARCHIVE_MODE = 0o600
 MEMBER_MODE = 0o600
 DIRECTORY_MODE = 0o700
 DEFAULT_TIMEOUT = 30.0
-DEFAULT_LIMIT = 1 << 20  # bytes per file
+DEFAULT_LIMIT = 256 * 1024  # bytes per file: a file of the node's, a command's output
+LARGE_LIMIT = 16 << 20  # a report of the whole cluster (status, leases) or of the kernel
 MANIFEST = "manifest.json"
 ERRORS = "errors.txt"
 

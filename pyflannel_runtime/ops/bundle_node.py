@@ -32,7 +32,14 @@ from pyflannel_runtime.agent.flags import Options
 from pyflannel_runtime.firewall.rules import FORWARD_CHAIN, MASQ_CHAIN, nft_owned_tables, nft_table
 from pyflannel_runtime.ipam.node import IpamError, load_target
 from pyflannel_runtime.ops.agent_settings import lease_store
-from pyflannel_runtime.ops.bundle import Collector, CollectorFailed, Files, Skipped
+from pyflannel_runtime.ops.bundle import (
+    DEFAULT_LIMIT,
+    LARGE_LIMIT,
+    Collector,
+    CollectorFailed,
+    Files,
+    Skipped,
+)
 from pyflannel_runtime.ops.flannel_kernel import DEFAULT_BRIDGE, IPNetwork, flannel_kernel
 from pyflannel_runtime.ops.leases import lease_fields, leases_report, usage_fields
 from pyflannel_runtime.ops.verify import LeaseStoreError, list_leases, store_kind
@@ -43,7 +50,6 @@ UNIT = "pyflanneld"
 JOURNAL_LINES = 2000
 # Read beyond a file's limit, so that the bundle cuts it at a whole line.
 _SLACK = 64 * 1024
-_SMALL = 256 * 1024
 _JOURNAL_LIMIT = 8 << 20
 _STATE_FILES = 4096  # per CNI state directory
 _STATE_FILE_LIMIT = 64 * 1024
@@ -76,7 +82,7 @@ class Output:
 def run_bounded(
     argv: Sequence[str],
     timeout: float = _COMMAND_TIMEOUT,
-    limit: int = _SMALL,
+    limit: int = DEFAULT_LIMIT,
     keep_tail: bool = False,
 ) -> Output:
     """`argv`'s output, at most `limit` bytes of it and a little more (its first, or with
@@ -137,7 +143,7 @@ def run_bounded(
 def command_output(
     argv: Sequence[str],
     timeout: float = _COMMAND_TIMEOUT,
-    limit: int = _SMALL,
+    limit: int = DEFAULT_LIMIT,
     keep_tail: bool = False,
 ) -> bytes:
     """`argv`'s standard output; CollectorFailed when it exits non-zero (with its error)."""
@@ -154,7 +160,7 @@ def command_output(
 # --- files ------------------------------------------------------------------------------------
 
 
-def read_head(path: str, limit: int = _SMALL) -> bytes:
+def read_head(path: str, limit: int = DEFAULT_LIMIT) -> bytes:
     """The first `limit` bytes of a file and a little more; Skipped when it does not exist,
     CollectorFailed when it cannot be read."""
     try:
@@ -200,7 +206,7 @@ def pod_networks(subnet_file: str) -> list[IPNetwork]:
     """The pod networks subnet.env names (none when it cannot be read)."""
     try:
         with open(subnet_file, encoding="utf-8", errors="replace") as handle:
-            env = parse_cni_subnet_env(handle.read(_SMALL), subnet_file)
+            env = parse_cni_subnet_env(handle.read(DEFAULT_LIMIT), subnet_file)
     except (OSError, SubnetEnvError):
         return []
     return [ip_network(n) for n in (*env.networks, *env.ipv6_networks)]
@@ -347,6 +353,7 @@ def node_collectors(settings: NodeSettings) -> list[Collector]:
             + ("the Kubernetes API" if opts.kube_subnet_mgr else f"etcd {opts.etcd_endpoints}"),
             lambda: _leases(settings),
             timeout=settings.timeout * 3 + 5,
+            limit=LARGE_LIMIT,
         ),
         _file("subnet.env", "the agent's subnet file", opts.subnet_file, "files/subnet.env"),
     ]
@@ -374,7 +381,7 @@ def node_collectors(settings: NodeSettings) -> list[Collector]:
             "netlink: flannel's devices, their addresses, routes, neighbours and FDB entries, "
             "and the routes to the pod network",
             lambda: _kernel(settings),
-            limit=8 << 20,
+            limit=LARGE_LIMIT,
         ),
         Collector("iptables", "iptables-save, flannel's chains", _iptables("iptables-save")),
         Collector("ip6tables", "ip6tables-save, flannel's chains", _iptables("ip6tables-save")),

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from pyflannel_runtime.agent.flags import Options
 from pyflannel_runtime.ops.bundle import (
     ARCHIVE_MODE,
+    DEFAULT_LIMIT,
     Bundle,
     Collector,
     CollectorFailed,
@@ -38,7 +39,12 @@ from pyflannel_runtime.ops.bundle import (
     member_path,
     write_bundle,
 )
-from pyflannel_runtime.ops.bundle_node import NodeSettings, flannel_iptables, run_bounded
+from pyflannel_runtime.ops.bundle_node import (
+    NodeSettings,
+    flannel_iptables,
+    node_collectors,
+    run_bounded,
+)
 from pyflannel_runtime.ops.flannel_kernel import plain, route_to_network
 from pyflannel_runtime.ops.node_secrets import known_secrets, kubeconfig_secrets, pem_lines
 from pyflannel_runtime.ops.redact import MARK
@@ -411,3 +417,15 @@ def test_a_route_to_the_pod_network_is_one_inside_it(
     networks = [ipaddress.ip_network("10.244.0.0/16"), ipaddress.ip_network("fd00:10:244::/56")]
     route = {"dst_len": dst_len, "attrs": [["RTA_DST", dst]] if dst else []}
     assert route_to_network(route, networks) is inside
+
+
+def test_a_node_file_over_the_limit_is_cut_at_a_line_and_said_to_be(tmp_path: Path) -> None:
+    big = tmp_path / "subnet.env"
+    big.write_bytes(b"".join(b"FLANNEL_X_%06d=1\n" % i for i in range(DEFAULT_LIMIT // 10)))
+    settings = NodeSettings(Options(subnet_file=str(big)), str(tmp_path / "none.conflist"))
+    (part,) = [c for c in node_collectors(settings) if c.name == "subnet.env"]
+    found = collect([part], [])
+    (record,) = found.records[0].files
+    data = found.files["files/subnet.env"]
+    assert record.truncated and len(data) <= DEFAULT_LIMIT and data.endswith(b"=1\n")
+    assert big.read_bytes().startswith(data)
