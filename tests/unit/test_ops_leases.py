@@ -1,4 +1,4 @@
-"""The pure half of ``leases_info`` (pyflannel_runtime.ops.leases): which host a lease belongs
+"""The pure half of ``leases_info`` (pyflannel_runtime.ops.leases, with subnet.usage): which host a lease belongs
 to, the orphans, and how many of the network's subnets the leases take."""
 
 from __future__ import annotations
@@ -11,16 +11,14 @@ from hypothesis import given, settings
 
 from pyflannel_runtime.ops.leases import (
     InventoryHost,
-    block_count,
     iso_time,
     leases_report,
     owner,
     report_dict,
-    subnet_usage,
-    used_blocks,
 )
 from pyflannel_runtime.subnet.allocation import free_blocks
 from pyflannel_runtime.subnet.manager import LeaseListing, ListedLease, UnreadableLease
+from pyflannel_runtime.subnet.usage import block_count, subnet_usage, used_blocks
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
 from pyflannel_runtime.wire.netconf import ConfigError, NetworkConfig, parse_config
 from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data
