@@ -62,6 +62,11 @@ class Wanted:
         if table.get(entry.key) == entry:
             del table[entry.key]
 
+    def holds(self, entry: Entry) -> bool:
+        """True when `entry` is the wanted entry of its key."""
+        kept = self._table(entry).get(entry.key)
+        return kept is entry or kept == entry
+
     def held(self, entry: EntryT) -> EntryT:
         """The wanted entry equal to `entry`, else `entry` (`netlink.entries.Held`)."""
         kept = self._table(entry).get(entry.key)
@@ -84,6 +89,16 @@ class Wanted:
 
     def __len__(self) -> int:
         return len(self.routes) + len(self.neighs) + len(self.fdbs)
+
+
+# The kinds of entries a repair puts back, as the agent's metrics name them.
+REPAIR_KINDS = ("route", "neighbour", "fdb")
+
+
+def repair_kind(entry: Entry) -> str:
+    if isinstance(entry, Route):
+        return "route"
+    return "neighbour" if isinstance(entry, Neigh) else "fdb"
 
 
 def kernel_key(entry: Entry) -> tuple[type, object]:

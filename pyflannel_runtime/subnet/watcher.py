@@ -126,6 +126,19 @@ class LeaseWatcher:
     def leases(self) -> tuple[Lease, ...]:
         return tuple(self._leases.values())
 
+    @property
+    def own_lease(self) -> Lease:
+        return self._own
+
+    @property
+    def peer_count(self) -> int:
+        return len(self._leases)
+
+    @property
+    def rejected_count(self) -> int:
+        """The leases seen that this node must not program (`LeaseScope.rejection`)."""
+        return len(self._rejected)
+
     def is_own(self, lease: Lease) -> bool:
         """True when the lease shares a subnet with ours: never a peer, whichever family."""
         own = self._own
