@@ -32,7 +32,7 @@ from pyflannel_runtime.agent.http_head import Answer
 from pyflannel_runtime.backend.base import CountsDrops, Network
 from pyflannel_runtime.firewall.manager import TrafficManager
 from pyflannel_runtime.subnet.manager import StoreStats
-from pyflannel_runtime.subnet.usage import subnet_usage
+from pyflannel_runtime.subnet.usage import SubnetUsage, subnet_usage
 from pyflannel_runtime.subnet.watcher import LeaseWatcher
 from pyflannel_runtime.wire.netconf import ConfigError, NetworkConfig
 
@@ -83,6 +83,9 @@ class AgentMetrics:
 class AgentCollector(Collector):
     def __init__(self, state: AgentState) -> None:
         self._state = state
+        # The subnet pool's usage and the lease batches it was counted after: counting 5 000
+        # leases takes milliseconds, and between lease changes the count stands.
+        self._pool: tuple[int, tuple[SubnetUsage, ...]] | None = None
 
     def collect(self) -> Iterator[Metric]:
         state = self._state
@@ -104,7 +107,7 @@ class AgentCollector(Collector):
         if state.leases is not None:
             yield from _lease_metrics(state.leases)
             if state.config is not None:
-                yield from _pool_metrics(state.config, state.leases)
+                yield from _pool_metrics(self._usage(state.config, state.leases))
         if state.network is not None:
             yield GaugeMetricFamily(
                 "pyflannel_peers_programmed",
@@ -123,6 +126,15 @@ class AgentCollector(Collector):
                     ),
                     state.network.counters(),
                 )
+
+    def _usage(self, config: NetworkConfig, leases: LeaseWatcher) -> tuple[SubnetUsage, ...]:
+        if self._pool is None or self._pool[0] != leases.batches:
+            try:
+                usage = subnet_usage(config, (leases.own_lease, *leases.leases))
+            except ConfigError:
+                usage = ()
+            self._pool = (leases.batches, usage)
+        return self._pool[1]
 
 
 def _labelled(family: CounterMetricFamily, counts: Mapping[str, int]) -> CounterMetricFamily:
@@ -182,10 +194,8 @@ def _lease_metrics(leases: LeaseWatcher) -> Iterator[Metric]:
     )
 
 
-def _pool_metrics(config: NetworkConfig, leases: LeaseWatcher) -> Iterator[Metric]:
-    try:
-        usage = subnet_usage(config, (leases.own_lease, *leases.leases))
-    except ConfigError:
+def _pool_metrics(usage: tuple[SubnetUsage, ...]) -> Iterator[Metric]:
+    if not usage:
         return
     free = GaugeMetricFamily(
         "pyflannel_subnets_free",

@@ -62,11 +62,6 @@ class Wanted:
         if table.get(entry.key) == entry:
             del table[entry.key]
 
-    def holds(self, entry: Entry) -> bool:
-        """True when `entry` is the wanted entry of its key."""
-        kept = self._table(entry).get(entry.key)
-        return kept is entry or kept == entry
-
     def held(self, entry: EntryT) -> EntryT:
         """The wanted entry equal to `entry`, else `entry` (`netlink.entries.Held`)."""
         kept = self._table(entry).get(entry.key)

@@ -63,15 +63,23 @@ def _usage(
     subnets: Sequence[IPv4Network | IPv6Network],
 ) -> SubnetUsage:
     first, last, size = int(low), int(high), 1 << (network.max_prefixlen - subnet_len)
-    ranges = [(int(s.network_address), int(s.broadcast_address)) for s in subnets]
-    outside = sum(1 for span in ranges if used_blocks(first, last, size, [span]) == 0)
+    # Without ipaddress's broadcast_address, which costs more than the rest at 5 000 leases.
+    ranges = [
+        (start, start + (1 << (s.max_prefixlen - s.prefixlen)) - 1)
+        for s in subnets
+        for start in (int(s.network_address),)
+    ]
+    total = block_count(first, last, size)
+    # A range that ends before the first block or starts past the last one takes none of them.
+    end = first + total * size - 1
+    outside = sum(1 for start, stop in ranges if not total or stop < first or start > end)
     return SubnetUsage(
         family,
         network,
         subnet_len,
         low,
         high,
-        block_count(first, last, size),
+        total,
         used_blocks(first, last, size, ranges),
         outside,
     )

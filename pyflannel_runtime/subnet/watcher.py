@@ -121,6 +121,7 @@ class LeaseWatcher:
         self._scope = scope
         self._leases: dict[PeerId, Lease] = {}
         self._rejected: dict[str, str] = {}  # lease key -> why, warned about once
+        self.batches = 0  # applied so far: what is computed from the leases holds until it moves
 
     @property
     def leases(self) -> tuple[Lease, ...]:
@@ -147,6 +148,7 @@ class LeaseWatcher:
         )
 
     def apply(self, batch: LeaseWatchBatch) -> list[LeaseEvent]:
+        self.batches += 1
         if batch.snapshot is not None:
             return self.reset(batch.snapshot) + self.update(batch.events)
         return self.update(batch.events)

@@ -19,7 +19,7 @@ from pyflannel_runtime.agent.health import HealthServer
 from pyflannel_runtime.agent.metrics import CONTENT_TYPE, AgentMetrics
 from pyflannel_runtime.subnet.manager import LeaseWatchBatch, StoreStats
 from pyflannel_runtime.subnet.watcher import LeaseScope, LeaseWatcher
-from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
+from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.wire.netconf import parse_config
 from tests.integration.scrape import promtool_problems
 
@@ -141,12 +141,16 @@ def test_the_values_are_the_agents_state_when_scraped() -> None:
     assert found[("pyflannel_event_to_kernel_seconds_bucket", (("le", "0.005"),))] == 1
 
     # Read again at the next scrape: nothing was copied at the first.
-    assert metrics.state.store is not None and metrics.state.network is not None
-    metrics.state.store.renewals += 1
-    metrics.state.network.programmed = 1  # type: ignore[attr-defined]
+    state = metrics.state
+    assert state.store is not None and state.network is not None and state.leases is not None
+    state.store.renewals += 1
+    state.network.programmed = 1  # type: ignore[attr-defined]
+    state.leases.apply(LeaseWatchBatch(events=(LeaseEvent(EventType.ADDED, lease(4)),)))
     again = samples(metrics)
     assert again[("pyflannel_lease_renewals_total", ())] == 6
     assert again[("pyflannel_peers_programmed", ())] == 1
+    assert again[("pyflannel_peers", ())] == 3
+    assert again[("pyflannel_subnets_free", (("family", "ipv4"),))] == 251
 
 
 @pytest.mark.parametrize("expiry", [None, math.inf])
