@@ -91,6 +91,10 @@ RUN_BY: dict[str, str] = {
     "pyflannel config publish examples/net-conf.json": TOUR,
     "pyflannel status --leases-only": TOUR,
     "pyflanneld --help": TOUR,
+    "promtool check rules roles/agent/files/prometheus/pyflannel.rules.yml": "tests/unit/"
+    "test_prometheus_rules.py::test_promtool_checks_the_rules",
+    "promtool test rules tests/prometheus/pyflannel.rules.test.yml": "tests/unit/"
+    "test_prometheus_rules.py::test_the_rules_unit_tests_pass",
 }
 
 FENCE = re.compile(r"^(\s*)```(\S*)")
