@@ -57,6 +57,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address
 
@@ -259,7 +260,7 @@ def cold_start(
     monitor: KernelMonitor,
     peers: int,
     start_no: int,
-    agent_args: list[str],
+    agent_args: Sequence[str] = (),
 ) -> tuple[float, float, float]:
     """Start the agent on a host without any flannel state and time its full programming:
     (subnet.env written -> last entry, first -> last entry, agent start -> last entry)."""

@@ -17,6 +17,7 @@ import pytest
 
 from pyflannel_lab.netns_agents import PREFIX, AgentLab
 from pyflannel_lab.netns_lab import LabHost
+from pyflannel_runtime import __version__
 from tests.integration.scrape import promtool_problems, samples
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
@@ -247,7 +248,7 @@ def test_metrics_tell_what_the_agent_holds_and_counts_what_it_does(lab: AgentLab
     text = lab.metrics(host)
     assert promtool_problems(text) == ""
     found = samples(text)
-    assert found[f'pyflannel_build_info{{backend="{backend}",version="0.2.0"}}'] == 1
+    assert found[f'pyflannel_build_info{{backend="{backend}",version="{__version__}"}}'] == 1
     assert found["pyflannel_ready"] == 1
     assert (found["pyflannel_leases"], found["pyflannel_peers"]) == (3, 2)
     assert (found["pyflannel_peers_programmed"], found["pyflannel_leases_rejected"]) == (2, 0)
