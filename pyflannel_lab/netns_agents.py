@@ -263,6 +263,15 @@ class AgentLab(Lab):
         done = self.net.run(host.ns, sys.executable, "-c", probe, check=False)
         return int(done.stdout.strip() or 0)
 
+    def metrics(self, host: LabHost) -> str:
+        """The agent's /metrics, as Prometheus scrapes it."""
+        probe = (
+            "import sys, urllib.request\n"
+            f"url = 'http://127.0.0.1:{HEALTHZ_PORT}/metrics'\n"
+            "sys.stdout.write(urllib.request.urlopen(url, timeout=5).read().decode())\n"
+        )
+        return str(self.net.run(host.ns, sys.executable, "-c", probe).stdout)
+
     def stop_agent(self, host: LabHost, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
         agent = self.agents.pop(host.n)
         agent.process.send_signal(sig)

@@ -15,7 +15,7 @@ import stat
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyflannel_runtime import __version__
 from pyflannel_runtime.agent import sdnotify
@@ -41,6 +41,9 @@ from pyflannel_runtime.subnet.watcher import LeaseScope
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
 from pyflannel_runtime.wire.netconf import ConfigError, NetworkConfig, ip_stack
 from pyflannel_runtime.wire.subnet_env import PreviousSubnets, SubnetEnv
+
+if TYPE_CHECKING:
+    from pyflannel_runtime.agent.metrics import AgentMetrics
 
 log = logging.getLogger("pyflannel.agent")
 
@@ -168,6 +171,7 @@ class Agent:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._health: HealthServer | None = None
+        self._metrics: AgentMetrics | None = None
         self._pid_file: str | None = None  # written once the subnet file's directory is known
 
     def _on_signal(self, signum: int) -> None:
@@ -254,15 +258,29 @@ class Agent:
         opts = self.opts
         if opts.healthz_port > 0:
             self._health = HealthServer(opts.healthz_ip, opts.healthz_port)
+            if opts.metrics:
+                self._serve_metrics(self._health, sm)
             await self._health.start()
         config = await self._get_config(sm)
         if config is None:
             return EXIT_OK
+        if self._metrics is not None:
+            self._metrics.state.backend = config.backend_type
+            self._metrics.state.config = config
         spec, stack = resolve_backend(config)
         self._check_br_netfilter(config)
         ext = await self._choose_interface(sm, stack)
         network = await self._register(sm, spec, config, ext, previous)
         return await self._supervise(sm, config, network)
+
+    def _serve_metrics(self, health: HealthServer, sm: SubnetManager) -> None:
+        # Imported here: prometheus-client costs an agent that serves no metrics nothing.
+        from pyflannel_runtime.agent.metrics import AgentMetrics
+
+        metrics = self._metrics = AgentMetrics()
+        metrics.state.ready = lambda: health.ready
+        metrics.state.store = sm.stats
+        health.routes["/metrics"] = metrics.answer
 
     async def _choose_interface(
         self, sm: SubnetManager, stack: tuple[bool, bool]
@@ -315,7 +333,11 @@ class Agent:
         lease = network.lease
         self._note(renumbered_note(previous, lease), problem=False)
 
-        self._tasks += await install_traffic_rules(opts, config, lease, previous)
+        rules = await install_traffic_rules(opts, config, lease, previous)
+        self._tasks += rules.keepers
+        if self._metrics is not None:
+            self._metrics.state.traffic = rules.manager
+            self._metrics.state.network = network
 
         write_subnet_file(opts.subnet_file, config, lease, network.mtu, opts.ip_masq)
         if self._health is not None:
@@ -333,9 +355,12 @@ class Agent:
         failure of either (1)."""
         opts = self.opts
         scope = LeaseScope.of(config, check_lengths=not opts.kube_subnet_mgr)
-        datapath = asyncio.create_task(
-            DatapathLoop(sm, network, scope, opts.reconcile_interval).run(), name="datapath"
-        )
+        metrics = self._metrics
+        observe = None if metrics is None else metrics.event_to_kernel.observe
+        loop = DatapathLoop(sm, network, scope, opts.reconcile_interval, observe)
+        if metrics is not None:
+            metrics.state.leases = loop.watcher
+        datapath = asyncio.create_task(loop.run(), name="datapath")
         sdnotify.notify("READY=1")
 
         complete = asyncio.create_task(sm.complete_lease(network.lease), name="complete-lease")

@@ -9,13 +9,16 @@ import os
 import signal
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from pyflannel_lab.netns_agents import AgentLab
+from pyflannel_lab.netns_agents import PREFIX, AgentLab
 from pyflannel_lab.netns_lab import LabHost
+from pyflannel_runtime import __version__
+from tests.integration.scrape import promtool_problems, samples
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 
@@ -218,6 +221,91 @@ def test_golden_iptables_rules_hold_while_traffic_flows(lab: AgentLab) -> None:
         '-A FLANNEL-FWD -d 10.244.0.0/16 -m comment --comment "flanneld forward" -j ACCEPT\n'
     )
     assert " 0% packet loss" in out, out
+
+
+# A peer lease put by hand: a node at this address, as a pyflannel node of the lab's backend
+# would advertise it.
+EXTRA_PEER = ("10.244.250.0/24", "192.0.2.250", "02:00:00:00:00:fa")
+UDP_PORT = 8285
+# A repair is made within a reconcile interval (1 s in the lab), an iptables rule set within
+# --iptables-resync (5 s); this is a safety net on a loaded machine.
+REPAIRED_WITHIN = 30.0
+
+
+def extra_peer(lab: AgentLab) -> tuple[str, str]:
+    """The key and value of EXTRA_PEER, copied from a lab host's lease."""
+    subnet, public_ip, mac = EXTRA_PEER
+    value = json.loads(lab.lease_value(lab.net.hosts[2]))
+    value["PublicIP"] = public_ip
+    if isinstance(value.get("BackendData"), dict) and "VtepMAC" in value["BackendData"]:
+        value["BackendData"]["VtepMAC"] = mac
+    return f"{PREFIX}/subnets/{subnet.replace('/', '-')}", json.dumps(value)
+
+
+def test_metrics_tell_what_the_agent_holds_and_counts_what_it_does(lab: AgentLab) -> None:
+    backend = lab.backend["Type"]
+    host, peer = lab.net.hosts[0], lab.net.hosts[1]
+    text = lab.metrics(host)
+    assert promtool_problems(text) == ""
+    found = samples(text)
+    assert found[f'pyflannel_build_info{{backend="{backend}",version="{__version__}"}}'] == 1
+    assert found["pyflannel_ready"] == 1
+    assert (found["pyflannel_leases"], found["pyflannel_peers"]) == (3, 2)
+    assert (found["pyflannel_peers_programmed"], found["pyflannel_leases_rejected"]) == (2, 0)
+    assert found['pyflannel_subnets_free{family="ipv4"}'] == 255 - 3
+    # The lab's subnets are reservations (etcd keys without a lease): nothing expires.
+    assert "pyflannel_own_lease_expiry_timestamp_seconds" not in found
+    events = found["pyflannel_event_to_kernel_seconds_count"]
+
+    key, value = extra_peer(lab)
+    lab.etcdctl("put", key, value)
+    assert wait_for(lambda: samples(lab.metrics(host))["pyflannel_peers_programmed"] == 3)
+    now = samples(lab.metrics(host))
+    assert (now["pyflannel_leases"], now["pyflannel_peers"]) == (4, 3)
+    assert now["pyflannel_event_to_kernel_seconds_count"] == events + 1
+    assert now['pyflannel_subnets_free{family="ipv4"}'] == 255 - 4
+    lab.etcdctl("del", key)
+
+    # Someone else removes flannel's forward rule, and (kernel datapaths) a peer's entries.
+    lab.net.run(host.ns, "iptables", "-D", "FORWARD", "-m", "comment", "--comment",
+                "flanneld forward", "-j", "FLANNEL-FWD")  # fmt: skip
+    kinds = ["rule"]
+    if backend != "udp":
+        lab.net.ip(host.ns, "route", "del", str(peer.subnet))
+        kinds.append("route")
+    if backend == "vxlan":
+        gateway = str(peer.subnet.network_address)
+        lab.net.ip(host.ns, "neigh", "del", gateway, "dev", "flannel.1")
+        kinds.append("neighbour")
+
+    def repaired() -> bool:
+        now = samples(lab.metrics(host))
+        return all(now[f'pyflannel_drift_repairs_total{{kind="{kind}"}}'] >= 1 for kind in kinds)
+
+    assert wait_for(repaired, timeout=REPAIRED_WITHIN), lab.metrics(host)
+
+    if backend == "udp":
+        # Not IPv4, from a peer's address: a forwarding worker (another process) drops it and
+        # counts it in the page the agent reads.
+        probe = (
+            "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            f"for _ in range(3): s.sendto(bytes([0x60]) + bytes(39), ('{host.underlay_ip}', {UDP_PORT}))\n"
+        )
+        lab.net.run(peer.ns, sys.executable, "-c", probe)
+        dropped = 'pyflannel_udp_datagrams_dropped_total{reason="malformed"}'
+        assert wait_for(lambda: samples(lab.metrics(host))[dropped] == 3), lab.metrics(host)
+    else:
+        assert str(peer.subnet) in lab.net.ip(host.ns, "route", "show")
+        assert not any(name.startswith("pyflannel_udp_") for name in samples(lab.metrics(host)))
+
+
+def test_metrics_off_answers_404_and_the_rest_as_before() -> None:
+    with AgentLab({"Type": "host-gw"}, hosts=1, prefix="pag") as lab:
+        host = lab.net.hosts[0]
+        lab.start_agent(host, "--metrics=false")
+        lab.wait_ready(host)
+        assert lab.http_status(host, "/metrics") == 404
+        assert (lab.http_status(host, "/healthz"), lab.http_status(host, "/readyz")) == (200, 200)
 
 
 def test_twenty_agents_started_at_once_get_distinct_subnets() -> None:

@@ -12,7 +12,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 from typing import Any, TypeVar
@@ -391,6 +391,40 @@ def test_renewals_go_on_after_the_first(configured: tuple[EtcdServer, str]) -> N
     assert len(run(body())) >= 4  # the first etcd lease and at least three renewals
 
 
+def test_renewals_their_failures_and_watch_restarts_are_counted(etcd_factory: Any) -> None:
+    """What the agent's metrics read: renewals, failed ones while etcd is down, the own key's
+    watch restarts, and the expiry of the last renewal."""
+    server: EtcdServer = etcd_factory()
+    prefix = "/coreos.com/network"
+    server.etcdctl("put", f"{prefix}/config", CONFIG)
+    short = {"subnet_lease_ttl": 4, "renew_margin_seconds_override": 2.0}
+
+    async def until(predicate: Callable[[], bool]) -> None:
+        while not predicate():
+            await asyncio.sleep(0.05)
+
+    async def body() -> None:
+        manager = EtcdSubnetManager(settings(server, prefix, **short))
+        stats = manager.stats
+        try:
+            lease = await manager.acquire_lease(attrs("192.0.2.1"))
+            completing = asyncio.create_task(manager.complete_lease(lease))
+            assert stats.watch_restarts == {"closed": 0, "compacted": 0, "error": 0}
+            await until(lambda: stats.renewals >= 1)
+            assert stats.renewal_failures == 0
+            assert stats.own_lease_expiry is not None and stats.own_lease_expiry > time.time()
+            await asyncio.to_thread(server.kill)
+            await until(lambda: stats.renewal_failures >= 1 and stats.watch_restarts["error"] >= 1)
+            renewed = stats.renewals
+            await asyncio.to_thread(server.spawn)
+            await until(lambda: stats.renewals > renewed)
+            await still_running(completing)
+        finally:
+            await manager.close()
+
+    run(body())
+
+
 def test_a_key_that_ran_out_is_taken_back_with_the_same_subnet(
     configured: tuple[EtcdServer, str], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -624,6 +658,7 @@ def test_watch_relists_after_compaction(etcd_factory: Any) -> None:
                 )
                 (added,) = (await next_batch(watch)).events
                 assert added.lease.subnet == IPv4Network("10.244.3.0/24")
+            assert manager.stats.watch_restarts["compacted"] == 1
         finally:
             await watch.aclose()
             await manager.close()

@@ -100,6 +100,11 @@ RUN_BY: dict[str, str] = {
     + "test_a_nodes_bundle_holds_its_status_leases_files_kernel_firewall_and_cni_state",
     "pyflannel bundle -o - '>' node1.tar.gz": BUNDLE
     + "test_a_bundle_goes_to_standard_output_with_dash",
+    # docs/metrics.md
+    "promtool check rules roles/agent/files/prometheus/pyflannel.rules.yml": "tests/unit/"
+    "test_prometheus_rules.py::test_promtool_checks_the_rules",
+    "promtool test rules tests/prometheus/pyflannel.rules.test.yml": "tests/unit/"
+    "test_prometheus_rules.py::test_the_rules_unit_tests_pass",
 }
 
 FENCE = re.compile(r"^(\s*)```(\S*)")

@@ -65,6 +65,7 @@ from pyflannel_runtime.subnet.manager import (
     LeaseTaken,
     LeaseWatchBatch,
     ListedLease,
+    StoreStats,
     UnreadableLease,
 )
 from pyflannel_runtime.wire.lease import (
@@ -101,6 +102,10 @@ EXPIRY_SLACK_SECONDS = 1.0
 _BACKOFF_FIRST = 0.1
 _BACKOFF_MAX = 5.0
 _NO_IPV4 = IPv4Network("0.0.0.0/0")
+
+# Why a watch is started again (the agent's metrics count each): etcd ended the stream, its
+# history no longer held the next revision (the leases are listed again), or the request failed.
+WATCH_RESTART_REASONS = ("closed", "compacted", "error")
 
 # Errors that mean "etcd did not do it": retried or reported, never a crash.
 ETCD_ERRORS: tuple[type[BaseException], ...] = (EtcdClientError, TimeoutError)
@@ -279,6 +284,7 @@ class EtcdSubnetManager:
         self._config_key = _join(settings.prefix, "config").encode()
         self._subnets_dir = (_join(settings.prefix, "subnets") + "/").encode()
         self._closed = False
+        self.stats = StoreStats.with_reasons(WATCH_RESTART_REASONS)
         # acquire_lease's listing and its revision, until watch_leases starts from it.
         self._allocation_view: tuple[list[Lease], int] | None = None
 
@@ -574,8 +580,10 @@ class EtcdSubnetManager:
                 if self._closed:
                     return
                 log.warning("etcd watch on %s ended, reconnecting", name)
+                self.stats.watch_restarted("closed")
             except EtcdCompacted as err:
                 log.warning("etcd watch on %s: %s; re-listing", name, err)
+                self.stats.watch_restarted("compacted")
                 batch, revision = await self._retrying(resync)
                 yield batch
                 since = revision + 1
@@ -588,6 +596,7 @@ class EtcdSubnetManager:
                     backoff,
                     describe_etcd_error(err),
                 )
+                self.stats.watch_restarted("error")
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, _BACKOFF_MAX)
 
@@ -630,6 +639,8 @@ class EtcdSubnetManager:
         """Renew the lease ahead of its expiry until cancelled; raise LeaseRevoked when the
         own key is deleted, or LeaseTaken when it ran out and another node took the subnet."""
         own_events = self._watch_own_lease(lease)
+        stats = self.stats
+        stats.own_lease_expiry = lease.expiration
         renew_at = self._renew_at(lease.expiration)
         failing_since: float | None = None
         pending = asyncio.ensure_future(anext(own_events))
@@ -644,6 +655,7 @@ class EtcdSubnetManager:
                         _log_taken(str(err))
                         raise
                     except ETCD_ERRORS as err:
+                        stats.renewal_failures += 1
                         retry = _renew_retry(lease)
                         now = time.time()
                         if failing_since is None or now - failing_since >= RENEW_RETRY_SECONDS:
@@ -655,6 +667,8 @@ class EtcdSubnetManager:
                             )
                         renew_at = now + retry
                     else:
+                        stats.renewals += 1
+                        stats.own_lease_expiry = lease.expiration
                         failing_since = None
                         renew_at = self._renew_at(lease.expiration)
                         log.info("Lease renewed, new expiration: %s", _when(lease.expiration))
@@ -679,6 +693,7 @@ class EtcdSubnetManager:
                     expiration = event.lease.expiration
                     if expiration is not None and math.isinf(expiration):
                         continue  # a renewal's put: its expiry is the one we reckoned
+                    stats.own_lease_expiry = expiration
                     renew_at = self._renew_at(expiration)
                     if renew_at is not None:
                         log.info("Waiting for %.0fs to renew lease", renew_at - time.time())

@@ -39,6 +39,7 @@ from pyflannel_runtime.subnet.manager import (
     LeaseListing,
     LeaseWatchBatch,
     ListedLease,
+    StoreStats,
     Unimplemented,
     UnreadableLease,
 )
@@ -51,6 +52,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_NET_CONFIG_PATH = "/etc/kube-flannel/net-conf.json"
+# Why the node watch is started again (the agent's metrics count each): the API server ended the
+# stream (as it does at the watch's timeout, every few minutes), the resourceVersion expired (410
+# Gone or an ERROR event: the nodes are listed again), or the request or the stream failed.
+WATCH_RESTART_REASONS = ("closed", "expired", "error")
 LEASE_DURATION = 24 * 3600.0  # kube leases are never renewed; flannel still stamps 24 h
 REQUEST_TIMEOUT = 30.0
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
@@ -227,6 +232,7 @@ class KubeSubnetManager:
         self._settings = settings
         self._tracker = NodeLeaseTracker(self.keys, config.enable_ipv4, config.enable_ipv6)
         self._queue = NodeQueue()
+        self.stats = StoreStats.with_reasons(WATCH_RESTART_REASONS)
         self._watch: _NodeWatch | None = None
         self._watching = False
         self._watch_timeout = watch_timeout
@@ -375,7 +381,9 @@ class KubeSubnetManager:
 
     def _start_watch(self) -> None:
         if self._watch is None:
-            self._watch = _NodeWatch(self._api, self._queue, self._watch_timeout, self.keys)
+            self._watch = _NodeWatch(
+                self._api, self._queue, self._watch_timeout, self.keys, self.stats
+            )
             self._watch.start(asyncio.get_running_loop())
 
     async def watch_leases(self) -> AsyncIterator[LeaseWatchBatch]:
@@ -439,9 +447,15 @@ class _NodeWatch:
     """
 
     def __init__(
-        self, api: NodeApi, queue: NodeQueue, timeout_seconds: int, keys: Annotations
+        self,
+        api: NodeApi,
+        queue: NodeQueue,
+        timeout_seconds: int,
+        keys: Annotations,
+        stats: StoreStats,
     ) -> None:
         self._api = api
+        self._stats = stats
         self._queue = queue
         self._timeout_seconds = timeout_seconds
         self._keys = keys
@@ -483,17 +497,21 @@ class _NodeWatch:
                 resource_version, delivered = self._stream(resource_version)
                 if delivered or time.monotonic() - started >= 1.0:
                     delay = 0.1
+                    if not self._stopping.is_set():
+                        self._stats.watch_restarted("closed")
                     continue
                 # As client-go: a watch closed at once with nothing in it is a failure, or a
                 # misbehaving server or proxy would have us reconnect in a tight loop.
                 failure: BaseException = ConnectionError("watch closed immediately")
             except _WatchEnded as err:
                 log.info("Node watch ended (%s); listing the nodes again", err)
+                self._stats.watch_restarted("expired")
                 resource_version = None
                 continue
             except KubeApiError as err:
                 if err.status == 410:
                     log.info("Node watch expired (%s); listing the nodes again", err.message())
+                    self._stats.watch_restarted("expired")
                     resource_version = None
                     continue
                 if err.status == 406 and self._metadata_only:
@@ -508,6 +526,7 @@ class _NodeWatch:
             if self._stopping.is_set():
                 return
             log.warning("Node watch failed (retrying in %.1fs): %s", delay, api_error_text(failure))
+            self._stats.watch_restarted("error")
             self._stopping.wait(delay)
             delay = min(delay * 2, 5.0)
 
