@@ -370,9 +370,12 @@ def etcd_health(lab: AgentLab) -> bool:
     return run_in_netns(lab.net.ul, ask)
 
 
-def etcd_outage(lab: AgentLab, seconds: float, timeout: float = 120.0) -> Recovery:
+def etcd_outage(
+    lab: AgentLab, seconds: float, follow: float = 10.0, timeout: float = 120.0
+) -> Recovery:
     """Stop etcd (SIGTERM) for `seconds`, start it again on the same data and port, and follow
-    the agents until every one has had a request answered, and a second more."""
+    the agents for `follow` seconds after its return, and at least until every one has had a
+    request answered."""
     etcd = lab.etcd
     assert etcd is not None and etcd.process is not None
     agents = {str(host.underlay_ip) for host in lab.net.hosts}
@@ -393,7 +396,7 @@ def etcd_outage(lab: AgentLab, seconds: float, timeout: float = 120.0) -> Recove
             if time.time() > returned + timeout:
                 raise RuntimeError(f"no request of {sorted(late)} answered after {timeout} s")
             time.sleep(0.1)
-        time.sleep(1.0)
+        time.sleep(max(0.0, returned + follow - time.time()))
         requests = int(etcd_metric(lab, GRPC_STARTED))
     finally:
         seen = tap.stop()
