@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import ctypes
 import json
 import os
 import signal
@@ -234,8 +235,36 @@ def agent_cpu_seconds(lab: AgentLab) -> float:
 ETH_P_ALL = 0x0003
 ETH_P_IP = 0x0800
 SO_TIMESTAMPNS = 35
+SO_RCVBUFFORCE = 33
+SO_ATTACH_FILTER = 26
+SOL_PACKET = 263
+PACKET_STATISTICS = 6
+SNAP = 256  # bytes kept of each packet: the headers and the payload's first bytes
 _TIMESPEC = struct.Struct("=qq")
 _TCP_SYN, _TCP_ACK = 0x02, 0x10
+
+
+def tcp_port_filter(port: int) -> bytes:
+    """A classic BPF program for a packet socket of SOCK_DGRAM (the packet starts at its IP
+    header): IPv4 TCP segments from or to `port`, each cut to SNAP bytes; nothing else, so
+    that a burst of them never overflows the socket's queue."""
+    drop, keep = 12, 11
+    program = [
+        (0x28, 0, 0, 0xFFFFF000),  # A = the frame's protocol (SKF_AD_PROTOCOL)
+        (0x15, 0, drop - 2, ETH_P_IP),
+        (0x30, 0, 0, 9),  # A = IP protocol
+        (0x15, 0, drop - 4, socket.IPPROTO_TCP),
+        (0x28, 0, 0, 6),  # A = flags and fragment offset
+        (0x45, drop - 6, 0, 0x1FFF),  # a later fragment has no TCP header
+        (0xB1, 0, 0, 0),  # X = the IP header's length
+        (0x48, 0, 0, 0),  # A = TCP source port
+        (0x15, keep - 9, 0, port),
+        (0x48, 0, 0, 2),  # A = TCP destination port
+        (0x15, keep - 11, drop - 11, port),
+        (0x06, 0, 0, SNAP),
+        (0x06, 0, 0, 0),
+    ]
+    return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
 
 
 @dataclass(frozen=True)
@@ -276,48 +305,71 @@ class EtcdTap:
     `netns`) to and from etcd's client `port`, timestamped by the kernel, until `stop()`."""
 
     def __init__(self, netns: str, device: str, port: int) -> None:
+        code = tcp_port_filter(port)
+        program = ctypes.create_string_buffer(code, len(code))  # struct sock_fprog points at it
+        fprog = struct.pack("HL", len(code) // 8, ctypes.addressof(program))
+
         def create() -> socket.socket:
             # All protocols: the kernel hands what a host sends (etcd's answers) only to taps
-            # of every protocol.
+            # of every protocol. Filtered before it is bound: nothing else is ever queued.
             sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_ALL))
-            sock.bind((device, ETH_P_ALL))
+            sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
             sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 64 << 20)
+            sock.bind((device, ETH_P_ALL))
             return sock
 
         self._port = port
         self._sock = run_in_netns(netns, create)
         self._sock.settimeout(0.2)
         self._seen: list[Seen] = []
+        self._failure: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._read, name="etcd-tap", daemon=True)
         self._thread.start()
 
     def _read(self) -> None:
-        while not self._stop.is_set():
-            try:
-                # The headers and the payload's first bytes are all that is looked at.
-                packet, ancillary, _, address = self._sock.recvmsg(256, socket.CMSG_SPACE(16))
-            except TimeoutError:
-                continue
-            found = classify(packet, self._port) if address[1] == ETH_P_IP else None
-            if found is None:
-                continue
-            at = time.time()
-            for level, kind, data in ancillary:
-                if (level, kind) == (socket.SOL_SOCKET, SO_TIMESTAMPNS):
-                    seconds, nanoseconds = _TIMESPEC.unpack(data[: _TIMESPEC.size])
-                    at = seconds + nanoseconds / 1e9
-            self._seen.append(Seen(at, found[1], found[0]))
+        try:
+            while not self._stop.is_set():
+                try:
+                    packet, ancillary, _, _ = self._sock.recvmsg(SNAP, socket.CMSG_SPACE(16))
+                except TimeoutError:
+                    continue
+                found = classify(packet, self._port)
+                if found is None:
+                    continue
+                at = time.time()
+                for level, kind, data in ancillary:
+                    if (level, kind) == (socket.SOL_SOCKET, SO_TIMESTAMPNS):
+                        seconds, nanoseconds = _TIMESPEC.unpack(data[: _TIMESPEC.size])
+                        at = seconds + nanoseconds / 1e9
+                self._seen.append(Seen(at, found[1], found[0]))
+        except BaseException as err:  # raised again by seen() and stop()
+            self._failure = err
+
+    def _check(self) -> None:
+        if self._failure is not None:
+            raise RuntimeError(f"the tap failed: {self._failure!r}") from self._failure
 
     def seen(self, kind: str) -> list[Seen]:
         """What was seen so far of one kind, in time order."""
+        self._check()
         return sorted((s for s in list(self._seen) if s.kind == kind), key=lambda s: s.at)
 
+    def dropped(self) -> int:
+        """Packets the kernel dropped for want of room in the socket's queue, so far."""
+        stats = self._sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
+        return int(struct.unpack("=II", stats)[1])
+
     def stop(self) -> list[Seen]:
+        """Everything seen, in time order; raises when the kernel dropped any of it."""
         self._stop.set()
         self._thread.join()
+        dropped = self.dropped()
         self._sock.close()
+        self._check()
+        if dropped:
+            raise RuntimeError(f"the tap lost {dropped} packets: the figures would be short")
         return sorted(self._seen, key=lambda s: s.at)
 
 
@@ -352,6 +404,19 @@ class Recovery:
         return max(
             (bisect.bisect_left(times, t + window) - i for i, t in enumerate(times)), default=0
         )
+
+
+def agent_logs(lab: AgentLab, addresses: set[str], lines: int = 8) -> str:
+    """The last lines of the logs of the agents at these underlay addresses."""
+    shown = []
+    for agent in lab.agents.values():
+        if str(agent.host.underlay_ip) in addresses:
+            state = (
+                "running" if agent.process.poll() is None else f"exited {agent.process.returncode}"
+            )
+            tail = "\n".join(agent.log().splitlines()[-lines:])
+            shown.append(f"{agent.host.ns} ({state}):\n{tail}")
+    return "\n".join(shown)
 
 
 def etcd_health(lab: AgentLab) -> bool:
@@ -394,7 +459,10 @@ def etcd_outage(
         returned = time.time()
         while late := agents - {s.agent for s in tap.seen("answer") if s.at >= started}:
             if time.time() > returned + timeout:
-                raise RuntimeError(f"no request of {sorted(late)} answered after {timeout} s")
+                raise RuntimeError(
+                    f"no request of {sorted(late)} answered after {timeout} s "
+                    f"(tap dropped {tap.dropped()}):\n" + agent_logs(lab, late)
+                )
             time.sleep(0.1)
         time.sleep(max(0.0, returned + follow - time.time()))
         requests = int(etcd_metric(lab, GRPC_STARTED))
