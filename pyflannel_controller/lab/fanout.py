@@ -128,12 +128,13 @@ def start_agents(
             time.sleep(gap)
 
 
-def stop_agents(lab: AgentLab) -> None:
-    """SIGTERM every agent at once and wait for them all."""
+def stop_agents(lab: AgentLab, timeout: float = 60.0) -> None:
+    """SIGTERM every agent at once and wait for them all (fifty agents exiting together on a
+    busy 2-core machine take more than AgentLab's 10 s for one)."""
     for agent in lab.agents.values():
         agent.process.send_signal(signal.SIGTERM)
     for host in [agent.host for agent in lab.agents.values()]:
-        lab.stop_agent(host, signal.SIGTERM)
+        lab.stop_agent(host, signal.SIGTERM, timeout)
 
 
 def forget_routes(lab: AgentLab) -> None:
