@@ -1,7 +1,7 @@
 """One pyflanneld (vxlan) against 5 000 peer leases in a real etcd: programming time, event
 latency, memory and steady-state writes.
 
-Lab: an AgentLab with one host (pyflannel_controller/lab/netns_agents.py), the cluster config
+Lab: an AgentLab with one host (pyflannel_lab/netns_agents.py), the cluster config
 changed to SubnetLen 29 so 5 000 peers fit in 10.244.0.0/16, the host's lease reserved as
 10.244.0.8/29.
 Peer leases are put into etcd before the agent starts (aetcd transactions, from a helper
@@ -33,7 +33,7 @@ Figures:
     the one of the entry put back.
 
 Finishes with `metric: value` lines. Needs root:
-    python bench/bench_agent_scale.py [--peers 5000] [--events 200] [--idle-seconds 60]
+    PYTHONPATH=. python bench/bench_agent_scale.py [--peers 5000] [--events 200] [--idle-seconds 60]
 """
 
 from __future__ import annotations
@@ -59,11 +59,12 @@ from ipaddress import IPv4Address
 from bench_netlink import iproute2, make_host
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_controller.lab.churn import NETWORK, SUBNET_LEN, configure
-from pyflannel_controller.lab.netns_agents import PREFIX, AgentLab
-from pyflannel_controller.lab.netns_lab import LabHost
-from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
+from pyflannel_lab.churn import NETWORK, SUBNET_LEN, configure
+from pyflannel_lab.netns_agents import PREFIX, AgentLab
+from pyflannel_lab.netns_lab import LabHost
+from pyflannel_runtime.backend.peers import VxlanDevices
 from pyflannel_runtime.backend.programmer import FULL_RECONCILE_PERIOD
+from pyflannel_runtime.backend.vxlan.peers import vxlan_peer_entries
 from pyflannel_runtime.netlink.decoder import decode_neigh, decode_route
 from pyflannel_runtime.netlink.diff import desired_state, diff_ops
 from pyflannel_runtime.netlink.dump import Ownership, open_dump_socket, read_owned_state

@@ -22,7 +22,7 @@ CPU (utime + stime) and the time until every host has programmed:
 Scenario "outage" (--outage-agents, default 50, in a lab of its own): etcd stopped (SIGTERM) for
 --outage seconds and started again on the same data directory and port, as a restart of its
 service would, while every agent runs. etcd's return is when its /health says true again. Seen
-on br-ul (pyflannel_controller/lab/fanout.py EtcdTap, kernel timestamps): each agent's
+on br-ul (pyflannel_lab/fanout.py EtcdTap, kernel timestamps): each agent's
 reconnect, the first of its requests etcd answers after it returns (min, median, max and
 max - min, in seconds after the return); how many requests etcd got in the first second after
 it returned; the most it got within any 1 s and any 100 ms from its start until 10 s after
@@ -41,7 +41,7 @@ sizes (--agents, default 25 and 50), for the restart storm and both join storms.
 
 Finishes with `metric: value` lines (each scenario repeated --runs times; min-max shown).
 Needs root:
-    python bench/bench_etcd_fanout.py [--agents 25,50] [--runs 3] [--spread 10] [--changes 10]
+    PYTHONPATH=. python bench/bench_etcd_fanout.py [--agents 25,50] [--runs 3] [--spread 10] [--changes 10]
         [--scenarios fanout,outage] [--outage 30] [--outage-agents 50]
 """
 
@@ -59,7 +59,7 @@ from ipaddress import IPv4Network
 
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_controller.lab.fanout import (
+from pyflannel_lab.fanout import (
     EtcdCost,
     Recovery,
     add_peer,
@@ -75,7 +75,7 @@ from pyflannel_controller.lab.fanout import (
     stop_agents,
     wait_programmed,
 )
-from pyflannel_controller.lab.netns_agents import AGENT_PROGRAM, AgentLab
+from pyflannel_lab.netns_agents import AGENT_PROGRAM, AgentLab
 
 TARGET = 5000
 TIMEOUT = 600.0

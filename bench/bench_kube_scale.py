@@ -54,8 +54,8 @@ from bench_agent_scale import (
 )
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_controller.lab.churn import OWN_SUBNET
-from pyflannel_controller.lab.netns_agents import AgentLab
+from pyflannel_lab.churn import OWN_SUBNET
+from pyflannel_lab.netns_agents import AgentLab
 from pyflannel_runtime.wire.lease import Lease
 from pyflannel_runtime.wire.vxlan_data import parse_vxlan_backend_data
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pyflannel_runtime import DEFAULT_SUBNET_FILE, PyflannelError
-from pyflannel_runtime.backend import tx_offload
+from pyflannel_runtime.backend_spec import tx_offload
 from pyflannel_runtime.gojson.strconv import go_quote
-from pyflannel_runtime.subnet.annotations import normalize_prefix
 from pyflannel_runtime.subnet.endpoint_url import split_http_url
+from pyflannel_runtime.subnet.kube.annotations import normalize_prefix
 
 
 class FlagError(PyflannelError, ValueError):

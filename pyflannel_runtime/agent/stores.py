@@ -12,8 +12,8 @@ from pyflannel_runtime.subnet.manager import SubnetManager
 from pyflannel_runtime.wire.subnet_env import PreviousSubnets, read_previous_subnets
 
 if TYPE_CHECKING:
-    from pyflannel_runtime.subnet.etcd import EtcdSettings
-    from pyflannel_runtime.subnet.kube import KubeSettings
+    from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
+    from pyflannel_runtime.subnet.kube.kube import KubeSettings
 
 log = logging.getLogger("pyflannel.agent")
 
@@ -33,18 +33,18 @@ def previous_subnets(path: str) -> PreviousSubnets:
 
 async def build_subnet_manager(opts: Options, previous: PreviousSubnets) -> SubnetManager:
     if opts.kube_subnet_mgr:
-        from pyflannel_runtime.subnet.kube import KubeSubnetManager
+        from pyflannel_runtime.subnet.kube.kube import KubeSubnetManager
 
         return await KubeSubnetManager.create(kube_settings(opts))
 
-    from pyflannel_runtime.subnet.etcd import EtcdSubnetManager
+    from pyflannel_runtime.subnet.etcd.etcd import EtcdSubnetManager
 
     return EtcdSubnetManager(etcd_settings(opts, previous=previous))
 
 
 def kube_settings(opts: Options, **extra: Any) -> KubeSettings:
     """The Kubernetes API settings flanneld's flags describe."""
-    from pyflannel_runtime.subnet.kube import KubeSettings
+    from pyflannel_runtime.subnet.kube.kube import KubeSettings
 
     return KubeSettings(
         api_url=opts.kube_api_url,
@@ -58,7 +58,7 @@ def kube_settings(opts: Options, **extra: Any) -> KubeSettings:
 
 def etcd_settings(opts: Options, **extra: Any) -> EtcdSettings:
     """The etcd connection and lease settings flanneld's flags describe."""
-    from pyflannel_runtime.subnet.etcd import EtcdSettings
+    from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
 
     return EtcdSettings(
         endpoints=tuple(opts.etcd_endpoint_list),

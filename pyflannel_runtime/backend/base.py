@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from pyflannel_runtime import PyflannelError
-from pyflannel_runtime.backend.tx_offload import AUTO_VERDICT_FILE, DEFAULT_MODE
+from pyflannel_runtime.backend_spec.tx_offload import AUTO_VERDICT_FILE, DEFAULT_MODE
 from pyflannel_runtime.netdev.types import ExternalInterface
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.wire.netconf import NetworkConfig

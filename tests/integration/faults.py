@@ -11,8 +11,8 @@ from ipaddress import IPv4Network
 
 import pytest
 
-from pyflannel_controller.lab.netns_agents import AgentLab
-from pyflannel_controller.lab.netns_lab import LabHost
+from pyflannel_lab.netns_agents import AgentLab
+from pyflannel_lab.netns_lab import LabHost
 
 HANG_GUARD = 60.0  # a guard against hangs, never a measurement
 

@@ -16,8 +16,8 @@ from ipaddress import IPv4Address, IPv4Network
 
 import pytest
 
-from pyflannel_controller.lab.netns_agents import HEALTHZ_PORT, PREFIX, AgentLab
-from pyflannel_controller.lab.netns_lab import LabHost
+from pyflannel_lab.netns_agents import HEALTHZ_PORT, PREFIX, AgentLab
+from pyflannel_lab.netns_lab import LabHost
 from pyflannel_runtime.wire.lease import LeaseAttrs, make_subnet_key
 from tests.integration.faults import kernel_changes
 

@@ -1,6 +1,7 @@
 """pyflanneld in kube mode end to end: the Node API test double, agents in host namespaces
-(docs/compatibility.md, "Node annotations"). The double enforces the README's least-privilege
-RBAC for the agents' token (get, list, watch nodes; patch nodes/status) on every request."""
+(docs/compatibility.md, "Node annotations"). The double enforces the least-privilege RBAC of
+docs/operating.md for the agents' token (get, list, watch nodes; patch nodes/status) on every
+request."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pyflannel_controller.lab.netns_agents import AgentLab
+from pyflannel_lab.netns_agents import AgentLab
 from tests.fakes.kube_api import FLANNEL_AGENT, FakeKubeApi
 
 pytestmark = pytest.mark.root

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyflannel_controller.lab.fanout import (
+from pyflannel_lab.fanout import (
     add_peer,
     etcd_cost,
     etcd_outage,

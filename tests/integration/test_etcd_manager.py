@@ -21,10 +21,15 @@ from typing import Any, TypeVar
 import aetcd
 import pytest
 
-from pyflannel_controller.lab.etcd_server import EtcdServer, free_port
+from pyflannel_lab.etcd_server import EtcdServer, free_port
 from pyflannel_runtime.ops.reset import release_lease
 from pyflannel_runtime.subnet import backoff
-from pyflannel_runtime.subnet.etcd import ETCD_ERRORS, EtcdError, EtcdSettings, EtcdSubnetManager
+from pyflannel_runtime.subnet.etcd.etcd import (
+    ETCD_ERRORS,
+    EtcdError,
+    EtcdSettings,
+    EtcdSubnetManager,
+)
 from pyflannel_runtime.subnet.manager import (
     LeaseListing,
     LeaseRevoked,

@@ -29,11 +29,11 @@ from ipaddress import IPv4Network, ip_interface
 
 import pytest
 
-from pyflannel_controller.lab.netns_agents import PREFIX, AgentLab
-from pyflannel_controller.lab.netns_lab import LabHost
+from pyflannel_lab.netns_agents import PREFIX, AgentLab
+from pyflannel_lab.netns_lab import LabHost
 from pyflannel_runtime.netlink.netns import run_in_netns
 from pyflannel_runtime.ops.lease import NodeLease, release_etcd
-from pyflannel_runtime.subnet.etcd import EtcdSettings
+from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
 from pyflannel_runtime.wire.lease import LeaseAttrs, make_subnet_key
 from tests.integration.faults import (
     HANG_GUARD,

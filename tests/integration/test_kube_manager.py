@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from pyflannel_runtime.subnet import backoff
-from pyflannel_runtime.subnet.kube import (
+from pyflannel_runtime.subnet.kube.kube import (
     LIST_PAGE,
     KubeSettings,
     KubeSubnetError,

@@ -1,4 +1,4 @@
-"""site.yml against real systemd hosts over SSH (the podman lab of pyflannel_controller.lab): etcd
+"""site.yml against real systemd hosts over SSH (the podman lab of pyflannel_lab): etcd
 with TLS, the CNI plugin and pyflanneld (vxlan), then the checks an operator relies on.
 
 One lab serves the whole module, in this order: bad inventories and check mode first (on
@@ -27,32 +27,26 @@ from typing import Any
 import pytest
 import yaml
 
-from pyflannel_controller.lab.playbook import (
+from pyflannel_lab.playbook import (
     LAB_INVENTORY,
     WHEELHOUSE_CACHE,
     PlaybookRun,
     run_playbook,
 )
-from pyflannel_runtime.subnet.etcd import EtcdSettings, EtcdSubnetManager
-from tests.integration.collection_tarball import build, install, play_outside, run_outside
+from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings, EtcdSubnetManager
+from tests.integration.collection_tarball import install, play_outside, run_outside
 from tests.integration.site_lab import SNAPSHOT, assert_converged, lab_hosts
 from tests.integration.site_lab import on_host as ssh
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 
-hosts_api = pytest.importorskip("pyflannel_controller.lab.hosts")
+hosts_api = pytest.importorskip("pyflannel_lab.hosts")
 
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[Any]:
     with lab_hosts() as state:
         yield state
-
-
-@pytest.fixture(scope="module")
-def tarball(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The collection tarball, built once for the tests that install it."""
-    return build(tmp_path_factory.mktemp("tarball"))
 
 
 def report(capsys: pytest.CaptureFixture[str], line: str) -> None:
@@ -228,9 +222,9 @@ OUTSIDE_PLAYBOOK = """
 
 
 def test_the_installed_collections_modules_need_no_options_on_a_provisioned_node(
-    lab: Any, tarball: Path, tmp_path: Path
+    lab: Any, collection_tarball: Path, tmp_path: Path
 ) -> None:
-    installed = install(tmp_path, tarball)
+    installed = install(tmp_path, collection_tarball)
     work = tmp_path / "elsewhere"
     work.mkdir()
     (work / "play.yml").write_text(OUTSIDE_PLAYBOOK)
@@ -509,13 +503,13 @@ def test_reset_removes_ours_and_only_ours_and_site_converges_again(
 
 @pytest.mark.timeout(900)  # a reset, a first run and a re-run, on a busy machine
 def test_the_installed_tarballs_playbooks_provision_the_lab_from_outside(
-    lab: Any, tarball: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    lab: Any, collection_tarball: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """From a directory holding only the installed tarball and the lab's inventory (with the etcd
     CA beside it, where the etcd role keeps it for any inventory): no ansible.cfg, no checkout."""
     work = tmp_path / "elsewhere"
     work.mkdir()
-    installed = install(work, tarball, into="collections")
+    installed = install(work, collection_tarball, into="collections")
     shutil.copytree(LAB_INVENTORY, work / "inventory")
     shutil.copytree(
         Path(f"{LAB_INVENTORY}-credentials") / "etcd-pki",

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pyflannel_controller.lab.playbook import PlaybookRun, run_playbook
+from pyflannel_lab.playbook import PlaybookRun, run_playbook
 from tests.integration.csum_fault import COMMENT, fault_on_host
 from tests.integration.site_lab import assert_converged, lab_hosts
 from tests.integration.site_lab import on_host as ssh

@@ -29,12 +29,12 @@ from typing import Any
 
 import pytest
 
-from pyflannel_controller.lab.playbook import ROOT, PlaybookRun, run_playbook
+from pyflannel_lab.playbook import ROOT, PlaybookRun, run_playbook
 from tests.integration.site_lab import SNAPSHOT, assert_converged, lab_hosts
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 
-hosts_api = pytest.importorskip("pyflannel_controller.lab.hosts")
+hosts_api = pytest.importorskip("pyflannel_lab.hosts")
 
 NETWORK = {
     "flannel_network": "10.244.0.0/21",

@@ -23,13 +23,13 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from pyflannel_controller.lab.playbook import run_playbook
+from pyflannel_lab.playbook import run_playbook
 from tests.fakes.kube_api import FLANNEL_AGENT, FakeKubeApi
 from tests.integration.site_lab import assert_converged, lab_hosts, on_host
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 
-underlay = pytest.importorskip("pyflannel_controller.lab.underlay")
+underlay = pytest.importorskip("pyflannel_lab.underlay")
 
 PREFIX = "flannel.alpha.coreos.com"
 KUBECONFIG_ON_NODES = "/etc/pyflannel/kubeconfig"
@@ -51,7 +51,8 @@ def lab() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def kube_api(lab: Any) -> Iterator[FakeKubeApi]:
     """The TEST DOUBLE of the Node API, where the hosts reach the controller; the kubeconfig's
-    token may do what the agents' ClusterRole allows (README, "Kubernetes RBAC") and no more."""
+    token may do what the agents' ClusterRole allows (docs/operating.md, "Kubernetes RBAC") and
+    no more."""
     tokens = {TOKEN: FLANNEL_AGENT}
     with FakeKubeApi(host=str(underlay.gateway(lab.network)), tokens=tokens) as api:
         for name in lab.names():
@@ -186,7 +187,7 @@ def test_the_udp_backend_under_systemd(
         unit = on_host(lab, name, "systemctl show pyflanneld -p DeviceAllow")
         assert "DeviceAllow=/dev/net/tun rw" in unit, unit
         workers = on_host(lab, name, "systemd-cgls --no-pager --unit pyflanneld.service")
-        assert workers.count("pyflannel_runtime.backend.udp_worker") == 2, workers
+        assert workers.count("pyflannel_runtime.backend.udp.worker") == 2, workers
         # flannel's udp backend leaves BackendType unset: the annotation is empty, its data null.
         assert flannel_annotations(kube_api, name) == {
             "backend-data": "null",

@@ -22,15 +22,15 @@ from typing import Any
 
 import pytest
 
-from pyflannel_controller.lab.etcd_server import free_port
-from pyflannel_controller.lab.netns_agents import AgentLab
-from pyflannel_controller.lab.netns_lab import LabHost
+from pyflannel_lab.etcd_server import free_port
+from pyflannel_lab.netns_agents import AgentLab
+from pyflannel_lab.netns_lab import LabHost
 from pyflannel_runtime import __version__
-from pyflannel_runtime.cli import main
+from pyflannel_runtime.cli.main import main
 from pyflannel_runtime.netlink.netns import run_in_netns
 from tests.fakes.kube_api import FakeKubeApi
 
-RUN_CLI = "import sys; from pyflannel_runtime.cli import main; sys.exit(main(sys.argv[1:]))"
+RUN_CLI = "import sys; from pyflannel_runtime.cli.main import main; sys.exit(main(sys.argv[1:]))"
 P = "flannel.alpha.coreos.com/"
 
 

@@ -24,7 +24,7 @@ from pyflannel_runtime.agent.flags import (
     validate,
 )
 from pyflannel_runtime.agent.main import main, write_subnet_file
-from pyflannel_runtime.cli import main as pyflannel
+from pyflannel_runtime.cli.main import main as pyflannel
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
 from pyflannel_runtime.wire.netconf import check_network_config, parse_config
 

@@ -9,13 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyflannel_runtime.backend.peers import (
-    PeerSkipped,
-    VxlanDevices,
-    hostgw_peer_entries,
-    udp_peer_route,
-    vxlan_peer_entries,
-)
+from pyflannel_runtime.backend.hostgw.peers import hostgw_peer_entries
+from pyflannel_runtime.backend.peers import PeerSkipped, VxlanDevices
+from pyflannel_runtime.backend.udp.peers import udp_peer_route
+from pyflannel_runtime.backend.vxlan.peers import vxlan_peer_entries
 from pyflannel_runtime.netlink.dump import Ownership, RouteFacts, owns_route
 from pyflannel_runtime.netlink.entries import Fdb, Neigh, Route
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs

@@ -20,7 +20,7 @@ from pyflannel_runtime.agent.flags import parse_flags
 from pyflannel_runtime.agent.main import CONFIG_RETRY_SECONDS, Agent
 from pyflannel_runtime.subnet import backoff
 from pyflannel_runtime.subnet.backoff import Backoff, jittered
-from pyflannel_runtime.subnet.etcd import EtcdSettings, EtcdSubnetManager
+from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings, EtcdSubnetManager
 
 draws = st.lists(st.floats(0.0, 1.0), min_size=1, max_size=40)
 bounds = st.tuples(st.floats(1e-3, 10.0), st.floats(1.0, 1000.0)).map(

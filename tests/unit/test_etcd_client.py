@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyflannel_runtime.subnet.etcd_client import (
+from pyflannel_runtime.subnet.etcd.client import (
     Endpoint,
     EtcdClient,
     EtcdClientError,

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from pyflannel_runtime.subnet.annotations import Annotations
-from pyflannel_runtime.subnet.kube_nodes import (
+from pyflannel_runtime.subnet.kube.annotations import Annotations
+from pyflannel_runtime.subnet.kube.nodes import (
     NodeLeaseError,
     NodeLeaseTracker,
     annotation_changes,

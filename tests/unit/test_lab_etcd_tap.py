@@ -1,4 +1,4 @@
-"""What the outage bench's tap makes of a packet (pyflannel_controller/lab/fanout.py classify),
+"""What the outage bench's tap makes of a packet (pyflannel_lab/fanout.py classify),
 and the figures it draws from what it saw (Recovery)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from pyflannel_controller.lab.fanout import Recovery, Seen, classify
+from pyflannel_lab.fanout import Recovery, Seen, classify
 
 AGENT, ETCD, PORT = "192.0.2.11", "192.0.2.100", 2379
 SYN, ACK, PSH = 0x02, 0x10, 0x08

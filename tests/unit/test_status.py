@@ -13,7 +13,17 @@ import pytest
 from pyflannel_runtime.agent.cli_flags import AgentFlagsError, agent_environment, agent_options
 from pyflannel_runtime.agent.flags import Options
 from pyflannel_runtime.backend.host import HostDatapath
-from pyflannel_runtime.backend.peers import VxlanDevices, hostgw_peer_entries, vxlan_peer_entries
+from pyflannel_runtime.backend.hostgw.peers import hostgw_peer_entries
+from pyflannel_runtime.backend.peers import VxlanDevices
+from pyflannel_runtime.backend.vxlan.peers import vxlan_peer_entries
+from pyflannel_runtime.cli.status import (
+    AGENT_FLAGS,
+    add_arguments,
+    remaining,
+    render_json,
+    render_table,
+    report_dict,
+)
 from pyflannel_runtime.ipam.node import FamilyUsage, PodAddresses
 from pyflannel_runtime.netlink.entries import (
     DatapathState,
@@ -30,14 +40,6 @@ from pyflannel_runtime.ops.verify import (
     compare,
     describe,
     find_host_lease,
-)
-from pyflannel_runtime.status import (
-    AGENT_FLAGS,
-    add_arguments,
-    remaining,
-    render_json,
-    render_table,
-    report_dict,
 )
 from pyflannel_runtime.subnet.manager import ListedLease, UnreadableLease
 from pyflannel_runtime.subnet.watcher import LeaseScope
