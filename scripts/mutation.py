@@ -112,9 +112,12 @@ def select(modules: list[str], fragments: list[str]) -> list[str]:
 def drop_operand(node: Any) -> Iterable[Any]:
     """`a and b` as `a`, then as `b` (likewise `or`): a guard that lost one of its conditions.
     mutmut swaps `and` for `or`, which tests tell apart from the original while still missing
-    a condition whose own case none of them tries (such as a guard's `not same(old, new)`)."""
-    yield node.left
-    yield node.right
+    a condition whose own case none of them tries (such as a guard's `not same(old, new)`).
+    The operand keeps the operation's parentheses: a line break inside may need them."""
+    for operand in (node.left, node.right):
+        yield operand.with_changes(
+            lpar=[*node.lpar, *operand.lpar], rpar=[*operand.rpar, *node.rpar]
+        )
 
 
 def add_operators() -> None:
