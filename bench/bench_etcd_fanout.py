@@ -19,6 +19,22 @@ CPU (utime + stime) and the time until every host has programmed:
     agent does today), against its own key plus a watch from a stored revision (what a resume
     would ask). Their difference is what resuming would save etcd.
 
+Scenario "outage" (--outage-agents, default 50, in a lab of its own): etcd stopped (SIGTERM) for
+--outage seconds and started again on the same data directory and port, as a restart of its
+service would, while every agent runs. etcd's return is when its /health says true again. Seen
+on br-ul (pyflannel_lab/fanout.py EtcdTap, kernel timestamps): each agent's
+reconnect, the first of its requests etcd answers after it returns (min, median, max and
+max - min, in seconds after the return); how many requests etcd got in the first second after
+it returned; the most it got within any 1 s and any 100 ms from its start until 10 s after
+its return; and the most connection attempts within 100 ms while it was down (from 10 s into
+the outage, when every retry has reached the longest wait). Twice per run,
+side by side: the agents as they are (jitter: each retry waits a random time up to the
+doubling ceiling) and lockstep agents (every wait the ceiling itself: the schedule the agents
+had before jitter, set through the one place jitter comes from,
+pyflannel_runtime/subnet/backoff.py jitter_source). Afterwards a new peer's lease must reach
+every host, so every watch is back. etcd's own count of requests since it started again
+(grpc_server_started_total) is printed beside the tap's.
+
 Extrapolation to 5 000 nodes: a lease change costs etcd one watch event per agent (bytes per
 agent at the largest N, times 5 000); a storm's cost(N) = a*N + b*N^2 through the two lab
 sizes (--agents, default 25 and 50), for the restart storm and both join storms.
@@ -26,6 +42,7 @@ sizes (--agents, default 25 and 50), for the restart storm and both join storms.
 Finishes with `metric: value` lines (each scenario repeated --runs times; min-max shown).
 Needs root:
     PYTHONPATH=. python bench/bench_etcd_fanout.py [--agents 25,50] [--runs 3] [--spread 10] [--changes 10]
+        [--scenarios fanout,outage] [--outage 30] [--outage-agents 50]
 """
 
 from __future__ import annotations
@@ -44,9 +61,11 @@ from sigterm import interrupt_on_sigterm
 
 from pyflannel_lab.fanout import (
     EtcdCost,
+    Recovery,
     add_peer,
     agent_cpu_seconds,
     etcd_cost,
+    etcd_outage,
     fanout_lab,
     forget_routes,
     free_subnet,
@@ -56,10 +75,23 @@ from pyflannel_lab.fanout import (
     stop_agents,
     wait_programmed,
 )
-from pyflannel_lab.netns_agents import AgentLab
+from pyflannel_lab.netns_agents import AGENT_PROGRAM, AgentLab
 
 TARGET = 5000
 TIMEOUT = 600.0
+# Agents without jitter, to compare against: every retry waits its ceiling (0.1 s doubling to
+# 5 s), as before jitter. Set where the agents' jitter comes from, before the agent runs.
+LOCKSTEP_PROGRAM = (
+    "-c",
+    "import sys; from pyflannel_runtime.subnet import backoff; "
+    "backoff.jitter_source = lambda: 1.0; "
+    "from pyflannel_runtime.agent.main import main; sys.exit(main())",
+)
+MODES = {"lockstep": LOCKSTEP_PROGRAM, "jitter": AGENT_PROGRAM}
+SETTLE = 5.0  # seconds between the agents' start-up and the outage
+# Seconds into an outage by which every retry ceiling has reached its cap (0.1 s doubling to
+# 5 s: 6.3 s of failures): the connection attempts are counted from then on.
+CAPPED = 10.0
 
 
 @dataclass(frozen=True)
@@ -170,6 +202,70 @@ def bench(n: int, runs: int, spread: float, changes_per_run: int) -> Figures:
     return Figures(cold, changes, storms, spreads, listing, resume)
 
 
+def outage_bench(n: int, runs: int, seconds: float) -> dict[str, list[Recovery]]:
+    """The outage, `runs` times for each mode, in turn."""
+    print(f"outage, {n} agents: {load()}", flush=True)
+    found: dict[str, list[Recovery]] = {mode: [] for mode in MODES}
+    with fanout_lab(n, prefix="pfu") as lab:
+        for run in range(runs):
+            for mode, program in MODES.items():
+                start_agents(lab, program=program)
+                wait_programmed(lab, n - 1, TIMEOUT)
+                time.sleep(SETTLE)
+                recovery = etcd_outage(lab, seconds)
+                found[mode].append(recovery)
+                print(f"run {run + 1} {mode}: {describe(recovery)}; {load()}", flush=True)
+                subnet = free_subnet(lab)  # every watch is back: a new peer reaches every host
+                add_peer(lab, subnet)
+                wait_programmed(lab, n, TIMEOUT)
+                remove_peer(lab, subnet)
+                stop_agents(lab)
+    return found
+
+
+def outage_figures(r: Recovery) -> dict[str, float]:
+    reconnects = sorted(r.reconnects().values())
+    after = r.returned + 10.0
+    return {
+        "reconnect_first_s": reconnects[0],
+        "reconnect_median_s": statistics.median(reconnects),
+        "reconnect_last_s": reconnects[-1],
+        "reconnect_spread_s": reconnects[-1] - reconnects[0],
+        "requests_first_second": r.requests_after_return(1.0),
+        "peak_requests_per_1s": r.peak("request", 1.0, r.started, after),
+        "peak_requests_per_100ms": r.peak("request", 0.1, r.started, after),
+        "peak_attempts_per_100ms_while_down": r.peak("attempt", 0.1, r.stopped + CAPPED, r.started),
+    }
+
+
+def describe(r: Recovery) -> str:
+    f = outage_figures(r)
+    tapped = len(r.times("request", r.started))
+    return (
+        f"reconnects {f['reconnect_first_s']:.2f}/{f['reconnect_median_s']:.2f}/"
+        f"{f['reconnect_last_s']:.2f} s (min/median/max after return), "
+        f"{f['requests_first_second']:.0f} requests in the first second, peaks "
+        f"{f['peak_requests_per_1s']:.0f}/s and {f['peak_requests_per_100ms']:.0f}/100 ms; "
+        f"while down {f['peak_attempts_per_100ms_while_down']:.0f} attempts/100 ms at most; "
+        f"requests since the restart: tap {tapped}, etcd {r.etcd_requests}; "
+        f"etcd back {r.returned - r.started:.2f} s after its start"
+    )
+
+
+def report_outage(n: int, found: dict[str, list[Recovery]]) -> None:
+    print(f"--- outage: {n} agents, lockstep (the schedule without jitter) vs jitter")
+    figures = {mode: [outage_figures(r) for r in found[mode]] for mode in found}
+    for metric in figures["jitter"][0]:
+        shown = {mode: [f[metric] for f in figures[mode]] for mode in figures}
+        fmt = ".2f" if metric.endswith("_s") else ".0f"
+        before, after = (statistics.median(shown[mode]) for mode in ("lockstep", "jitter"))
+        ratio = f" (x{after / before:.2f})" if before > 0 and after > 0 else ""
+        print(
+            f"outage_{metric}: lockstep {span(shown['lockstep'], fmt)}, "
+            f"jitter {span(shown['jitter'], fmt)}{ratio}"
+        )
+
+
 def median(samples: list[Sample], metric: Callable[[Sample], float]) -> float:
     return statistics.median(metric(s) for s in samples)
 
@@ -188,7 +284,27 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--spread", type=float, default=10.0, help="seconds a spread restart takes")
     parser.add_argument("--changes", type=int, default=10, help="lease changes per run")
+    parser.add_argument(
+        "--scenarios",
+        default="fanout,outage",
+        help="fanout (every scenario but the outage), outage",
+    )
+    parser.add_argument("--outage", type=float, default=30.0, help="seconds etcd is down")
+    parser.add_argument("--outage-agents", type=int, default=50)
     args = parser.parse_args()
+    scenarios = set(args.scenarios.split(","))
+    if unknown := scenarios - {"fanout", "outage"}:
+        parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
+    if "outage" in scenarios:
+        outages = outage_bench(args.outage_agents, args.runs, args.outage)
+        report_outage(args.outage_agents, outages)
+    if "fanout" in scenarios:
+        fanout(args)
+    print(f"end: {load()}")
+    return 0
+
+
+def fanout(args: argparse.Namespace) -> None:
     sizes = [int(n) for n in args.agents.split(",")]
     results = {n: bench(n, args.runs, args.spread, args.changes) for n in sizes}
 
@@ -214,7 +330,7 @@ def main() -> int:
     cpu_per_event = median(results[change].changes, lambda s: s.cost.cpu_seconds) / change
     print(f"extrapolated_{TARGET}_lease_change_etcd_cpu_s: {cpu_per_event * TARGET:.2f}")
     if len(sizes) < 2:
-        return 0
+        return
     metrics: dict[str, Callable[[Sample], float]] = {
         "wire_bytes": lambda s: s.cost.wire_bytes,
         "etcd_cpu_s": lambda s: s.cost.cpu_seconds,
@@ -225,8 +341,6 @@ def main() -> int:
             at = a * TARGET + b * TARGET**2
             print(f"{scenario}_{name}(N) = {a:.4g} * N + {b:.4g} * N^2")
             print(f"extrapolated_{TARGET}_{scenario}_{name}: {at:.3e}")
-    print(f"end: {load()}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from pyflannel_runtime.memory import tune_heap
 from pyflannel_runtime.netdev.kernel import select_external_interface
 from pyflannel_runtime.netdev.types import ExternalInterface, InterfaceError
 from pyflannel_runtime.subnet.allocation import OutOfSubnets
+from pyflannel_runtime.subnet.backoff import Backoff
 from pyflannel_runtime.subnet.manager import LeaseRevoked, LeaseTaken, SubnetManager
 from pyflannel_runtime.subnet.watcher import LeaseScope
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
@@ -50,6 +51,7 @@ log = logging.getLogger("pyflannel.agent")
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+CONFIG_RETRY_SECONDS = 1.0  # flanneld's getConfig: how often the network config is asked for
 
 _BR_NETFILTER = {
     4: "/proc/sys/net/bridge/bridge-nf-call-iptables",
@@ -184,13 +186,18 @@ class Agent:
             signal.signal(sig, signal.SIG_DFL)
 
     async def _get_config(self, sm: SubnetManager) -> NetworkConfig | None:
+        """The network config, asked for until it comes: the agent's first request to the
+        datastore. flanneld asks every second; here each wait is drawn from [0, 2 s] (full
+        jitter, a second on average), so that agents started together while the datastore
+        cannot be reached (a restart storm) do not ask together."""
+        backoff = Backoff(2 * CONFIG_RETRY_SECONDS, 2 * CONFIG_RETRY_SECONDS)
         while not self._stop.is_set():
             try:
                 return await sm.get_network_config()
             except Exception as err:
                 log.error("Couldn't fetch network config: %s", err)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=1)
+                await asyncio.wait_for(self._stop.wait(), timeout=backoff.next_delay())
         return None
 
     def _check_br_netfilter(self, config: NetworkConfig) -> None:

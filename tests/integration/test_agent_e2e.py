@@ -12,12 +12,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from ipaddress import IPv4Address, IPv4Network
 
 import pytest
 
-from pyflannel_lab.netns_agents import PREFIX, AgentLab
+from pyflannel_lab.netns_agents import HEALTHZ_PORT, PREFIX, AgentLab
 from pyflannel_lab.netns_lab import LabHost
 from pyflannel_runtime import __version__
+from pyflannel_runtime.wire.lease import LeaseAttrs, make_subnet_key
+from tests.integration.faults import kernel_changes
 from tests.integration.scrape import promtool_problems, samples
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
@@ -156,6 +159,65 @@ def test_removed_peer_is_withdrawn_everywhere(lab: AgentLab) -> None:
             host.ns, "route", "show"
         )
     assert lab.net.ping(lab.net.hosts[0].pod_ns, lab.net.hosts[1].pod_ip)
+
+
+def forwarder_routes(lab: AgentLab, host: LabHost) -> dict[str, str]:
+    """The udp forwarder's routes on `host` (peer subnet -> "public IP:port"), from /statusz."""
+    url = f"http://127.0.0.1:{HEALTHZ_PORT}/statusz"
+    probe = (
+        f"import urllib.request; print(urllib.request.urlopen({url!r}, timeout=5).read().decode())"
+    )
+    shown = json.loads(lab.net.run(host.ns, sys.executable, "-c", probe).stdout)
+    routes: dict[str, str] = shown["udp"]["routes"]
+    return routes
+
+
+def test_peers_renewing_their_leases_withdraw_and_write_nothing(lab: AgentLab) -> None:
+    """A renewal puts the same value under a new etcd lease (pyflanneld's and flanneld's
+    alike): the kernel keeps every peer entry as it is (no change announced), and udp's
+    forwarders keep their routes (no "Removing route"). A peer put into etcd after the
+    renewals marks when the agent has handled them."""
+    host, peers = lab.net.hosts[0], lab.net.hosts[1:]
+    udp = lab.backend["Type"] == "udp"
+    agent = lab.agents[host.n]
+
+    def programmed(subnet: IPv4Network) -> bool:
+        if udp:  # udp's routes live in the agent's forwarders, shown on its /statusz
+            return str(subnet) in forwarder_routes(lab, host)
+        return f"{subnet} " in lab.net.ip(host.ns, "route", "show")
+
+    for peer in peers:
+        assert wait_for(lambda p=peer: programmed(p.subnet))
+    marker = IPv4Network("10.244.250.0/24")
+    mac = "0e:00:00:00:00:fa"
+    attrs = LeaseAttrs(
+        public_ip=IPv4Address("192.0.2.250"),
+        backend_type="" if udp else lab.backend["Type"],  # flannel's udp writes none
+        backend_data=f'{{"VNI":1,"VtepMAC":"{mac}"}}' if lab.backend["Type"] == "vxlan" else None,
+    )
+    removals = agent.log().count("Removing route to")
+    with kernel_changes(lab, host) as changes:
+        for peer in peers:
+            granted = lab.etcdctl("lease", "grant", "3600").split()[1]  # "lease <id> granted..."
+            lab.etcdctl("put", f"--lease={granted}", lab.lease_key(peer), lab.lease_value(peer))
+        lab.etcdctl("put", f"{PREFIX}/subnets/{make_subnet_key(marker, None)}", attrs.to_json())
+        assert wait_for(lambda: programmed(marker))
+    for peer in peers:  # renewed: held by an etcd lease now
+        assert '"lease":' in lab.etcdctl("get", lab.lease_key(peer), "-w", "json")
+    assert agent.log().count("Removing route to") == removals, agent.log()
+    # Routes (both kernel backends) and vxlan's neighbours and FDB entries; not the pods' ARP,
+    # nor what the kernel adds itself (a new device's IPv6 link-local routes).
+    written = [
+        line
+        for line in changes
+        if ("flannel.1" in line or "/24 " in line) and "proto kernel" not in line
+    ]
+    if not udp:
+        assert written, changes  # the marker's entries: the monitor saw the agent write
+    others = [
+        line for line in written if str(marker.network_address) not in line and mac not in line
+    ]
+    assert others == [], changes
 
 
 def test_peer_removed_while_agent_down_is_cleaned_at_start(lab: AgentLab) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import math
 import random
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from ipaddress import IPv4Address, IPv4Network
@@ -22,6 +23,7 @@ import pytest
 
 from pyflannel_lab.etcd_server import EtcdServer, free_port
 from pyflannel_runtime.ops.reset import release_lease
+from pyflannel_runtime.subnet import backoff
 from pyflannel_runtime.subnet.etcd.etcd import (
     ETCD_ERRORS,
     EtcdError,
@@ -666,9 +668,26 @@ def test_watch_relists_after_compaction(etcd_factory: Any) -> None:
     run(body())
 
 
-def test_watch_resumes_where_it_left_off_after_etcd_restarts(etcd_factory: Any) -> None:
+def test_watch_resumes_where_it_left_off_after_etcd_restarts(
+    etcd_factory: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """...reconnecting after jittered waits (up to 0.1 s, doubling with each failure in a
+    row), each logged as it is slept."""
     server: EtcdServer = etcd_factory()
     prefix = "/coreos.com/network"
+    draws: list[float] = []
+    slept: list[float] = []
+    real_sleep = asyncio.sleep
+
+    def draw() -> float:
+        draws.append(random.random())
+        return draws[-1]
+
+    async def sleep(delay: float) -> None:
+        slept.append(delay)
+        await real_sleep(delay)
+
+    monkeypatch.setattr(backoff, "jitter_source", draw)
 
     async def body() -> None:
         manager = EtcdSubnetManager(settings(server, prefix))
@@ -679,15 +698,28 @@ def test_watch_resumes_where_it_left_off_after_etcd_restarts(etcd_factory: Any) 
             (one,) = (await next_batch(watch)).events
             assert one.lease.subnet == IPv4Network("10.244.1.0/24")
             pending = asyncio.ensure_future(next_batch(watch))
-            await asyncio.to_thread(server.restart)
-            server.etcdctl("put", f"{prefix}/subnets/10.244.2.0-24", attrs("192.0.2.2").to_json())
-            (two,) = (await pending).events
+            with monkeypatch.context() as patch:
+                patch.setattr(asyncio, "sleep", sleep)
+                await asyncio.to_thread(server.restart)
+                server.etcdctl(
+                    "put", f"{prefix}/subnets/10.244.2.0-24", attrs("192.0.2.2").to_json()
+                )
+                (two,) = (await pending).events
             assert two.lease.subnet == IPv4Network("10.244.2.0/24")
         finally:
             await watch.aclose()
             await manager.close()
 
-    run(body())
+    with caplog.at_level(logging.WARNING, logger="pyflannel_runtime.subnet.etcd"):
+        run(body())
+    assert slept, "the watch broke and was opened again"
+    assert slept == [min(5.0, 0.1 * 2**n) * d for n, d in enumerate(draws)]
+    logged = [
+        m.group(1)
+        for r in caplog.records
+        if (m := re.search(r"(?:reconnecting|retrying) in (\d+\.\d)s", r.getMessage()))
+    ]
+    assert logged == [f"{delay:.1f}" for delay in slept]
 
 
 # --- TLS and auth ---------------------------------------------------------------------------

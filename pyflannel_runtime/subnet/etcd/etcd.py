@@ -21,11 +21,15 @@ Deliberate differences from flannel:
 * Renewal writes the key only while it still holds this node's lease (a txn on its value;
   flannel's plain put would take a subnet another node was given after ours ran out).
 * A lease that ran out while etcd could not be reached (a partition longer than the TTL) is
-  taken again as soon as etcd answers, the same subnet, without a restart: retried every
+  taken again as soon as etcd answers, the same subnet, without a restart: retried within a
   second once expired, so the peers program the node again within seconds. If another node
   holds the subnet by then, the agent shuts down with flannel's message and why (LeaseTaken)
   instead of renumbering the node's pods under them. A key deleted before its lease ran out
   (an operator's release) still shuts the agent down as in flannel.
+* Every retry waits a random time up to a ceiling (full jitter, subnet/backoff.py): a failed
+  request or watch up to 0.1 s doubling to 5 s, a failed renewal up to flannel's minute.
+  Agents that lost etcd together do not all come back at the same instant
+  (docs/operating-faults.md).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from typing import TypeVar
 from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.fsutil import os_error_text
 from pyflannel_runtime.subnet.allocation import choose_new_subnets, find_own_lease, lease_fits
+from pyflannel_runtime.subnet.backoff import Backoff, jittered
 from pyflannel_runtime.subnet.endpoint_url import split_http_url
 from pyflannel_runtime.subnet.etcd.client import (
     Endpoint,
@@ -99,8 +104,6 @@ RECLAIM_RETRY_SECONDS = 1.0
 # etcd deletes a key when its lease runs out, checked every 500 ms by its leader: a deletion
 # of the own key later than this before the expiry this node reckoned was someone's doing.
 EXPIRY_SLACK_SECONDS = 1.0
-_BACKOFF_FIRST = 0.1
-_BACKOFF_MAX = 5.0
 _NO_IPV4 = IPv4Network("0.0.0.0/0")
 
 # Why a watch is started again (the agent's metrics count each): etcd ended the stream, its
@@ -305,16 +308,16 @@ class EtcdSubnetManager:
                 await self._conn.fail_over(client)
 
     async def _retrying(self, fn: Callable[[], Awaitable[_T]]) -> _T:
-        backoff = _BACKOFF_FIRST
+        backoff = Backoff()
         while True:
             try:
                 return await fn()
             except ETCD_ERRORS as err:
+                delay = backoff.next_delay()
                 log.warning(
-                    "etcd request failed, retrying in %.1fs: %s", backoff, describe_etcd_error(err)
+                    "etcd request failed, retrying in %.1fs: %s", delay, describe_etcd_error(err)
                 )
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, _BACKOFF_MAX)
+            await asyncio.sleep(delay)
 
     def _subnet_key(self, subnet: IPv4Network | None, ipv6_subnet: IPv6Network | None) -> bytes:
         return self._subnets_dir + make_subnet_key(subnet, ipv6_subnet).encode()
@@ -553,7 +556,7 @@ class EtcdSubnetManager:
         """Watch from revision ``since`` for ever: reconnect with backoff where the last event
         left off, and after a compaction emit ``resync()`` and go on from its revision."""
         name = key.decode(errors="replace")
-        backoff = _BACKOFF_FIRST
+        backoff = Backoff()
         while not self._closed:
             try:
                 watch = await self._call(
@@ -563,7 +566,7 @@ class EtcdSubnetManager:
                 )
                 try:
                     async for event in watch.events():
-                        backoff = _BACKOFF_FIRST
+                        backoff.reset()
                         try:
                             lease_event = self._lease_event(event)
                         except LeaseError as err:
@@ -579,7 +582,8 @@ class EtcdSubnetManager:
                     watch.close()
                 if self._closed:
                     return
-                log.warning("etcd watch on %s ended, reconnecting", name)
+                delay = backoff.next_delay()
+                log.warning("etcd watch on %s ended, reconnecting in %.1fs", name, delay)
                 self.stats.watch_restarted("closed")
             except EtcdCompacted as err:
                 log.warning("etcd watch on %s: %s; re-listing", name, err)
@@ -587,18 +591,18 @@ class EtcdSubnetManager:
                 batch, revision = await self._retrying(resync)
                 yield batch
                 since = revision + 1
-                backoff = _BACKOFF_FIRST
+                backoff.reset()
                 continue
             except ETCD_ERRORS as err:
+                delay = backoff.next_delay()
                 log.warning(
                     "etcd watch on %s failed, retrying in %.1fs: %s",
                     name,
-                    backoff,
+                    delay,
                     describe_etcd_error(err),
                 )
                 self.stats.watch_restarted("error")
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, _BACKOFF_MAX)
+            await asyncio.sleep(delay)
 
     async def _own_lease_state(self, lease: Lease) -> tuple[LeaseWatchBatch, int]:
         key = self._subnet_key(lease.subnet, lease.ipv6_subnet)
@@ -656,13 +660,15 @@ class EtcdSubnetManager:
                         raise
                     except ETCD_ERRORS as err:
                         stats.renewal_failures += 1
-                        retry = _renew_retry(lease)
+                        # Jittered: leases granted together (a restart storm) are renewed
+                        # together, and would be retried together.
+                        retry = jittered(_renew_retry(lease))
                         now = time.time()
                         if failing_since is None or now - failing_since >= RENEW_RETRY_SECONDS:
                             failing_since = now
                             log.error(
-                                "Error renewing lease (trying again in %s): %s",
-                                "1 min" if retry == RENEW_RETRY_SECONDS else f"{retry:g}s",
+                                "Error renewing lease (trying again in %.1fs): %s",
+                                retry,
                                 describe_etcd_error(err),
                             )
                         renew_at = now + retry
@@ -749,8 +755,8 @@ def _expired(lease: Lease, slack: float = 0.0) -> bool:
 
 
 def _renew_retry(lease: Lease) -> float:
-    """flannel retries a failed renewal after a minute; a lease that runs out sooner (or has)
-    is retried before it does."""
+    """The longest wait before a failed renewal is tried again: flannel's minute; less for a
+    lease that runs out sooner (or has), so that it is retried before it does."""
     if lease.expiration is None:
         return RENEW_RETRY_SECONDS
     left = lease.expiration - time.time()

@@ -24,6 +24,7 @@ import urllib3
 from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.fsutil import read_small_file
 from pyflannel_runtime.gojson.strconv import go_quote
+from pyflannel_runtime.subnet.backoff import Backoff
 from pyflannel_runtime.subnet.kube import nodes as kube_nodes
 from pyflannel_runtime.subnet.kube.annotations import DEFAULT_PREFIX, Annotations
 from pyflannel_runtime.subnet.kube.client import (
@@ -81,7 +82,9 @@ class KubeSettings:
     annotation_prefix: str = DEFAULT_PREFIX
     set_node_network_unavailable: bool = True
     request_timeout: float = REQUEST_TIMEOUT
-    retry_interval: float = 3.0  # patches of the own node are retried this often ...
+    # Reads and patches of the own node are retried this often on average (flannel's fixed
+    # interval, jittered) ...
+    retry_interval: float = 3.0
     retry_timeout: float = 30.0  # ... for this long
 
 
@@ -290,21 +293,26 @@ class KubeSubnetManager:
         return LeaseListing(tuple(leases), tuple(unreadable))
 
     async def _retry(self, call: Callable[[], Awaitable[T]], what: str) -> T:
-        """flannel's PollUntilContextTimeout: try now, then every interval until the timeout."""
+        """flannel's PollUntilContextTimeout: try now, then again until the timeout; each wait
+        drawn from [0, 2 * interval] (full jitter, the interval on average), so that nodes
+        started together do not ask together."""
         deadline = time.monotonic() + self._settings.retry_timeout
+        ceiling = 2 * self._settings.retry_interval
+        backoff = Backoff(ceiling, ceiling)
         while True:
             try:
                 return await call()
             except API_ERRORS as err:
+                delay = backoff.next_delay()
                 log.warning(
                     "Failed to %s node %s: %s", what, go_quote(self.node_name), api_error_text(err)
                 )
-                if time.monotonic() + self._settings.retry_interval > deadline:
+                if time.monotonic() + delay > deadline:
                     raise KubeSubnetError(
                         f"timeout contacting kube-api, failed to patch node "
                         f"{go_quote(self.node_name)}. Error: {api_error_text(err)}"
                     ) from None
-            await asyncio.sleep(self._settings.retry_interval)
+            await asyncio.sleep(delay)
 
     async def _read_own_node(self) -> dict[str, Any]:
         return await asyncio.to_thread(self._api.read_node, self.node_name)
@@ -435,8 +443,8 @@ class _NodeWatch:
     or ends the watch with any other ERROR event.
 
     Runs in its own thread. Transport failures (a stream broken off, even mid-event) resume the
-    watch from the last resourceVersion seen, with backoff (100 ms doubling to 5 s, as
-    flannel's etcd watch): nothing is lost, the server replays what came after it.
+    watch from the last resourceVersion seen, after a jittered backoff (up to 100 ms doubling to
+    5 s, as the etcd watch): nothing is lost, the server replays what came after it.
 
     The list is read in pages, and each node kept only as what a lease is made of: its name,
     flannel's annotations and its podCIDRs. The watch asks for metadata only, since a node's
@@ -487,7 +495,7 @@ class _NodeWatch:
             raise _ConsumerGone() from None
 
     def _run(self) -> None:
-        delay = 0.1
+        backoff = Backoff()
         resource_version: str | None = None
         while not self._stopping.is_set():
             try:
@@ -496,7 +504,7 @@ class _NodeWatch:
                 started = time.monotonic()
                 resource_version, delivered = self._stream(resource_version)
                 if delivered or time.monotonic() - started >= 1.0:
-                    delay = 0.1
+                    backoff.reset()
                     if not self._stopping.is_set():
                         self._stats.watch_restarted("closed")
                     continue
@@ -525,10 +533,10 @@ class _NodeWatch:
                 failure = err
             if self._stopping.is_set():
                 return
+            delay = backoff.next_delay()
             log.warning("Node watch failed (retrying in %.1fs): %s", delay, api_error_text(failure))
             self._stats.watch_restarted("error")
             self._stopping.wait(delay)
-            delay = min(delay * 2, 5.0)
 
     def _relist(self) -> str:
         """Hand every node on as a snapshot; returns the list's resourceVersion. The nodes are
