@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -34,6 +34,7 @@ ETCD_IP = "192.0.2.100"
 HEALTHZ_PORT = 8081
 CNI_PLUGINS = "/usr/lib/cni"
 PREFIX = "/coreos.com/network"
+AGENT_PROGRAM = ("-m", "pyflannel_runtime.agent.main")
 
 
 class KubeApiServer(Protocol):
@@ -196,11 +197,19 @@ class AgentLab(Lab):
         path.write_text(json.dumps({**network, "plugins": [config]}, indent=2) + "\n")
         return path
 
-    def start_agent(self, host: LabHost, *extra: str) -> Agent:
+    def start_agent(
+        self,
+        host: LabHost,
+        *extra: str,
+        program: Sequence[str] = AGENT_PROGRAM,
+        cwd: Path | None = None,
+    ) -> Agent:
+        """Run the agent (`program`: what the interpreter runs, before the flags) on `host`,
+        in `cwd` (a tree of another revision there comes first on the import path)."""
         log_path = self.workdir / f"{host.ns}.log"
         argv = [
             "ip", "netns", "exec", host.ns,
-            sys.executable, "-m", "pyflannel_runtime.agent.main",
+            sys.executable, *program,
             *self.store_args(),
             "--iface=eth0",
             f"--subnet-file={self.subnet_file(host)}",
@@ -213,7 +222,7 @@ class AgentLab(Lab):
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLANNELD_")}
         env["NODE_NAME"] = host.ns
         with open(log_path, "ab") as log:
-            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         agent = Agent(host, process, log_path)
         self.agents[host.n] = agent
         return agent
