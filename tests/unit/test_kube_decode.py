@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pyflannel_runtime.subnet.kube import kube
 from pyflannel_runtime.subnet.kube.annotations import Annotations
 from pyflannel_runtime.subnet.kube.client import ResponseTooLarge, lines, read_limited
 from pyflannel_runtime.subnet.kube.decode import DecodedNode, DecodeError, NodeDecoder
@@ -259,3 +260,18 @@ def test_a_watch_line_past_the_limit_is_dropped(caplog: pytest.LogCaptureFixture
     short: Any = Streamed(b"ok\n" + b"y" * 10 + b"\nok\n")
     with caplog.at_level(logging.WARNING):
         assert list(lines(short, limit=8)) == [[b"ok", b"ok"]]
+
+
+# --- what the node watch keeps of each node -------------------------------------------------
+
+cidr_lists = st.lists(st.text(max_size=8), min_size=1, max_size=3).map(tuple)
+annotation_values = st.lists(st.none() | st.text(max_size=8), min_size=10, max_size=10).map(tuple)
+
+
+@given(a=st.tuples(cidr_lists, annotation_values), b=st.tuples(cidr_lists, annotation_values))
+def test_a_nodes_material_is_one_string_that_tells_any_change(
+    a: tuple[tuple[str, ...], tuple[str | None, ...]],
+    b: tuple[tuple[str, ...], tuple[str | None, ...]],
+) -> None:
+    assert (kube._material(*a) == kube._material(*b)) == (a == b)
+    assert kube._material_cidrs(kube._material(*a)) == a[0]

@@ -444,8 +444,26 @@ class _WatchEnded(Exception):
     (client-go's reflector lists again after any watch error)."""
 
 
-# What the agent last handed on of a node, by UID: its podCIDR(s) and flannel's annotations.
-Material = tuple[tuple[str, ...], tuple[str | None, ...]]
+def _material(cidrs: tuple[str, ...], annotations: tuple[str | None, ...]) -> str:
+    """What a node's lease is made of, its podCIDR(s) and flannel's annotations, as one string:
+    their count, then each value prefixed with its length ("-" for an annotation not set), so
+    that two different sets never give the same string. One string takes 5 000 nodes ~1.3 MB,
+    where a tuple of strings took ~3.6 MB."""
+    values = "".join("-" if v is None else f"{len(v)}:{v}" for v in (*cidrs, *annotations))
+    return f"{len(cidrs)};{values}"
+
+
+def _material_cidrs(material: str) -> tuple[str, ...]:
+    """The podCIDR(s) in a `_material` string."""
+    count, _, values = material.partition(";")
+    cidrs = []
+    at = 0
+    for _ in range(int(count)):
+        colon = values.index(":", at)
+        end = colon + 1 + int(values[at:colon])
+        cidrs.append(values[colon + 1 : end])
+        at = end
+    return tuple(cidrs)
 
 
 class _NodeWatch:
@@ -473,7 +491,7 @@ class _NodeWatch:
         self._queue = queue
         self._timeout_seconds = timeout_seconds
         self._managed = astuple(keys).index(keys.subnet_kube_managed)
-        self._seen: dict[str, Material] = {}
+        self._seen: dict[str, str] = {}  # node UID -> what the agent last handed on, _material
         self._metadata_only = True
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -560,7 +578,7 @@ class _NodeWatch:
                         log.warning("Skipped a node that cannot be read: %s", node.reason)
                     continue
                 cidrs = node.cidrs or ("",)
-                self._seen[node.uid] = (cidrs, node.annotations)
+                self._seen[node.uid] = _material(cidrs, node.annotations)
                 nodes[node.name] = self._decoder.slim(node, cidrs)
         return nodes, version
 
@@ -573,7 +591,7 @@ class _NodeWatch:
         seen = self._seen.get(node.uid)
         cidrs = node.cidrs  # None unless the server sent the whole node
         if cidrs is None:
-            cidrs = seen[0] if seen is not None else None
+            cidrs = _material_cidrs(seen) if seen is not None else None
             if cidrs is None or (not cidrs[0] and node.annotations[self._managed] == "true"):
                 # New since the list (or renamed by a re-creation), or a flannel node whose
                 # podCIDR was not set when listed: read it once.
@@ -589,7 +607,7 @@ class _NodeWatch:
                 if current.uid == node.uid:
                     cidrs = current.cidrs
                 cidrs = cidrs or ("",)
-        material = (cidrs, node.annotations)
+        material = _material(cidrs, node.annotations)
         if material == seen:
             return None
         self._seen[node.uid] = material
