@@ -334,6 +334,9 @@ class EtcdSubnetManager:
         self._closed = False
         # acquire_lease's listing, until watch_leases starts from it.
         self._allocation_view: _Listing | None = None
+        # The own key, its state and the revision acquire_lease read it at, when it wrote
+        # nothing: complete_lease's watch starts from it.
+        self._own_view: tuple[bytes, LeaseWatchBatch, int] | None = None
         self._record = (
             WatchRecord(settings.watch_state_file, self._subnets_dir)
             if settings.watch_state_file
@@ -553,7 +556,8 @@ class EtcdSubnetManager:
         reaches the other agents), else put with a new etcd lease as flannel's updateSubnet
         does. None when the key holds this node's lease no more."""
         key = self._subnet_key(own.subnet, own.ipv6_subnet)
-        kv = await self._call(lambda c: c.get(key))
+        found, revision = await self._call(lambda c: c.range(key))
+        kv = found[0] if found else None
         if kv is None or not _held_by(kv, attrs):
             return None
         log.info(
@@ -565,12 +569,22 @@ class EtcdSubnetManager:
         ttl_known = None if kv.lease == 0 else UNKNOWN_TTL
         current = _lease_from_kv(kv.key, kv.value, ttl_known, kv.mod_revision)
         if kv.value == attrs.to_json().encode():
+            lease: Lease | None = None
             if kv.lease == 0:
-                return dataclasses.replace(current, attrs=attrs)
-            checked = time.time()
-            ttl = await self._time_to_live(kv.lease)
-            if ttl is not None and ttl > 0:
-                return dataclasses.replace(current, attrs=attrs, expiration=checked + ttl)
+                lease = dataclasses.replace(current, attrs=attrs)
+            else:
+                checked = time.time()
+                ttl = await self._time_to_live(kv.lease)
+                if ttl is not None and ttl > 0:
+                    lease = dataclasses.replace(current, attrs=attrs, expiration=checked + ttl)
+            if lease is not None:
+                # The own key's state as read, for complete_lease's watch to start from.
+                self._own_view = (
+                    key,
+                    LeaseWatchBatch(events=(LeaseEvent(EventType.ADDED, lease),)),
+                    revision,
+                )
+                return lease
         return await self._put_lease(dataclasses.replace(current, attrs=attrs))
 
     async def _grant(self) -> tuple[int, int]:
@@ -794,10 +808,15 @@ class EtcdSubnetManager:
         return LeaseWatchBatch(events=(LeaseEvent(EventType.ADDED, current),)), revision
 
     async def _watch_own_lease(self, lease: Lease) -> AsyncGenerator[LeaseWatchBatch, None]:
-        """The own key's current state, then its changes (the key alone, no prefix)."""
-        batch, revision = await self._retrying(lambda: self._own_lease_state(lease))
-        yield batch
+        """The own key's current state (as acquire_lease read it, when it wrote nothing), then
+        its changes (the key alone, no prefix)."""
         key = self._subnet_key(lease.subnet, lease.ipv6_subnet)
+        view, self._own_view = self._own_view, None
+        if view is not None and view[0] == key:
+            _, batch, revision = view
+        else:
+            batch, revision = await self._retrying(lambda: self._own_lease_state(lease))
+        yield batch
         resync = functools.partial(self._own_lease_state, lease)
         async for batch in self._follow(key, None, revision + 1, resync):
             yield batch
