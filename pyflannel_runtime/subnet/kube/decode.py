@@ -95,8 +95,7 @@ class _Named(msgspec.Struct):
     metadata: _Name | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class DecodedNode:
+class DecodedNode(msgspec.Struct, frozen=True, gc=False):
     """A Node as the agent reads it. ``cidrs`` is (podCIDR, *podCIDRs), "" for a podCIDR not
     set; None when the answer had no spec (metadata only). ``annotations`` is the values of
     flannel's keys, in ``Annotations`` field order (None: absent)."""
@@ -126,6 +125,9 @@ class NodePage:
     continue_token: str
 
 
+_astuple = msgspec.structs.astuple
+
+
 def _decode(decoder: msgspec.json.Decoder[Any], data: bytes | bytearray | memoryview) -> Any:
     try:
         return decoder.decode(data)
@@ -145,6 +147,7 @@ class NodeDecoder:
     def __init__(self, keys: Annotations) -> None:
         self.keys = keys
         self._keys = astuple(keys)
+        self._unset = (None,) * len(self._keys)
         fields = [(field, str | None, None) for field in keys.__dataclass_fields__]
         rename = dict(zip(keys.__dataclass_fields__, self._keys, strict=True))
         # gc=False: its fields are strings only, so it can be in no reference cycle.
@@ -204,11 +207,7 @@ class NodeDecoder:
 
     def _node(self, metadata: _Metadata[Any], spec: _Spec | None) -> DecodedNode:
         annotations = metadata.annotations
-        values = (
-            (None,) * len(self._keys)
-            if annotations is None
-            else msgspec.structs.astuple(annotations)
-        )
+        values = self._unset if annotations is None else _astuple(annotations)
         cidrs = None if spec is None else (spec.podCIDR, *spec.podCIDRs)
         return DecodedNode(metadata.name, metadata.uid, metadata.resourceVersion, values, cidrs)
 
