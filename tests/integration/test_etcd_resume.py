@@ -219,6 +219,46 @@ def test_a_resumed_watch_reads_only_what_changed(
     assert resumed == listed(etcd_server, etcd_prefix)
 
 
+def test_the_first_snapshot_of_a_resume_holds_what_changed_while_down(
+    etcd_server: EtcdServer, etcd_prefix: str, tmp_path: Path, ranges: Ranges
+) -> None:
+    """The first snapshot already has the peers that came or changed while the agent was down
+    (the watch's replay applied up to etcd's newest lease): a full reconcile from the kept
+    leases alone would remove a new peer's kernel entries until the replay brought it back."""
+    state = tmp_path / STATE_FILE_NAME
+    first_run(etcd_server, etcd_prefix, state)
+    changes_while_down(etcd_server, etcd_prefix)
+    ranges.calls.clear()
+
+    async def first_snapshot() -> set[tuple[str, str]]:
+        settings = EtcdSettings(
+            endpoints=(etcd_server.endpoint,),
+            prefix=etcd_prefix,
+            watch_state_file=str(state),
+            previous=PREVIOUS[(etcd_server.endpoint, etcd_prefix)],
+        )
+        manager = EtcdSubnetManager(settings)
+        try:
+            own = await manager.acquire_lease(attrs("10.0.0.1"))
+            watch = manager.watch_leases()
+            try:
+                batch = await asyncio.wait_for(anext(watch), WAIT)
+            finally:
+                await watch.aclose()
+        finally:
+            await manager.close()
+        assert batch.snapshot is not None
+        return {
+            (str(lease.subnet), lease.attrs.to_json())
+            for lease in batch.snapshot
+            if lease.subnet != own.subnet
+        }
+
+    snapshot = run(first_snapshot())
+    assert ranges.listings(etcd_prefix) == 0
+    assert snapshot == listed(etcd_server, etcd_prefix)
+
+
 def test_a_compacted_revision_lists_and_converges(
     etcd_factory: Callable[..., EtcdServer],
     etcd_prefix: str,

@@ -274,6 +274,10 @@ class _Listing:
     kvs: list[KeyValue]
     revision: int
     cluster_id: int
+    # Kept from the last run: the revision of the newest lease etcd holds now. A snapshot
+    # without the changes up to it would leave out a peer that came while the agent was down
+    # (its kernel entries, still there, removed until the watch replays it).
+    catch_up: int = 0
 
 
 def _unusable(state: WatchState, reply: RangeReply) -> str | None:
@@ -442,13 +446,51 @@ class EtcdSubnetManager:
         if why is not None:
             log.info("Listing the leases: %s", why)
             return None
+        now = await self._call(
+            lambda c: c.range_reply(prefix, prefix_range_end(prefix), newest_only=True)
+        )
         leases, unreadable = self._leases_of(state.kvs, {})
         log.info(
             "Resuming the lease watch from revision %d (%d leases kept from the last run)",
             state.revision,
             len(state.kvs),
         )
-        return _Listing(leases, unreadable, state.kvs, state.revision, state.cluster_id)
+        newest = now.kvs[0].mod_revision if now.kvs else 0
+        return _Listing(
+            leases, unreadable, state.kvs, state.revision, state.cluster_id, catch_up=newest
+        )
+
+    async def _caught_up(self, listing: _Listing) -> _Listing | None:
+        """``listing`` with the watch's changes applied up to its ``catch_up`` revision at
+        least (whole messages), at the revision of the last change applied; None when etcd
+        compacted the history meanwhile."""
+        prefix = self._subnets_dir
+        kvs = {kv.key: kv for kv in listing.kvs}
+        revision = listing.revision
+        try:
+            watch = await self._call(
+                lambda c: c.watch(prefix, prefix_range_end(prefix), listing.revision + 1)
+            )
+            try:
+                async for response in watch.responses():
+                    for event in response.events:
+                        if event.deleted:
+                            kvs.pop(event.kv.key, None)
+                        else:
+                            kvs[event.kv.key] = event.kv
+                    if response.events:
+                        revision = response.events[-1].kv.mod_revision
+                    if revision >= listing.catch_up:
+                        break
+            finally:
+                watch.close()
+        except EtcdCompacted:
+            return None
+        if revision < listing.catch_up:
+            raise EtcdUnavailable("etcd ended the watch before replaying what the agent missed")
+        kept = list(kvs.values())
+        leases, unreadable = self._leases_of(kept, {})
+        return _Listing(leases, unreadable, kept, revision, listing.cluster_id)
 
     async def _spread_cold_start(self) -> None:
         """Wait a random time, longer the more leases there are to list (COLD_START_SPREAD)."""
@@ -684,6 +726,10 @@ class EtcdSubnetManager:
         # revision: the watch replays every change since, so this equals a fresh listing, one
         # listing of thousands sooner.
         listing = view if view is not None else await self._retrying(self._fresh_listing)
+        if listing.catch_up > listing.revision:
+            resumed = listing
+            caught: _Listing | None = await self._retrying(lambda: self._caught_up(resumed))
+            listing = caught if caught is not None else await self._retrying(self._fresh_listing)
         if self._record is not None:
             self._record.reset(listing.kvs, listing.revision, listing.cluster_id)
         yield LeaseWatchBatch(snapshot=tuple(listing.leases))
