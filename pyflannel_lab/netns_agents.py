@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from pyflannel_lab.etcd_server import EtcdServer, start_etcd
+from pyflannel_lab.etcd_server import EtcdServer, EtcdTLS, start_etcd
 from pyflannel_lab.netns_lab import Lab, LabHost, NetLab
 from pyflannel_runtime.netlink.netns import run_in_netns
 from pyflannel_runtime.wire.lease import LeaseAttrs, make_subnet_key
@@ -81,6 +81,9 @@ class AgentLab(Lab):
     kube_api: KubeApiFactory | None = None
     # The bearer token the agents (and `pyflannel status`) present to it, in a kubeconfig.
     kube_token: str | None = None
+    # etcd over TLS with these files (its server certificate for ETCD_IP); the agents present
+    # the client pair.
+    etcd_tls: EtcdTLS | None = None
     net: NetLab = field(init=False)
     etcd: EtcdServer | None = field(init=False, default=None)
     kube: KubeApiServer | None = field(init=False, default=None)
@@ -104,7 +107,7 @@ class AgentLab(Lab):
             for host in self.net.hosts:
                 self.kube.add_node(host.ns, pod_cidr=str(host.subnet))
             return
-        self.etcd = start_etcd(netns=self.net.ul, host=ETCD_IP)
+        self.etcd = start_etcd(netns=self.net.ul, host=ETCD_IP, tls=self.etcd_tls)
         self.etcdctl("put", f"{PREFIX}/config", config)
         if self.lab_pods:
             for host in self.net.hosts:
@@ -155,7 +158,17 @@ class AgentLab(Lab):
                 f"--net-config-path={self.net_conf_path}",
             ]
         assert self.etcd is not None
-        return [f"--etcd-endpoints={self.etcd.endpoint}"]
+        tls = self.etcd_tls
+        files = (
+            [
+                f"--etcd-cafile={tls.ca_file}",
+                f"--etcd-certfile={tls.client_cert}",
+                f"--etcd-keyfile={tls.client_key}",
+            ]
+            if tls is not None
+            else []
+        )
+        return [f"--etcd-endpoints={self.etcd.endpoint}", *files]
 
     def kubeconfig(self) -> Path:
         """A kubeconfig naming the Node API server and the agents' token (mode 0600)."""
