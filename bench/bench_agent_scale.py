@@ -60,12 +60,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address
+from pathlib import Path
 
 from bench_netlink import iproute2, make_host
 from sigterm import interrupt_on_sigterm
 
 from pyflannel_lab.churn import NETWORK, SUBNET_LEN, configure
-from pyflannel_lab.netns_agents import HEALTHZ_PORT, PREFIX, AgentLab
+from pyflannel_lab.netns_agents import AGENT_PROGRAM, HEALTHZ_PORT, PREFIX, AgentLab
 from pyflannel_lab.netns_lab import LabHost
 from pyflannel_runtime.backend.peers import VxlanDevices
 from pyflannel_runtime.backend.programmer import FULL_RECONCILE_PERIOD
@@ -260,14 +261,16 @@ def cold_start(
     monitor: KernelMonitor,
     peers: int,
     start_no: int,
-    agent_args: Sequence[str] = (),
+    program: Sequence[str] = AGENT_PROGRAM,
+    cwd: Path | None = None,
 ) -> tuple[float, float, float]:
-    """Start the agent on a host without any flannel state and time its full programming:
-    (subnet.env written -> last entry, first -> last entry, agent start -> last entry)."""
+    """Start the agent (`program` in `cwd`, as AgentLab.start_agent runs it) on a host without
+    any flannel state and time its full programming: (subnet.env written -> last entry, first
+    -> last entry, agent start -> last entry)."""
     entries = 3 * peers
     monitor.take()
     started = time.time()
-    lab.start_agent(host, f"--reconcile-interval={RECONCILE_INTERVAL}", *agent_args)
+    lab.start_agent(host, f"--reconcile-interval={RECONCILE_INTERVAL}", program=program, cwd=cwd)
     wait_for_log(lab, rf"Synced {peers} peers", timeout=120, count=start_no)
     written = lab.subnet_file(host).stat().st_mtime
     time.sleep(0.5)  # the monitor's last datagrams

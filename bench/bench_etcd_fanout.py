@@ -1,7 +1,7 @@
 """etcd fan-out: N pyflanneld agents (vxlan), each in its own network namespace on one underlay
 bridge, against one real etcd (Debian's etcd-server) in the underlay.
 
-Lab: pyflannel_runtime/lab/fanout.py (an AgentLab without lab pods; etcd allocates the subnets;
+Lab: pyflannel_lab/fanout.py (an AgentLab without lab pods; etcd allocates the subnets;
 agents reconcile every 30 s, flanneld's resync period). A host has programmed when its kernel
 routes every peer's subnet through flannel.1, polled with `ip route` every 0.1 s (so times are
 good to a few tenths of a second at N = 50).
@@ -11,13 +11,15 @@ CPU (utime + stime) and the time until every host has programmed:
   * cold start: every agent started at once into an empty cluster;
   * a lease change: a new peer's lease put into etcd, until every host routes it (--changes
     of them one after another per run, figures per change: etcd's CPU ticks are 10 ms);
-  * restart storm: every agent stopped (SIGTERM) and its flannel.1 routes flushed (a node that
-    rebooted), then all started at once; the agents' own CPU too;
-  * spread restart: the same with the starts spread evenly over --spread seconds;
-  * join storm, listing vs resume: only the requests every agent makes on its way back, from one
-    host's namespace, all at once: the full listing plus a watch from its revision (what the
-    agent does today), against its own key plus a watch from a stored revision (what a resume
-    would ask). Their difference is what resuming would save etcd.
+  * restart storm, before and after side by side: every agent stopped (SIGTERM) and its
+    flannel.1 routes flushed (a node that rebooted), then all started at once; "before" the
+    agents of --baseline (a git revision: each lists every lease and puts its own again),
+    "after" this tree's (each resumes from the state it kept; started and stopped once first
+    so that it has kept one, as a running cluster's agents have); the agents' own CPU too;
+  * spread restart: this tree's restart with the starts spread evenly over --spread seconds;
+  * cold restart, spread and not: this tree's restart without the kept state (removed, as a
+    reboot empties /run): every agent lists, each after waiting a random time first (its
+    cold start's spread), and the same with that wait left out.
 
 Scenario "outage" (--outage-agents, default 50, in a lab of its own): etcd stopped (SIGTERM) for
 --outage seconds and started again on the same data directory and port, as a restart of its
@@ -37,12 +39,13 @@ every host, so every watch is back. etcd's own count of requests since it starte
 
 Extrapolation to 5 000 nodes: a lease change costs etcd one watch event per agent (bytes per
 agent at the largest N, times 5 000); a storm's cost(N) = a*N + b*N^2 through the two lab
-sizes (--agents, default 25 and 50), for the restart storm and both join storms.
+sizes (--agents, default 25 and 50), for each restart storm.
 
-Finishes with `metric: value` lines (each scenario repeated --runs times; min-max shown).
+Finishes with `metric: value` lines (each scenario repeated --runs times; median and min-max).
 Needs root:
-    PYTHONPATH=. python bench/bench_etcd_fanout.py [--agents 25,50] [--runs 3] [--spread 10] [--changes 10]
-        [--scenarios fanout,outage] [--outage 30] [--outage-agents 50]
+    PYTHONPATH=. python bench/bench_etcd_fanout.py [--agents 25,50] [--runs 3] [--spread 10]
+        [--changes 10] [--baseline cc7e5ca] [--scenarios fanout,outage] [--outage 30]
+        [--outage-agents 50]
 """
 
 from __future__ import annotations
@@ -53,10 +56,12 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Network
+from pathlib import Path
 
+from baseline import baseline_tree
 from sigterm import interrupt_on_sigterm
 
 from pyflannel_lab.fanout import (
@@ -68,8 +73,8 @@ from pyflannel_lab.fanout import (
     etcd_outage,
     fanout_lab,
     forget_routes,
+    forget_state,
     free_subnet,
-    join_storm,
     remove_peer,
     start_agents,
     stop_agents,
@@ -92,6 +97,15 @@ SETTLE = 5.0  # seconds between the agents' start-up and the outage
 # Seconds into an outage by which every retry ceiling has reached its cap (0.1 s doubling to
 # 5 s: 6.3 s of failures): the connection attempts are counted from then on.
 CAPPED = 10.0
+WATCHES_CATCH_UP = 3.0  # seconds
+# "before": the agents as they were before they resumed their watch (every start lists).
+BASELINE = "cc7e5ca"
+# This tree's agent without its cold start's spread.
+UNSPREAD_PROGRAM = (
+    "-c",
+    "import sys; from pyflannel_runtime.subnet.etcd import etcd; etcd.COLD_START_SPREAD = 0.0; "
+    "from pyflannel_runtime.agent.main import main; sys.exit(main())",
+)
 
 
 @dataclass(frozen=True)
@@ -140,13 +154,14 @@ def report(name: str, samples: list[Sample], agents: int, with_time: bool = True
 class Figures:
     cold: Sample
     changes: list[Sample]
+    storms_before: list[Sample]
     storms: list[Sample]
     spreads: list[Sample]
-    listing: list[Sample]
-    resume: list[Sample]
+    cold_restarts: list[Sample]
+    unspread_restarts: list[Sample]
 
 
-def bench(n: int, runs: int, spread: float, changes_per_run: int) -> Figures:
+def bench(n: int, runs: int, spread: float, changes_per_run: int, old: Path) -> Figures:
     peers = n - 1
     print(f"{n} agents: {load()}", flush=True)
     with fanout_lab(n) as lab:
@@ -178,28 +193,45 @@ def bench(n: int, runs: int, spread: float, changes_per_run: int) -> Figures:
                 remove_peer(lab, subnet)
         print(f"{n} agents: lease changes done, {load()}", flush=True)
 
-        def restart(gap: float) -> Callable[[], float]:
+        def restart(
+            gap: float = 0.0, program: Sequence[str] = AGENT_PROGRAM, cwd: Path | None = None
+        ) -> Callable[[], float]:
             def act() -> float:
-                start_agents(lab, gap)
+                start_agents(lab, gap, program, cwd)
                 return programmed(peers)
 
             return act
 
-        storms: list[Sample] = []
-        spreads: list[Sample] = []
-        for _ in range(runs):
-            for gap, into in ((0.0, storms), (spread, spreads)):
-                stop_agents(lab)
-                forget_routes(lab)
-                into.append(measured(lab, restart(gap)))
-        print(f"{n} agents: restarts done, {load()}", flush=True)
+        def again(act: Callable[[], float], *, keep_state: bool = True) -> Sample:
+            """Every agent stopped, its routes flushed (and its kept state removed, unless
+            `keep_state`), then `act` measured."""
+            stop_agents(lab)
+            forget_routes(lab)
+            if not keep_state:
+                forget_state(lab)
+            return measured(lab, act)
 
-        listing, resume = [], []
-        for _ in range(runs):
-            listing.append(measured(lab, lambda: join_storm(lab, resume=False)))
-            resume.append(measured(lab, lambda: join_storm(lab, resume=True)))
-        print(f"{n} agents: join storms done, {load()}", flush=True)
-    return Figures(cold, changes, storms, spreads, listing, resume)
+        figures = Figures(cold, changes, [], [], [], [], [])
+        for run in range(runs):
+            figures.storms_before.append(again(restart(cwd=old)))
+            # This tree's agents, started once (their watches caught up: they routed every
+            # peer again, and the replay that follows has had its moment) and stopped again,
+            # have kept their state.
+            stop_agents(lab)
+            forget_routes(lab)
+            restart()()
+            time.sleep(WATCHES_CATCH_UP)
+            figures.storms.append(again(restart()))
+            figures.spreads.append(again(restart(spread)))
+            cold_pair = [
+                (figures.cold_restarts, restart()),
+                (figures.unspread_restarts, restart(program=UNSPREAD_PROGRAM)),
+            ]
+            for into, act in cold_pair if run % 2 == 0 else cold_pair[::-1]:
+                into.append(again(act, keep_state=False))
+            print(f"{n} agents: restarts, run {run + 1} done, {load()}", flush=True)
+        stop_agents(lab)
+    return figures
 
 
 def outage_bench(n: int, runs: int, seconds: float) -> dict[str, list[Recovery]]:
@@ -291,6 +323,7 @@ def main() -> int:
     )
     parser.add_argument("--outage", type=float, default=30.0, help="seconds etcd is down")
     parser.add_argument("--outage-agents", type=int, default=50)
+    parser.add_argument("--baseline", default=BASELINE, help="git revision of 'before'")
     args = parser.parse_args()
     scenarios = set(args.scenarios.split(","))
     if unknown := scenarios - {"fanout", "outage"}:
@@ -306,21 +339,27 @@ def main() -> int:
 
 def fanout(args: argparse.Namespace) -> None:
     sizes = [int(n) for n in args.agents.split(",")]
-    results = {n: bench(n, args.runs, args.spread, args.changes) for n in sizes}
+    with baseline_tree(args.baseline) as old:
+        results = {n: bench(n, args.runs, args.spread, args.changes, old) for n in sizes}
 
+    storms = ("storms_before", "storms", "spreads", "cold_restarts", "unspread_restarts")
     for n, f in results.items():
         print(f"--- {n} agents")
         report(f"n{n}_cold_start", [f.cold], n)
         report(f"n{n}_lease_change", f.changes, n)
+        report(f"n{n}_restart_storm_before", f.storms_before, n)
         report(f"n{n}_restart_storm", f.storms, n)
         report(f"n{n}_spread_restart", f.spreads, n)
-        report(f"n{n}_join_listing", f.listing, n, with_time=False)
-        report(f"n{n}_join_resume", f.resume, n, with_time=False)
-        saved = median(f.listing, lambda s: s.cost.wire_bytes) - median(
-            f.resume, lambda s: s.cost.wire_bytes
+        report(f"n{n}_cold_restart", f.cold_restarts, n)
+        report(f"n{n}_cold_restart_unspread", f.unspread_restarts, n)
+        before = median(f.storms_before, lambda s: s.cost.wire_bytes)
+        after = median(f.storms, lambda s: s.cost.wire_bytes)
+        print(f"n{n}_restart_storm_wire_bytes_ratio: {after / before:.3f}")
+        slowest = [(b.seconds, a.seconds) for b, a in zip(f.storms_before, f.storms, strict=True)]
+        print(
+            f"n{n}_restart_storm_all_programmed_s_before_after: "
+            + ", ".join(f"{b:.1f}/{a:.1f}" for b, a in slowest)
         )
-        storm = median(f.storms, lambda s: s.cost.wire_bytes)
-        print(f"n{n}_resume_saves_wire_bytes: {saved:.0f} ({saved / storm:.2f} of the storm)")
 
     print(f"--- extrapolated to {TARGET} nodes")
     change = max(sizes)
@@ -333,10 +372,13 @@ def fanout(args: argparse.Namespace) -> None:
         return
     metrics: dict[str, Callable[[Sample], float]] = {
         "wire_bytes": lambda s: s.cost.wire_bytes,
+        # What etcd's gRPC server sent its gateway: the same without TCP's framing, acks and
+        # retransmissions, which vary with the machine's load.
+        "grpc_bytes": lambda s: s.cost.grpc_bytes,
         "etcd_cpu_s": lambda s: s.cost.cpu_seconds,
     }
     for name, metric in metrics.items():
-        for scenario in ("storms", "listing", "resume"):
+        for scenario in storms:
             a, b = fit({n: median(getattr(f, scenario), metric) for n, f in results.items()})
             at = a * TARGET + b * TARGET**2
             print(f"{scenario}_{name}(N) = {a:.4g} * N + {b:.4g} * N^2")

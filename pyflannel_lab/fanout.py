@@ -18,7 +18,6 @@ one gRPC call, counted from its start) checks the tap's total.
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import ctypes
 import json
@@ -26,6 +25,7 @@ import os
 import signal
 import socket
 import struct
+import subprocess
 import threading
 import time
 import urllib.error
@@ -33,16 +33,15 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
+from pathlib import Path
 
-from pyflannel_lab.churn import with_etcd
 from pyflannel_lab.netns_agents import AGENT_PROGRAM, PREFIX, AgentLab
 from pyflannel_lab.netns_lab import LabHost
 from pyflannel_runtime.netlink.netns import run_in_netns
-from pyflannel_runtime.subnet.etcd.client import Endpoint, EtcdClient, prefix_range_end
+from pyflannel_runtime.subnet.etcd.resume import STATE_FILE_NAME
 from pyflannel_runtime.wire.lease import LeaseAttrs, make_subnet_key
 
 RECONCILE_INTERVAL = 30  # flanneld's resync period: the reconcile is not what is measured
-SUBNETS = f"{PREFIX}/subnets/".encode()
 GRPC_SENT = "etcd_network_client_grpc_sent_bytes_total"
 GRPC_STARTED = "grpc_server_started_total"
 
@@ -117,24 +116,37 @@ def wait_programmed(lab: AgentLab, peers: int, timeout: float) -> dict[str, floa
 
 
 def start_agents(
-    lab: AgentLab, spread: float = 0.0, program: Sequence[str] = AGENT_PROGRAM
+    lab: AgentLab,
+    spread: float = 0.0,
+    program: Sequence[str] = AGENT_PROGRAM,
+    cwd: Path | None = None,
 ) -> None:
-    """Start every host's agent (`program`, as AgentLab.start_agent runs it), all at once or
-    evenly over `spread` seconds."""
+    """Start every host's agent (`program` in `cwd`, as AgentLab.start_agent runs it), all at
+    once or evenly over `spread` seconds."""
     gap = spread / len(lab.net.hosts)
     for host in lab.net.hosts:
-        lab.start_agent(host, f"--reconcile-interval={RECONCILE_INTERVAL}", program=program)
+        lab.start_agent(
+            host, f"--reconcile-interval={RECONCILE_INTERVAL}", program=program, cwd=cwd
+        )
         if gap:
             time.sleep(gap)
 
 
 def stop_agents(lab: AgentLab, timeout: float = 60.0) -> None:
-    """SIGTERM every agent at once and wait for them all (fifty agents exiting together on a
-    busy 2-core machine take more than AgentLab's 10 s for one)."""
-    for agent in lab.agents.values():
+    """SIGTERM every agent at once and wait for them all: one signal each (a second one takes
+    the default action, which would end an agent in the middle of its shutdown)."""
+    agents = list(lab.agents.values())
+    for agent in agents:
         agent.process.send_signal(signal.SIGTERM)
-    for host in [agent.host for agent in lab.agents.values()]:
-        lab.stop_agent(host, signal.SIGTERM, timeout)
+    for agent in agents:
+        try:
+            agent.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            agent.process.kill()
+            agent.process.wait()
+            raise
+        finally:
+            lab.agents.pop(agent.host.n)
 
 
 def forget_routes(lab: AgentLab) -> None:
@@ -187,43 +199,11 @@ def remove_peer(lab: AgentLab, subnet: IPv4Network) -> None:
             time.sleep(0.1)
 
 
-async def _join(client: EtcdClient, own_key: bytes, resume_from: int | None) -> None:
-    """What one agent asks of etcd on its way back: every lease and a watch from that listing
-    (today), or only its own lease and a watch from a revision it stored (`resume_from`)."""
-    if resume_from is None:
-        _, revision = await client.range(SUBNETS, prefix_range_end(SUBNETS))
-    else:
-        await client.range(own_key)
-        revision = resume_from
-    watch = await client.watch(SUBNETS, prefix_range_end(SUBNETS), revision + 1)  # created
-    watch.close()
-
-
-def join_storm(lab: AgentLab, resume: bool) -> None:
-    """Every agent's start-up requests at once, from the first host's namespace (over the
-    underlay, as the agents send them), without the agents: the listing they make today, or a
-    resume from the current revision."""
-    assert lab.etcd is not None
-    keys = [
-        f"{PREFIX}/subnets/{make_subnet_key(subnet, None)}".encode() for subnet in own_subnets(lab)
-    ]
-    endpoint_host, port = lab.etcd.host, lab.etcd.client_port
-
-    async def revision(client: EtcdClient) -> int:
-        return (await client.range(SUBNETS, prefix_range_end(SUBNETS)))[1]
-
-    now = with_etcd(lab, revision) if resume else None
-
-    async def storm() -> None:
-        clients = [EtcdClient(Endpoint(endpoint_host, port), timeout=60.0) for _ in keys]
-        try:
-            await asyncio.gather(
-                *(_join(client, key, now) for client, key in zip(clients, keys, strict=True))
-            )
-        finally:
-            await asyncio.gather(*(client.close() for client in clients))
-
-    run_in_netns(lab.net.hosts[0].ns, lambda: asyncio.run(storm()))
+def forget_state(lab: AgentLab) -> None:
+    """Remove every host's kept lease watch state, as a reboot (which empties /run) would: the
+    next start lists every lease."""
+    for host in lab.net.hosts:
+        (lab.subnet_file(host).parent / STATE_FILE_NAME).unlink(missing_ok=True)
 
 
 def agent_cpu_seconds(lab: AgentLab) -> float:

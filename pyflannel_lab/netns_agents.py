@@ -211,9 +211,14 @@ class AgentLab(Lab):
         return path
 
     def start_agent(
-        self, host: LabHost, *extra: str, program: Sequence[str] = AGENT_PROGRAM
+        self,
+        host: LabHost,
+        *extra: str,
+        program: Sequence[str] = AGENT_PROGRAM,
+        cwd: Path | None = None,
     ) -> Agent:
-        """Run the agent (`program`: what the interpreter runs, before the flags) on `host`."""
+        """Run the agent (`program`: what the interpreter runs, before the flags) on `host`,
+        in `cwd` (a tree of another revision there comes first on the import path)."""
         log_path = self.workdir / f"{host.ns}.log"
         argv = [
             "ip", "netns", "exec", host.ns,
@@ -230,7 +235,7 @@ class AgentLab(Lab):
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLANNELD_")}
         env["NODE_NAME"] = host.ns
         with open(log_path, "ab") as log:
-            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         agent = Agent(host, process, log_path)
         self.agents[host.n] = agent
         return agent

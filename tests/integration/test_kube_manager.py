@@ -642,6 +642,37 @@ def test_a_malformed_annotation_skips_that_node_and_keeps_the_others(
     assert 'Error turning node "c" to lease: annotation' in caplog.text
 
 
+def test_a_node_with_a_field_of_the_wrong_type_is_skipped_and_keeps_the_others(
+    api, net_conf, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server's answer whose Node has a number where flannel's annotation is: the page is
+    decoded again node by node (listed), or the event dropped (watched); that node keeps its
+    last good lease and no other is withdrawn."""
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+    add_peer(api, "b", 2)
+    add_peer(api, "c", 3)
+    api.add_node_object(
+        {
+            "metadata": {"name": "typed", "uid": "u-typed", "annotations": {P + "public-ip": 7}},
+            "spec": {"podCIDR": "10.244.5.0/24", "podCIDRs": "10.244.5.0/24"},
+        }
+    )
+
+    async def body(peers: Peers) -> None:
+        assert peers.subnets() == {"10.244.2.0/24", "10.244.3.0/24"}
+        api.update_node("c", lambda n: n["metadata"]["annotations"].update({P + "public-ip": 9}))
+        add_peer(api, "marker", 4)
+        await peers.until(lambda: "10.244.4.0/24" in peers.subnets())
+        assert peers.subnets() == {"10.244.2.0/24", "10.244.3.0/24", "10.244.4.0/24"}
+        assert peers.lease_of("10.244.3.0/24").attrs.public_ip == IPv4Address("192.0.2.3")
+        assert all(e.type is EventType.ADDED for e in peers.events)
+
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(watching(api, net_conf, body))
+    assert 'Error reading node "typed": Expected `str | null`, got `int`' in caplog.text
+    assert "Skipped a node watch event that cannot be read: Expected `str | null`" in caplog.text
+
+
 def test_the_watch_never_waits_for_the_consumer(api, net_conf) -> None:
     api.add_node(NODE, pod_cidr="10.244.1.0/24")
     add_peer(api, "b", 2)

@@ -8,7 +8,6 @@ in a thread of its own that hands nodes to the event loop without ever waiting o
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import threading
@@ -31,11 +30,14 @@ from pyflannel_runtime.subnet.kube.client import (
     KubeApiError,
     KubeClient,
     KubeConfigError,
+    ResponseTooLarge,
     lines,
     load_access,
+    release,
 )
-from pyflannel_runtime.subnet.kube.node_queue import NodeChanges, NodeQueue, NodeSnapshot
-from pyflannel_runtime.subnet.kube.nodes import NodeLeaseError, NodeLeaseTracker
+from pyflannel_runtime.subnet.kube.decode import DecodedNode, DecodeError, NodeDecoder, NodePage
+from pyflannel_runtime.subnet.kube.node_queue import NodeChanges, NodeQueue, NodeSnapshot, NodeState
+from pyflannel_runtime.subnet.kube.nodes import NodeLeaseError, NodeLeaseTracker, UnreadableNode
 from pyflannel_runtime.subnet.manager import (
     LeaseListing,
     LeaseWatchBatch,
@@ -63,11 +65,11 @@ STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 # A watch answering with metadata only: a heartbeat's event carries ~4 KB instead of the whole
 # Node's ~10 KB (tests/fakes/kube_api.py, "Metadata-only answers").
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
-# Nodes per page of the initial list. A page's parsed JSON sets how far the agent's RSS climbs
-# for good (CPython keeps the arenas): with 5 000 realistic ~10 KB nodes, reading the list as the
-# agent keeps it left 44.7 MiB at pages of 100, 39.9 at 50, 37.5 at 25, 36.3 at 10, for the
-# same CPU (0.8-1.0 s); 25 costs 200 requests per 5 000 nodes.
-LIST_PAGE = 25
+# Nodes per page of the list. Decoded (decode.py), a node is held as its few fields only, so a
+# page costs the agent about its JSON while it is read (~10 KB a realistic node).
+LIST_PAGE = 500
+# A page is read up to this size; a larger one is asked for again in halves.
+MAX_PAGE_BYTES = 32 << 20
 # Errors of an API call: an error answer, or none at all.
 API_ERRORS = (KubeApiError, urllib3.exceptions.HTTPError)
 
@@ -119,41 +121,64 @@ def build_api_client(
 
 
 class NodeApi:
-    """The few Kubernetes calls flannel makes, returning decoded JSON. Blocking."""
+    """The few Kubernetes calls flannel makes, each answer decoded into what the agent reads
+    of it (decode.py). Blocking."""
 
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeClient, keys: Annotations) -> None:
         self.client = client
+        self.decoder = NodeDecoder(keys)
 
     def close(self) -> None:
         self.client.close()
 
-    def read_node(self, name: str) -> dict[str, Any]:
-        node: dict[str, Any] = self.client.get_json(f"/api/v1/nodes/{quote(name, safe='')}")
-        return node
+    def read_decoded(self, name: str) -> DecodedNode:
+        """Raises DecodeError for an answer that is not a Node."""
+        data = self.client.fetch("GET", f"/api/v1/nodes/{quote(name, safe='')}")
+        return self.decoder.node(data)
+
+    def read_node(self, name: str) -> kube_nodes.Node:
+        """The node as nodes.py reads one."""
+        node = self.read_decoded(name)
+        return self.decoder.slim(node, node.cidrs or ("",))
 
     def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
         pod: dict[str, Any] = self.client.get_json(path)
         return pod
 
-    def node_pages(self, limit: int = LIST_PAGE) -> Iterator[tuple[list[dict[str, Any]], str]]:
-        """The nodes in pages of one consistent list, each with the list's resourceVersion."""
+    def node_pages(self, limit: int = LIST_PAGE) -> Iterator[NodePage]:
+        """The nodes in pages of one consistent list. A page larger than MAX_PAGE_BYTES is
+        asked for again in halves (the continue token takes any limit), down to one node."""
         token = ""
         while True:
             query = {"limit": str(limit), **({"continue": token} if token else {})}
-            listing = self.client.get_json("/api/v1/nodes", query=query)
-            metadata = listing.get("metadata") or {}
-            yield list(listing.get("items") or []), str(metadata["resourceVersion"])
-            token = metadata.get("continue") or ""
+            try:
+                data = self.client.fetch("GET", "/api/v1/nodes", MAX_PAGE_BYTES, query=query)
+            except ResponseTooLarge:
+                if limit == 1:
+                    raise
+                limit //= 2
+                log.warning("A page of nodes was over %d bytes: pages of %d", MAX_PAGE_BYTES, limit)
+                continue
+            page = self.decoder.page(data)
+            del data  # not held while the page is handed on
+            yield page
+            token = page.continue_token
             if not token:
                 return
 
-    def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
-        nodes: list[dict[str, Any]] = []
+    def list_nodes(self) -> tuple[list[kube_nodes.Node | UnreadableNode], str]:
+        """Every node as nodes.py reads one, and the list's resourceVersion."""
+        nodes: list[kube_nodes.Node | UnreadableNode] = []
         version = ""
-        for page, page_version in self.node_pages():
-            nodes += page
-            version = page_version
+        for page in self.node_pages():
+            nodes += [
+                node
+                if isinstance(node, UnreadableNode)
+                else self.decoder.slim(node, node.cidrs or ("",))
+                for node in page.nodes
+            ]
+            version = page.resource_version
         return nodes, version
 
     def watch_nodes(
@@ -172,14 +197,11 @@ class NodeApi:
             query=query,
             accept=METADATA_ONLY if metadata_only else "application/json",
             read_timeout=timeout_seconds + self.client.timeout,
-            stream=True,
         )
 
     def patch_node_status(self, name: str, body: Mapping[str, Any]) -> None:
         # Strategic merge, as client-go's PatchStatus.
-        self.client.patch_json(
-            f"/api/v1/nodes/{quote(name, safe='')}/status", body, STRATEGIC_MERGE
-        )
+        self.client.patch(f"/api/v1/nodes/{quote(name, safe='')}/status", body, STRATEGIC_MERGE)
 
 
 def resolve_node_name(api: NodeApi, environ: Mapping[str, str]) -> str:
@@ -251,12 +273,13 @@ class KubeSubnetManager:
         """The manager for this node (NODE_NAME, or the pod's node). `own_node=False`: one that
         only reads (`get_network_config`, `list_leases`), for no node, so no name is looked up.
         Raises KubeSubnetError, or AnnotationPrefixError for a bad prefix."""
-        Annotations.for_prefix(settings.annotation_prefix)  # a bad one fails before the client
         env = os.environ if environ is None else environ
+        keys = Annotations.for_prefix(settings.annotation_prefix)
         api = NodeApi(
             build_api_client(
                 settings.api_url, settings.kubeconfig_file, settings.request_timeout, env
-            )
+            ),
+            keys,
         )
         try:
             node_name = ""
@@ -278,7 +301,10 @@ class KubeSubnetManager:
         config = self._config
         leases: list[ListedLease] = []
         unreadable: list[UnreadableLease] = []
-        for node in sorted(nodes, key=kube_nodes.node_name):
+        for node in sorted(nodes, key=_name):
+            if isinstance(node, UnreadableNode):
+                unreadable.append(UnreadableLease(node.name, node.reason))
+                continue
             if not kube_nodes.is_flannel_node(node, self.keys):
                 continue
             name = kube_nodes.node_name(node)
@@ -314,7 +340,7 @@ class KubeSubnetManager:
                     ) from None
             await asyncio.sleep(delay)
 
-    async def _read_own_node(self) -> dict[str, Any]:
+    async def _read_own_node(self) -> kube_nodes.Node:
         return await asyncio.to_thread(self._api.read_node, self.node_name)
 
     async def _patch_own_status(self, body: Mapping[str, Any]) -> None:
@@ -419,6 +445,10 @@ class KubeSubnetManager:
         self._api.close()
 
 
+def _name(node: NodeState) -> str:
+    return node.name if isinstance(node, UnreadableNode) else kube_nodes.node_name(node)
+
+
 class _ConsumerGone(Exception):
     pass
 
@@ -430,12 +460,26 @@ class _WatchEnded(Exception):
     (client-go's reflector lists again after any watch error)."""
 
 
-def _spec(cidrs: tuple[str, ...]) -> dict[str, Any]:
-    """A node spec from its podCIDR and podCIDRs, as `_NodeWatch` keeps them."""
-    spec: dict[str, Any] = {"podCIDR": cidrs[0]} if cidrs[0] else {}
-    if cidrs[1:]:
-        spec["podCIDRs"] = list(cidrs[1:])
-    return spec
+def _material(cidrs: tuple[str, ...], annotations: tuple[str | None, ...]) -> str:
+    """What a node's lease is made of, its podCIDR(s) and flannel's annotations, as one string:
+    their count, then each value prefixed with its length ("-" for an annotation not set), so
+    that two different sets never give the same string. One string takes 5 000 nodes ~1.3 MB,
+    where a tuple of strings took ~3.6 MB."""
+    values = "".join("-" if v is None else f"{len(v)}:{v}" for v in (*cidrs, *annotations))
+    return f"{len(cidrs)};{values}"
+
+
+def _material_cidrs(material: str) -> tuple[str, ...]:
+    """The podCIDR(s) in a `_material` string."""
+    count, _, values = material.partition(";")
+    cidrs = []
+    at = 0
+    for _ in range(int(count)):
+        colon = values.index(":", at)
+        end = colon + 1 + int(values[at:colon])
+        cidrs.append(values[colon + 1 : end])
+        at = end
+    return tuple(cidrs)
 
 
 class _NodeWatch:
@@ -446,12 +490,13 @@ class _NodeWatch:
     watch from the last resourceVersion seen, after a jittered backoff (up to 100 ms doubling to
     5 s, as the etcd watch): nothing is lost, the server replays what came after it.
 
-    The list is read in pages, and each node kept only as what a lease is made of: its name,
-    flannel's annotations and its podCIDRs. The watch asks for metadata only, since a node's
-    podCIDRs never change once set while its status changes with every kubelet heartbeat: the
-    podCIDRs come from the list, by node UID, or (a node not listed, or listed before it had
-    one) from reading that node once. A server that cannot answer with metadata only (406)
-    is watched for whole nodes.
+    The list is read in pages, each node decoded into what a lease is made of (decode.py): its
+    name, flannel's annotations and its podCIDRs. The watch asks for metadata only, since a
+    node's podCIDRs never change once set while its status changes with every kubelet
+    heartbeat: the podCIDRs come from the list, by node UID, or (a node not listed, or listed
+    before it had one) from reading that node once. A server that cannot answer with metadata
+    only (406) is watched for whole nodes. An event that changes nothing a lease is made of (a
+    heartbeat) goes no further than this thread.
     """
 
     def __init__(
@@ -464,11 +509,11 @@ class _NodeWatch:
     ) -> None:
         self._api = api
         self._stats = stats
+        self._decoder = api.decoder
         self._queue = queue
         self._timeout_seconds = timeout_seconds
-        self._keys = keys
-        self._annotations = frozenset(astuple(keys))
-        self._cidrs: dict[str, tuple[str, ...]] = {}  # node UID -> podCIDR, podCIDRs...
+        self._managed = astuple(keys).index(keys.subnet_kube_managed)
+        self._seen: dict[str, str] = {}  # node UID -> what the agent last handed on, _material
         self._metadata_only = True
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -529,7 +574,7 @@ class _NodeWatch:
                 failure = err
             except _ConsumerGone:
                 return
-            except Exception as err:  # transport errors, malformed lines: resume after a pause
+            except Exception as err:  # transport errors, unreadable pages: resume after a pause
                 failure = err
             if self._stopping.is_set():
                 return
@@ -540,63 +585,60 @@ class _NodeWatch:
 
     def _relist(self) -> str:
         """Hand every node on as a snapshot; returns the list's resourceVersion. The nodes are
-        not kept in this thread's frame, which lives as long as the watch (5 000 nodes: ~4 MB)."""
+        not kept in this thread's frame, which lives as long as the watch."""
         nodes, version = self._list()
         self._post(self._queue.put_snapshot, nodes)
         return version
 
-    def _list(self) -> tuple[dict[str, kube_nodes.Node], str]:
+    def _list(self) -> tuple[dict[str, NodeState], str]:
         """Every node, as lease material, by name; and the list's resourceVersion."""
-        nodes: dict[str, kube_nodes.Node] = {}
-        self._cidrs = {}
+        nodes: dict[str, NodeState] = {}
+        self._seen = {}
         version = ""
-        for page, page_version in self._api.node_pages():
-            version = page_version
-            for node in page:
-                metadata = node.get("metadata") or {}
-                spec = self._remember(metadata, node.get("spec") or {})
-                nodes[str(metadata.get("name", ""))] = self._slim(metadata, spec)
+        for page in self._api.node_pages():
+            version = page.resource_version
+            for node in page.nodes:
+                if isinstance(node, UnreadableNode):
+                    if node.name:
+                        nodes[node.name] = node
+                    else:
+                        log.warning("Skipped a node that cannot be read: %s", node.reason)
+                    continue
+                cidrs = node.cidrs or ("",)
+                self._seen[node.uid] = _material(cidrs, node.annotations)
+                nodes[node.name] = self._decoder.slim(node, cidrs)
         return nodes, version
 
-    def _remember(self, metadata: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
-        """The node's podCIDR(s), kept by its UID; returns them as a spec."""
-        cidrs = (spec.get("podCIDR") or "", *(spec.get("podCIDRs") or ()))
-        self._cidrs[str(metadata.get("uid", ""))] = cidrs
-        return _spec(cidrs)
-
-    def _slim(self, metadata: Mapping[str, Any], spec: Mapping[str, Any]) -> kube_nodes.Node:
-        annotations = metadata.get("annotations") or {}
-        return {
-            "metadata": {
-                "name": metadata.get("name", ""),
-                "annotations": {k: v for k, v in annotations.items() if k in self._annotations},
-            },
-            "spec": spec,
-        }
-
-    def _change(self, kind: str, obj: Mapping[str, Any]) -> tuple[str, kube_nodes.Node | None]:
-        """A watch event as (node name, lease material, or None when the node is gone)."""
-        metadata = obj.get("metadata") or {}
-        name, uid = str(metadata.get("name", "")), str(metadata.get("uid", ""))
+    def _change(self, kind: str, node: DecodedNode) -> tuple[str, NodeState | None] | None:
+        """A watch event as (node name, lease material, or None when the node is gone); None
+        when nothing a lease is made of changed."""
         if kind == "DELETED":
-            self._cidrs.pop(uid, None)
-            return name, None
-        if "spec" in obj:  # a whole node: the server cannot send metadata alone
-            return name, self._slim(metadata, self._remember(metadata, obj.get("spec") or {}))
-        cidrs = self._cidrs.get(uid)
-        node = self._slim(metadata, _spec(cidrs or ("",)))
-        if cidrs is None or (not cidrs[0] and kube_nodes.is_flannel_node(node, self._keys)):
-            # New since the list (or renamed by a re-creation), or a flannel node whose
-            # podCIDR was not set when listed: read it once.
-            try:
-                current = self._api.read_node(name)
-            except KubeApiError as err:
-                if err.status != 404:
-                    raise
-                return name, node  # gone already: its DELETED event follows
-            if (current.get("metadata") or {}).get("uid") == uid:
-                node = self._slim(metadata, self._remember(metadata, current.get("spec") or {}))
-        return name, node
+            self._seen.pop(node.uid, None)
+            return node.name, None
+        seen = self._seen.get(node.uid)
+        cidrs = node.cidrs  # None unless the server sent the whole node
+        if cidrs is None:
+            cidrs = _material_cidrs(seen) if seen is not None else None
+            if cidrs is None or (not cidrs[0] and node.annotations[self._managed] == "true"):
+                # New since the list (or renamed by a re-creation), or a flannel node whose
+                # podCIDR was not set when listed: read it once.
+                try:
+                    current = self._api.read_decoded(node.name)
+                except KubeApiError as err:
+                    if err.status != 404:
+                        raise
+                    # Gone already: its DELETED event follows.
+                    return node.name, self._decoder.slim(node, cidrs or ("",))
+                except DecodeError as err:
+                    return node.name, UnreadableNode(node.name, str(err))
+                if current.uid == node.uid:
+                    cidrs = current.cidrs
+                cidrs = cidrs or ("",)
+        material = _material(cidrs, node.annotations)
+        if material == seen:
+            return None
+        self._seen[node.uid] = material
+        return node.name, self._decoder.slim(node, cidrs)
 
     def _stream(self, resource_version: str) -> tuple[str, int]:
         """Deliver watch events until the server ends the stream: the last resourceVersion seen,
@@ -606,24 +648,27 @@ class _NodeWatch:
         )
         with self._lock:
             if self._stopping.is_set():
-                response.close()
+                release(response)
                 return resource_version, 0
             self._response = response
         delivered = 0
         try:
             for batch in lines(response):
-                changes: list[tuple[str, kube_nodes.Node | None]] = []
+                changes: list[tuple[str, NodeState | None]] = []
                 try:
                     for line in batch:
-                        event = json.loads(line)
-                        kind, obj = event["type"], event["object"]
-                        if kind == "ERROR":
-                            raise _WatchEnded(
-                                f"{obj.get('code')} {obj.get('reason')}: {obj.get('message')}"
-                            )
-                        if kind != "BOOKMARK":
-                            changes.append(self._change(kind, obj))
-                        resource_version = str(obj["metadata"]["resourceVersion"])
+                        try:
+                            event = self._decoder.event(line)
+                        except DecodeError as err:
+                            log.warning("Skipped a node watch event that cannot be read: %s", err)
+                            continue
+                        if event.type == "ERROR":
+                            raise _WatchEnded(event.error)
+                        if event.node is not None:
+                            change = self._change(event.type, event.node)
+                            if change is not None:
+                                changes.append(change)
+                        resource_version = event.resource_version
                         delivered += 1
                 finally:
                     # What came before a failure is delivered, and resumed after.
@@ -633,6 +678,5 @@ class _NodeWatch:
             with self._lock:
                 self._response = None
             # A stream left early still has unread bytes: never return it to the pool.
-            response.close()
-            response.release_conn()
+            release(response)
         return resource_version, delivered
