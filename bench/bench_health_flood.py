@@ -27,12 +27,12 @@ import contextlib
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from baseline import baseline_tree
 from sigterm import interrupt_on_sigterm
 
 from pyflannel_lab.churn import process_facts
@@ -143,19 +143,6 @@ def working_directory(path: Path) -> Iterator[None]:
         yield
     finally:
         os.chdir(previous)
-
-
-@contextlib.contextmanager
-def baseline_tree(revision: str) -> Iterator[Path]:
-    """pyflannel_runtime as it was at `revision`, in a scratch directory."""
-    with tempfile.TemporaryDirectory(prefix="bench-health-") as scratch:
-        archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", revision, "pyflannel_runtime"],
-            capture_output=True,
-            check=True,
-        )
-        subprocess.run(["tar", "-x", "-C", scratch], input=archive.stdout, check=True)
-        yield Path(scratch)
 
 
 def show(name: str, before: Outcome, after: Outcome) -> None:

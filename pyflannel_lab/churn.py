@@ -254,9 +254,9 @@ def entries_for(peers: dict[IPv4Network, str]) -> KernelEntries:
     return KernelEntries(set(peers), neighbours, set(peers.values()))
 
 
-def kernel_entries(lab: AgentLab) -> KernelEntries:
-    """What flannel.1 holds on the lab's host."""
-    ns = lab.net.hosts[0].ns
+def kernel_entries(lab: AgentLab, host: int = 0) -> KernelEntries:
+    """What flannel.1 holds on the lab's host (the `host`-th)."""
+    ns = lab.net.hosts[host].ns
     routes = {
         IPv4Network(line.split()[0])
         for line in lab.net.ip(ns, "route", "show", "dev", "flannel.1").splitlines()

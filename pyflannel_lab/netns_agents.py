@@ -20,12 +20,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from pyflannel_lab.etcd_server import EtcdServer, start_etcd
+from pyflannel_lab.etcd_server import EtcdServer, EtcdTLS, start_etcd
 from pyflannel_lab.netns_lab import Lab, LabHost, NetLab
 from pyflannel_runtime.netlink.netns import run_in_netns
 from pyflannel_runtime.wire.lease import LeaseAttrs, make_subnet_key
@@ -34,6 +34,7 @@ ETCD_IP = "192.0.2.100"
 HEALTHZ_PORT = 8081
 CNI_PLUGINS = "/usr/lib/cni"
 PREFIX = "/coreos.com/network"
+AGENT_PROGRAM = ("-m", "pyflannel_runtime.agent.main")
 
 
 class KubeApiServer(Protocol):
@@ -80,6 +81,9 @@ class AgentLab(Lab):
     kube_api: KubeApiFactory | None = None
     # The bearer token the agents (and `pyflannel status`) present to it, in a kubeconfig.
     kube_token: str | None = None
+    # etcd over TLS with these files (its server certificate for ETCD_IP); the agents present
+    # the client pair.
+    etcd_tls: EtcdTLS | None = None
     net: NetLab = field(init=False)
     etcd: EtcdServer | None = field(init=False, default=None)
     kube: KubeApiServer | None = field(init=False, default=None)
@@ -103,7 +107,7 @@ class AgentLab(Lab):
             for host in self.net.hosts:
                 self.kube.add_node(host.ns, pod_cidr=str(host.subnet))
             return
-        self.etcd = start_etcd(netns=self.net.ul, host=ETCD_IP)
+        self.etcd = start_etcd(netns=self.net.ul, host=ETCD_IP, tls=self.etcd_tls)
         self.etcdctl("put", f"{PREFIX}/config", config)
         if self.lab_pods:
             for host in self.net.hosts:
@@ -154,7 +158,17 @@ class AgentLab(Lab):
                 f"--net-config-path={self.net_conf_path}",
             ]
         assert self.etcd is not None
-        return [f"--etcd-endpoints={self.etcd.endpoint}"]
+        tls = self.etcd_tls
+        files = (
+            [
+                f"--etcd-cafile={tls.ca_file}",
+                f"--etcd-certfile={tls.client_cert}",
+                f"--etcd-keyfile={tls.client_key}",
+            ]
+            if tls is not None
+            else []
+        )
+        return [f"--etcd-endpoints={self.etcd.endpoint}", *files]
 
     def kubeconfig(self) -> Path:
         """A kubeconfig naming the Node API server and the agents' token (mode 0600)."""
@@ -196,11 +210,19 @@ class AgentLab(Lab):
         path.write_text(json.dumps({**network, "plugins": [config]}, indent=2) + "\n")
         return path
 
-    def start_agent(self, host: LabHost, *extra: str) -> Agent:
+    def start_agent(
+        self,
+        host: LabHost,
+        *extra: str,
+        program: Sequence[str] = AGENT_PROGRAM,
+        cwd: Path | None = None,
+    ) -> Agent:
+        """Run the agent (`program`: what the interpreter runs, before the flags) on `host`,
+        in `cwd` (a tree of another revision there comes first on the import path)."""
         log_path = self.workdir / f"{host.ns}.log"
         argv = [
             "ip", "netns", "exec", host.ns,
-            sys.executable, "-m", "pyflannel_runtime.agent.main",
+            sys.executable, *program,
             *self.store_args(),
             "--iface=eth0",
             f"--subnet-file={self.subnet_file(host)}",
@@ -213,7 +235,7 @@ class AgentLab(Lab):
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLANNELD_")}
         env["NODE_NAME"] = host.ns
         with open(log_path, "ab") as log:
-            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         agent = Agent(host, process, log_path)
         self.agents[host.n] = agent
         return agent
@@ -249,6 +271,15 @@ class AgentLab(Lab):
         )
         done = self.net.run(host.ns, sys.executable, "-c", probe, check=False)
         return int(done.stdout.strip() or 0)
+
+    def metrics(self, host: LabHost) -> str:
+        """The agent's /metrics, as Prometheus scrapes it."""
+        probe = (
+            "import sys, urllib.request\n"
+            f"url = 'http://127.0.0.1:{HEALTHZ_PORT}/metrics'\n"
+            "sys.stdout.write(urllib.request.urlopen(url, timeout=5).read().decode())\n"
+        )
+        return str(self.net.run(host.ns, sys.executable, "-c", probe).stdout)
 
     def stop_agent(self, host: LabHost, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
         agent = self.agents.pop(host.n)

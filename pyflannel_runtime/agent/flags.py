@@ -68,6 +68,7 @@ class Options:
     subnet_lease_ttl: int = 86400
     reconcile_interval: int = 10
     vxlan_tx_checksum_offload: str = tx_offload.DEFAULT_MODE
+    metrics: bool = True
     help: bool = field(default=False, compare=False)
 
     @property
@@ -294,6 +295,10 @@ FLAGS: tuple[Flag, ...] = (
         "pyflannel: tx checksum offload on the vxlan devices: on (the kernel's default), off, or "
         "auto (off once the connectivity suite saw UDP checksums fail through them)",
         check=tx_offload.check_mode,
+    ),
+    Flag(
+        "metrics",
+        "pyflannel: serve Prometheus metrics on /metrics of the healthz server (false: 404 there)",
     ),
 )
 _BY_NAME = {flag.name: flag for flag in FLAGS}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 from pyflannel_runtime.agent.flags import Options
@@ -38,8 +39,11 @@ async def build_subnet_manager(opts: Options, previous: PreviousSubnets) -> Subn
         return await KubeSubnetManager.create(kube_settings(opts))
 
     from pyflannel_runtime.subnet.etcd.etcd import EtcdSubnetManager
+    from pyflannel_runtime.subnet.etcd.resume import STATE_FILE_NAME
 
-    return EtcdSubnetManager(etcd_settings(opts, previous=previous))
+    # Beside subnet.env: a node's own state, gone with it (a reboot empties /run).
+    state_file = os.path.join(os.path.dirname(opts.subnet_file) or ".", STATE_FILE_NAME)
+    return EtcdSubnetManager(etcd_settings(opts, previous=previous, watch_state_file=state_file))
 
 
 def kube_settings(opts: Options, **extra: Any) -> KubeSettings:

@@ -94,13 +94,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gc.add_argument("--dry-run", action="store_true", help="only say what would be released")
 
 
-def _node(args: argparse.Namespace) -> NodeIpam:
+def node_ipam(args: argparse.Namespace) -> NodeIpam:
+    """The node's pod addresses, from ``--conflist`` and ``--valid-containers`` (else the
+    runtimes). Raises IpamError when the network cannot be read."""
     given = args.valid_containers
     ids = None if given is None else " ".join(given).replace(",", " ").split()
     return inspect_node(load_target(args.conflist), live_containers(ids, os.environ))
 
 
 # --- rendering ----------------------------------------------------------------------------------
+
+
+def render_json(node: NodeIpam) -> str:
+    return json.dumps(report_dict(node), indent=2) + "\n"
 
 
 def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
@@ -178,20 +184,17 @@ def render_gc(report: GcReport, dry_run: bool) -> str:
 
 def command(args: argparse.Namespace) -> int:
     try:
-        node = _node(args)
+        node = node_ipam(args)
     except IpamError as err:
         print(f"pyflannel ipam: {err}", file=sys.stderr)
         return EXIT_ERROR
-    if args.output == "json":
-        print(json.dumps(report_dict(node), indent=2))
-    else:
-        sys.stdout.write(render_table(node))
+    sys.stdout.write(render_json(node) if args.output == "json" else render_table(node))
     return EXIT_FOUND if node.leaked else EXIT_OK
 
 
 def gc_command(args: argparse.Namespace) -> int:
     try:
-        node = _node(args)
+        node = node_ipam(args)
         report, log = release_leaks(node, args.cni_path, os.environ, dry_run=args.dry_run)
     except IpamError as err:
         print(f"pyflannel ipam gc: {err}", file=sys.stderr)

@@ -197,6 +197,16 @@ def _register_connectivity(subparsers: Subparsers) -> None:
     connectivity.add_arguments(parser)
 
 
+# --- bundle -----------------------------------------------------------------------------------
+
+
+def _register_bundle(subparsers: Subparsers) -> None:
+    from pyflannel_runtime.cli import bundle
+
+    parser = add_command(subparsers, "bundle", bundle.command, bundle.HELP, bundle.DESCRIPTION)
+    bundle.add_arguments(parser)
+
+
 # --- entry point ------------------------------------------------------------------------------
 
 COMMANDS: list[Callable[[Subparsers], None]] = [
@@ -205,6 +215,7 @@ COMMANDS: list[Callable[[Subparsers], None]] = [
     _register_status,
     _register_ipam,
     _register_connectivity,
+    _register_bundle,
 ]
 
 

@@ -8,7 +8,8 @@ A summary counts only what was checked, and says what was not.
 
 Exit status: 0 when the agent is ready (or cannot be checked), every peer is programmed and
 nothing is stale; 1 when the agent is down or not ready, or something is missing, stale,
-rejected or wrong; 2 when the leases or the kernel could not be read.
+rejected or wrong; 2 when the leases or the kernel could not be read. With ``--wait`` the
+check is made again until it says 0 or the time is up, and the last one decides.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from ipaddress import ip_address
 from typing import Any
@@ -79,7 +81,8 @@ DESCRIPTION = (
     "pyflanneld resolve as the agent's do: the command line, else FLANNELD_* variables, else "
     "the agent's environment file. Exit status: 0 agent ready and all programmed, 1 agent "
     "down or not ready, or something missing or stale, 2 could not read the leases or the "
-    "kernel."
+    "kernel. With --wait SECONDS the check is made again every 2 seconds until the node is "
+    "healthy or the time is up; the last check is shown and decides the exit status."
 )
 
 EXIT_OK = 0
@@ -345,20 +348,40 @@ _HINT = (
 )
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_node_arguments(parser: argparse.ArgumentParser) -> None:
+    """What says where this node's agent, leases and pod addresses are: the agent's flags,
+    --conflist and --timeout (``pyflannel bundle`` takes them too)."""
     add_agent_flags(parser, AGENT_FLAGS)
-    parser.add_argument(
-        "--netns",
-        metavar="NAME",
-        help="check this network namespace: the agent, the lease store and the kernel are all "
-        "reached from inside it (default: this one)",
-    )
     parser.add_argument(
         "--conflist",
         metavar="FILE",
         default=DEFAULT_CONFLIST,
         help="the CNI conflist whose host-local store holds this host's pod addresses, counted "
         f"without asking the container runtimes (`pyflannel ipam` does; default {DEFAULT_CONFLIST})",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="for etcd, the API server and the agent (default 10)",
+    )
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_node_arguments(parser)
+    parser.add_argument(
+        "--netns",
+        metavar="NAME",
+        help="check this network namespace: the agent, the lease store and the kernel are all "
+        "reached from inside it (default: this one)",
     )
     parser.add_argument(
         "--leases-only",
@@ -373,11 +396,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="output format (default table)",
     )
     parser.add_argument(
-        "--timeout",
-        type=float,
-        default=10.0,
+        "--wait",
+        type=_seconds,
         metavar="SECONDS",
-        help="for etcd, the API server and the agent (default 10)",
+        help="check again every 2 seconds until the node is healthy (exit status 0) or SECONDS "
+        "have passed; what changes is said on stderr, and the last check is shown",
     )
 
 
@@ -449,21 +472,98 @@ def collect(args: argparse.Namespace, environ: Mapping[str, str]) -> Status:
     return Status(report, agent, pod_addresses(args.conflist), tuple(offload), note)
 
 
+# --- waiting (--wait) -------------------------------------------------------------------------
+
+WAIT_INTERVAL = 2.0
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One check: the status, or why it could not be read."""
+
+    status: Status | None = None
+    error: StatusFailed | None = None
+
+    @property
+    def healthy(self) -> bool:
+        st = self.status
+        return st is not None and healthy(st.report, st.agent, st.lease_note)
+
+    def verdict(self) -> str:
+        """The check in one line, as the table's summary ends it."""
+        if self.status is None:
+            return str(self.error).split("\n", 1)[0]
+        return summary(self.status.report, self.status.agent)
+
+
+def wait_for_health(
+    check: Callable[[float], Attempt],
+    seconds: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    say: Callable[[str], None] = lambda line: None,
+    interval: float = WAIT_INTERVAL,
+) -> Attempt:
+    """Check (given the seconds left) until a check is healthy or `seconds` have passed, every
+    `interval`; the last check. `say` hears the verdict whenever it changes, as cilium status
+    --wait reports its progress: sparingly."""
+    deadline = clock() + seconds
+    said = None
+    while True:
+        attempt = check(max(deadline - clock(), 0.0))
+        left = deadline - clock()
+        if attempt.healthy or left <= 0:
+            return attempt
+        verdict = attempt.verdict()
+        if verdict != said:
+            say(f"waiting, {math.ceil(left)}s left: {verdict}")
+            said = verdict
+        sleep(min(interval, left))
+
+
+def _check(args: argparse.Namespace, left: float) -> Attempt:
+    """One check whose requests end by the deadline (a second at least)."""
+    bounded = argparse.Namespace(**{**vars(args), "timeout": min(args.timeout, max(left, 1.0))})
+    try:
+        return Attempt(collect(bounded, os.environ))
+    except StatusFailed as err:
+        return Attempt(error=err)
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
 def command(args: argparse.Namespace) -> int:
     # The lease stores log retries and TLS warnings; a failure is reported below instead.
     logging.basicConfig(level=logging.ERROR, format="%(message)s")
-    try:
-        status = collect(args, os.environ)
-    except StatusFailed as err:
-        if err.agent is not None and args.output == "table":
+    if args.wait is None:
+        attempt = _check(args, args.timeout)
+    else:
+
+        def say(line: str) -> None:
+            print(f"pyflannel status: {line}", file=sys.stderr, flush=True)
+
+        attempt = wait_for_health(lambda left: _check(args, left), args.wait, say=say)
+        if not attempt.healthy:
+            say(f"not healthy after {args.wait:g}s")
+    return show(attempt, args.output)
+
+
+def show(attempt: Attempt, output: str) -> int:
+    """The check as the output format wants it; its exit status."""
+    if attempt.status is None:
+        err = attempt.error
+        assert err is not None
+        if err.agent is not None and output == "table":
             print(err.agent.describe(), flush=True)
         print(f"pyflannel status: {err}", file=sys.stderr)
         return EXIT_ERROR
+    status = attempt.status
     report, agent, note = status.report, status.agent, status.lease_note
-    if args.output == "json":
+    if output == "json":
         sys.stdout.write(render_json(report, agent, status.pods, status.offload, note))
     else:
         sys.stdout.write(
             render_table(report, time.time(), agent, status.pods, status.offload, note)
         )
-    return EXIT_OK if healthy(report, agent, note) else EXIT_MISMATCH
+    return EXIT_OK if attempt.healthy else EXIT_MISMATCH

@@ -202,7 +202,8 @@ def release_kube(settings: KubeSettings, node_name: str, *, check: bool) -> Rele
         raise LeaseOpError("node_name: required with the kubernetes datastore")
     keys = Annotations.for_prefix(settings.annotation_prefix)
     api = NodeApi(
-        build_api_client(settings.api_url, settings.kubeconfig_file, settings.request_timeout)
+        build_api_client(settings.api_url, settings.kubeconfig_file, settings.request_timeout),
+        keys,
     )
     where = f"nodes/{node_name}"
     try:

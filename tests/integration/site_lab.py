@@ -28,13 +28,14 @@ def lab_hosts(count: int = 3, etcd_members: int = 1, releases: Sequence[str] = (
     """Systemd lab hosts (pyflannel_lab) from the cached images of ``releases`` (one for
     all, or one per host; default Debian 12), the first ``etcd_members`` of them in the etcd
     group, removed afterwards with the etcd CA the etcd role made for them beside the inventory
-    (as `./scripts/lab down`)."""
+    (as `./scripts/lab down`) and the diagnostics bundles the verify role fetched there."""
     state = hosts.up(count, etcd_members=etcd_members, releases=releases)
     try:
         yield state
     finally:
         hosts.down()
         shutil.rmtree(f"{LAB_INVENTORY}-credentials", ignore_errors=True)
+        shutil.rmtree(f"{LAB_INVENTORY}-bundles", ignore_errors=True)
 
 
 def on_host(lab: Any, name: str, command: str) -> str:

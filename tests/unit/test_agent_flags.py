@@ -43,6 +43,13 @@ def test_defaults_match_flanneld() -> None:
     assert opts.healthz_ip == "0.0.0.0"
 
 
+def test_metrics_are_served_unless_turned_off_by_flag_or_variable() -> None:
+    assert parse_flags([], environ={}).metrics
+    assert not parse_flags(["--metrics=false"], environ={}).metrics
+    assert not parse_flags([], environ={"FLANNELD_METRICS": "false"}).metrics
+    assert parse_flags(["-metrics"], environ={"FLANNELD_METRICS": "false"}).metrics
+
+
 def test_the_manifest_arguments() -> None:
     opts = parse_flags(["--ip-masq", "--kube-subnet-mgr", "--healthz-port=8081"], environ={})
     assert opts.ip_masq and opts.kube_subnet_mgr and opts.healthz_port == 8081

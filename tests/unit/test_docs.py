@@ -24,6 +24,7 @@ TOUR = "tests/integration/test_cli_tour.py::test_every_tour_command_runs_as_writ
 SITE = "tests/integration/test_site.py::"
 DAY2 = "tests/integration/test_site_day2.py::"
 OUTSIDE = SITE + "test_the_installed_tarballs_playbooks_provision_the_lab_from_outside"
+BUNDLE = "tests/integration/test_bundle_live.py::"
 
 # Each shell command the docs give, as written (its comment left off), and the test that runs
 # it: the same program with the same options, on a lab or in a namespace of its own (inventory
@@ -93,6 +94,19 @@ RUN_BY: dict[str, str] = {
     "pyflannel config publish examples/net-conf.json": TOUR,
     "pyflannel status --leases-only": TOUR,
     "pyflanneld --help": TOUR,
+    # docs/diagnostics.md
+    "pyflannel status --wait 120": "tests/integration/test_status_live.py::"
+    "test_status_wait_returns_once_a_stopped_agent_is_back",
+    "pyflannel bundle": BUNDLE + "test_a_bundle_is_written_when_etcd_does_not_answer",
+    "pyflannel bundle -o /var/tmp/node1.tar.gz": BUNDLE
+    + "test_a_nodes_bundle_holds_its_status_leases_files_kernel_firewall_and_cni_state",
+    "pyflannel bundle -o - '>' node1.tar.gz": BUNDLE
+    + "test_a_bundle_goes_to_standard_output_with_dash",
+    # docs/metrics.md
+    "promtool check rules roles/agent/files/prometheus/pyflannel.rules.yml": "tests/unit/"
+    "test_prometheus_rules.py::test_promtool_checks_the_rules",
+    "promtool test rules tests/prometheus/pyflannel.rules.test.yml": "tests/unit/"
+    "test_prometheus_rules.py::test_the_rules_unit_tests_pass",
 }
 
 FENCE = re.compile(r"^(\s*)```(\S*)")

@@ -29,7 +29,7 @@ import socket
 import struct
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
@@ -309,6 +309,15 @@ class UdpNetwork:
                 "counters": self.counters(),
             }
         }
+
+    def programmed_peers(self) -> int:
+        """The peers the forwarder has a route to."""
+        return len(self._routes)
+
+    def repairs(self) -> Mapping[str, int]:
+        """None: the forwarder's routes live in its own table, replayed whole to a worker
+        restarted after it died; the kernel holds no entry per peer."""
+        return {}
 
     def super_packet_subnets(self) -> list[IPv4Network]:
         """The peers' subnets that super-packets go to (both ends advertised them)."""

@@ -132,6 +132,7 @@ class VxlanNetwork(PeerProgrammer):
         self._direct: dict[IPAddress, int] = {}
         self._healer: asyncio.Task[None] | None = None
         self._heal_again = False
+        self.repaired["device"] = 0
 
     # --- devices ---------------------------------------------------------------------------
 
@@ -257,7 +258,8 @@ class VxlanNetwork(PeerProgrammer):
                 async with self._lock:
                     await self._recreate_missing()
                     self.forget_entries()  # they name the old device's ifindex
-                    writes = await self._reconcile(list(self._peers.values()))
+                    peers = list(self._peers.values())
+                    writes = await self._reconcile(peers, repairing=True)
                 log.info(
                     "VXLAN devices restored; replayed %d peers (%d writes)",
                     len(self._peers),
@@ -272,9 +274,12 @@ class VxlanNetwork(PeerProgrammer):
     async def _recreate_missing(self) -> None:
         for version, family in self._families.items():
             # Recreate with the advertised MAC so peers need no update.
-            spec = replace(family.spec, mac=self._devices[version].mac)
+            old = self._devices[version]
+            spec = replace(family.spec, mac=old.mac)
             device = await self._ensure_device(spec)
             self._devices[version] = device
+            if device.index != old.index:
+                self.repaired["device"] += 1
         await self.configure_devices()
 
     async def move(self, ext: ExternalInterface) -> bool:

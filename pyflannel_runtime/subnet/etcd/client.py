@@ -9,13 +9,18 @@ and values are the same bytes whichever API writes them, so Go flanneld nodes sh
 The gateway's encoding: bytes fields are base64, int64 fields decimal strings, and fields at
 their zero value are left out (a ``PUT`` event has no ``type``, a failed txn no
 ``succeeded``). Errors come back as ``{"error": ..., "code": <gRPC status code>}``.
+
+Replies are decoded by msgspec into structs of the fields read, base64 and decimal strings
+converted in C: a listing of 5 000 leases in about a ninth of the time of ``json.loads`` and
+a conversion per key. Every reply and watch message is read up to MAX_REPLY_BYTES first, and
+msgspec refuses nesting past Python's recursion limit: a reply past either is an
+EtcdClientError.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import contextlib
 import json
 import socket
@@ -23,6 +28,8 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
+
+import msgspec
 
 from pyflannel_runtime import PyflannelError
 
@@ -36,6 +43,11 @@ _CONNECTIONS = 8
 # Notice a dead server under an idle watch stream: probe after 30 s, give up after 3 misses.
 _KEEPALIVE = ((socket.TCP_KEEPIDLE, 30), (socket.TCP_KEEPINTVL, 10), (socket.TCP_KEEPCNT, 3))
 _LINE_END = (b"\r\n", b"\n", b"")
+# The largest reply or watch message read: a listing holds ~340 bytes per lease, so this is
+# ~400 000 leases, beyond any flannel network; a bound against a runaway answer, not a policy.
+MAX_REPLY_BYTES = 128 << 20
+# gRPC's OUT_OF_RANGE: a range at a revision etcd compacted, or has not reached.
+OUT_OF_RANGE = 11
 
 
 class EtcdClientError(PyflannelError):
@@ -68,18 +80,81 @@ class EtcdCompacted(EtcdClientError):
         self.compact_revision = compact_revision
 
 
-@dataclass(frozen=True, slots=True)
-class KeyValue:
-    key: bytes
-    value: bytes
-    lease: int  # 0: the key has no etcd lease
-    mod_revision: int
+class KeyValue(msgspec.Struct, frozen=True, gc=False):
+    key: bytes = b""
+    value: bytes = b""
+    lease: int = 0  # 0: the key has no etcd lease
+    mod_revision: int = 0
+
+
+class Header(msgspec.Struct, frozen=True):
+    """A reply's header: the revision it was read at, and the cluster that answered."""
+
+    revision: int = 0
+    cluster_id: int = 0
+
+
+class RangeReply(msgspec.Struct):
+    header: Header = msgspec.field(default_factory=Header)
+    kvs: list[KeyValue] = []
+    count: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class WatchEvent:
     deleted: bool
     kv: KeyValue
+
+
+@dataclass(frozen=True, slots=True)
+class WatchResponse:
+    """One message of a watch: its events (all of a revision come in one message), and the
+    revision of its header, which an empty message (a progress notification) vouches for: every
+    event up to it has been sent."""
+
+    events: tuple[WatchEvent, ...]
+    revision: int
+
+
+class _Event(msgspec.Struct):
+    type: str = "PUT"
+    kv: KeyValue = msgspec.field(default_factory=KeyValue)
+
+
+class _WatchResult(msgspec.Struct):
+    header: Header = msgspec.field(default_factory=Header)
+    events: list[_Event] = []
+    created: bool = False
+    canceled: bool = False
+    compact_revision: int = 0
+    cancel_reason: str = ""
+
+
+class _StreamError(msgspec.Struct):
+    grpc_code: int = 0
+    message: str = ""
+
+
+class _WatchMessage(msgspec.Struct):
+    result: _WatchResult = msgspec.field(default_factory=_WatchResult)
+    error: _StreamError | None = None
+
+
+class _TxnResponse(msgspec.Struct):
+    response_range: RangeReply = msgspec.field(default_factory=RangeReply)
+
+
+class _TxnReply(msgspec.Struct):
+    succeeded: bool = False
+    responses: list[_TxnResponse] = []
+
+
+# strict=False: the gateway writes int64 fields as decimal strings.
+_REPLY = msgspec.json.Decoder(dict[str, Any], strict=False)
+_RANGE = msgspec.json.Decoder(RangeReply, strict=False)
+_TXN = msgspec.json.Decoder(_TxnReply, strict=False)
+_WATCH = msgspec.json.Decoder(_WatchMessage, strict=False)
+_DecodedT = TypeVar("_DecodedT")
 
 
 @dataclass(frozen=True)
@@ -112,16 +187,6 @@ def prefix_range_end(prefix: bytes) -> bytes:
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
-
-
-def _key_value(kv: dict[str, Any]) -> KeyValue:
-    # binascii directly: base64.b64decode's argument checks cost a third of listing 5 000 keys.
-    return KeyValue(
-        key=binascii.a2b_base64(kv.get("key", "")),
-        value=binascii.a2b_base64(kv.get("value", "")),
-        lease=int(kv.get("lease", 0)),
-        mod_revision=int(kv.get("mod_revision", 0)),
-    )
 
 
 # Failures to talk to the endpoint at all (as opposed to etcd's own answers).
@@ -190,42 +255,60 @@ class _Connection:
 
     async def read_body(self, headers: dict[str, str]) -> bytes:
         if "chunked" in headers.get("transfer-encoding", "").lower():
-            return b"".join([chunk async for chunk in self.chunks()])
-        return await self.reader.readexactly(int(headers.get("content-length", "0")))
+            body = bytearray()
+            async for chunk in self.chunks():
+                body += chunk
+                if len(body) > MAX_REPLY_BYTES:
+                    raise _too_large()
+            return bytes(body)
+        length = int(headers.get("content-length", "0"))
+        if length > MAX_REPLY_BYTES:
+            raise _too_large()
+        return await self.reader.readexactly(length)
 
 
-def _decode(data: bytes) -> dict[str, Any]:
+def _too_large() -> EtcdClientError:
+    return EtcdClientError(f"etcd sent a reply larger than {MAX_REPLY_BYTES} bytes")
+
+
+def _decode(data: bytes, decoder: msgspec.json.Decoder[_DecodedT]) -> _DecodedT:
     try:
-        reply = json.loads(data)
-    except ValueError:
+        return decoder.decode(data)
+    except (msgspec.DecodeError, RecursionError):
         raise EtcdClientError(f"etcd sent a reply that is not JSON: {data[:120]!r}") from None
-    if not isinstance(reply, dict):
-        raise EtcdClientError(f"etcd sent an unexpected reply: {data[:120]!r}")
-    return reply
+    except msgspec.ValidationError as err:
+        raise EtcdClientError(f"etcd sent an unexpected reply ({err}): {data[:120]!r}") from None
 
 
 class Watch:
-    """One open watch stream (its own connection). Iterate ``events()``; ``close()`` ends it."""
+    """One open watch stream (its own connection). Iterate ``responses()`` (or ``events()``);
+    ``close()`` ends it."""
 
     def __init__(self, connection: _Connection) -> None:
         self._connection = connection
         # One reader for the creation message and the events: a chunk may carry both.
         self._results = self._messages()
 
-    async def first_message(self) -> None:
-        """The creation acknowledgement, or the error that refused the watch."""
+    async def first_message(self) -> Header:
+        """The creation acknowledgement's header, or the error that refused the watch."""
         try:
-            await anext(self._results)
+            return (await anext(self._results)).header
         except StopAsyncIteration:
             raise EtcdUnavailable("etcd ended the watch stream before creating it") from None
 
-    async def events(self) -> AsyncIterator[WatchEvent]:
-        """Events until the stream ends; raises EtcdCompacted when the start revision is gone."""
+    async def responses(self) -> AsyncIterator[WatchResponse]:
+        """Messages until the stream ends; raises EtcdCompacted when the start revision is gone."""
         async for result in self._results:
-            for event in result.get("events", ()):
-                yield WatchEvent(deleted=event.get("type") == "DELETE", kv=_key_value(event["kv"]))
+            events = tuple(WatchEvent(e.type == "DELETE", e.kv) for e in result.events)
+            yield WatchResponse(events, result.header.revision)
 
-    async def _messages(self) -> AsyncIterator[dict[str, Any]]:
+    async def events(self) -> AsyncIterator[WatchEvent]:
+        """The events of ``responses()``, one by one."""
+        async for response in self.responses():
+            for event in response.events:
+                yield event
+
+    async def _messages(self) -> AsyncIterator[_WatchResult]:
         pending = b""
         try:
             async for chunk in self._connection.chunks():
@@ -233,21 +316,21 @@ class Watch:
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
                     if line.strip():
-                        yield self._result(_decode(line))
+                        yield self._result(_decode(line, _WATCH))
+                if len(pending) > MAX_REPLY_BYTES:
+                    raise _too_large()
         except _TRANSPORT_ERRORS as err:
             raise EtcdUnavailable(f"watch stream broke: {err or type(err).__name__}") from None
 
     @staticmethod
-    def _result(message: dict[str, Any]) -> dict[str, Any]:
-        if "error" in message:
-            error = message["error"]
-            raise _status_error(int(error.get("grpc_code", 0)), str(error.get("message", error)))
-        result: dict[str, Any] = message.get("result", {})
-        if result.get("canceled"):
-            compacted = int(result.get("compact_revision", 0))
-            if compacted:
-                raise EtcdCompacted(compacted)
-            raise EtcdStatusError(0, f"watch canceled: {result.get('cancel_reason', '')}")
+    def _result(message: _WatchMessage) -> _WatchResult:
+        if message.error is not None:
+            raise _status_error(message.error.grpc_code, message.error.message)
+        result = message.result
+        if result.canceled:
+            if result.compact_revision:
+                raise EtcdCompacted(result.compact_revision)
+            raise EtcdStatusError(0, f"watch canceled: {result.cancel_reason}")
         return result
 
     def close(self) -> None:
@@ -279,12 +362,33 @@ class EtcdClient:
 
     async def range(self, key: bytes, range_end: bytes | None = None) -> tuple[list[KeyValue], int]:
         """The keys in [key, range_end) (just ``key`` without an end) and the revision read."""
-        request = {"key": _b64(key)}
+        reply = await self.range_reply(key, range_end)
+        return reply.kvs, reply.header.revision
+
+    async def range_reply(
+        self,
+        key: bytes,
+        range_end: bytes | None = None,
+        *,
+        revision: int = 0,
+        count_only: bool = False,
+        newest_only: bool = False,
+    ) -> RangeReply:
+        """The keys in [key, range_end) as of ``revision`` (0: the latest): all of them, only
+        their count, or (``newest_only``) their count and the key last modified, without its
+        value. A revision etcd has compacted or not reached is an EtcdStatusError of code
+        OUT_OF_RANGE."""
+        request: dict[str, Any] = {"key": _b64(key)}
         if range_end is not None:
             request["range_end"] = _b64(range_end)
-        reply = await self.call("/v3/kv/range", request)
-        kvs = [_key_value(kv) for kv in reply.get("kvs", ())]
-        return kvs, int(reply["header"]["revision"])
+        if revision:
+            request["revision"] = str(revision)
+        if count_only:
+            request["count_only"] = True
+        if newest_only:
+            request |= {"limit": "1", "sort_order": "DESCEND", "sort_target": "MOD"}
+            request["keys_only"] = True
+        return _decode(await self._authorized_post("/v3/kv/range", request), _RANGE)
 
     async def get(self, key: bytes) -> KeyValue | None:
         kvs, _ = await self.range(key)
@@ -324,12 +428,11 @@ class EtcdClient:
             "success": [{"request_put": put}],
             "failure": [{"request_range": {"key": _b64(key)}}],
         }
-        reply = await self.call("/v3/kv/txn", request)
-        if reply.get("succeeded", False):
+        reply = _decode(await self._authorized_post("/v3/kv/txn", request), _TXN)
+        if reply.succeeded:
             return True, None
-        responses = reply.get("responses") or [{}]
-        kvs = responses[0].get("response_range", {}).get("kvs", ())
-        return False, _key_value(kvs[0]) if kvs else None
+        kvs = reply.responses[0].response_range.kvs if reply.responses else []
+        return False, kvs[0] if kvs else None
 
     # -- leases --
 
@@ -349,11 +452,22 @@ class EtcdClient:
 
     # -- watch --
 
-    async def watch(self, key: bytes, range_end: bytes | None, start_revision: int) -> Watch:
-        """Open a watch from ``start_revision`` and wait until etcd created it."""
+    async def watch(
+        self,
+        key: bytes,
+        range_end: bytes | None,
+        start_revision: int,
+        *,
+        progress_notify: bool = False,
+    ) -> Watch:
+        """Open a watch from ``start_revision`` and wait until etcd created it. With
+        ``progress_notify`` etcd sends an empty message now and then while nothing changes (every
+        10 minutes by default), whose revision every event up to has been sent."""
         request: dict[str, Any] = {"key": _b64(key), "start_revision": str(start_revision)}
         if range_end is not None:
             request["range_end"] = _b64(range_end)
+        if progress_notify:
+            request["progress_notify"] = True
         body = json.dumps({"create_request": request}).encode()
         return await self._authorized(lambda: self._open_watch(body))
 
@@ -365,7 +479,7 @@ class EtcdClient:
                 await connection.send(self._request("/v3/watch", body))
                 status, headers = await connection.read_head()
                 if status != 200:
-                    _raise_for(_decode(await connection.read_body(headers)))
+                    _raise_for(_decode(await connection.read_body(headers), _REPLY))
                 watch = Watch(connection)
                 await watch.first_message()
                 return watch
@@ -380,6 +494,10 @@ class EtcdClient:
 
     async def call(self, path: str, request: dict[str, Any]) -> dict[str, Any]:
         """POST one request and return etcd's reply."""
+        return _decode(await self._authorized_post(path, request), _REPLY)
+
+    async def _authorized_post(self, path: str, request: dict[str, Any]) -> bytes:
+        """POST one request; the body of etcd's successful reply."""
         body = json.dumps(request).encode()
         return await self._authorized(lambda: self._post(path, body))
 
@@ -399,20 +517,19 @@ class EtcdClient:
     async def _ensure_token(self) -> None:
         if self._username and self._token is None:
             credentials = {"name": self._username, "password": self._password}
-            reply = await self._post("/v3/auth/authenticate", json.dumps(credentials).encode())
-            self._token = str(reply["token"])
+            data = await self._post("/v3/auth/authenticate", json.dumps(credentials).encode())
+            self._token = str(_decode(data, _REPLY)["token"])
 
-    async def _post(self, path: str, body: bytes) -> dict[str, Any]:
+    async def _post(self, path: str, body: bytes) -> bytes:
         async with self._slots:
             try:
                 async with asyncio.timeout(self._timeout):
                     status, data = await self._exchange(self._request(path, body))
             except _TRANSPORT_ERRORS as err:
                 raise self._unreachable(err) from None
-        reply = _decode(data)
         if status != 200:
-            _raise_for(reply)
-        return reply
+            _raise_for(_decode(data, _REPLY))
+        return data
 
     def _unreachable(self, err: BaseException) -> EtcdUnavailable:
         if isinstance(err, TimeoutError):

@@ -14,6 +14,14 @@ Deliberate differences from flannel:
 * etcd is spoken to through its JSON gateway (client.py), not gRPC; the keys, values
   and leases are the same.
 * The watch starts from the listing the allocation made (flannel lists twice).
+* An agent resumes its watch where it stopped instead of listing every lease (resume.py): it
+  keeps the leases and their revision beside its subnet file, checked against etcd at the next
+  start, and lists only when they cannot be used. A cold start (no usable state) waits a
+  random time first, up to COLD_START_SPREAD seconds per lease in etcd (10 s at most), so that
+  agents starting together do not all list at once.
+* Taking its own lease again, an agent writes the key only when its value changes or its
+  etcd lease has run out (flannel puts it with a new etcd lease at every start, an event that
+  reaches every other agent).
 * Listing leases asks for TTLs only where they are shown (`pyflannel status`), once per etcd
   lease; flannel asks once per key, so thousands of requests at start-up.
 * Renewal starts no earlier than half-way through the TTL (only matters with pyflannel's
@@ -21,11 +29,15 @@ Deliberate differences from flannel:
 * Renewal writes the key only while it still holds this node's lease (a txn on its value;
   flannel's plain put would take a subnet another node was given after ours ran out).
 * A lease that ran out while etcd could not be reached (a partition longer than the TTL) is
-  taken again as soon as etcd answers, the same subnet, without a restart: retried every
+  taken again as soon as etcd answers, the same subnet, without a restart: retried within a
   second once expired, so the peers program the node again within seconds. If another node
   holds the subnet by then, the agent shuts down with flannel's message and why (LeaseTaken)
   instead of renumbering the node's pods under them. A key deleted before its lease ran out
   (an operator's release) still shuts the agent down as in flannel.
+* Every retry waits a random time up to a ceiling (full jitter, subnet/backoff.py): a failed
+  request or watch up to 0.1 s doubling to 5 s, a failed renewal up to flannel's minute.
+  Agents that lost etcd together do not all come back at the same instant
+  (docs/operating-faults.md).
 """
 
 from __future__ import annotations
@@ -47,24 +59,31 @@ from typing import TypeVar
 from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.fsutil import os_error_text
 from pyflannel_runtime.subnet.allocation import choose_new_subnets, find_own_lease, lease_fits
+from pyflannel_runtime.subnet.backoff import Backoff, jittered
 from pyflannel_runtime.subnet.endpoint_url import split_http_url
 from pyflannel_runtime.subnet.etcd.client import (
+    OUT_OF_RANGE,
     Endpoint,
     EtcdClient,
     EtcdClientError,
     EtcdCompacted,
+    EtcdStatusError,
     EtcdUnavailable,
     KeyValue,
+    RangeReply,
     WatchEvent,
+    WatchResponse,
     prefix_range_end,
     tls_context,
 )
+from pyflannel_runtime.subnet.etcd.resume import WatchRecord, WatchState, read_state
 from pyflannel_runtime.subnet.manager import (
     LeaseListing,
     LeaseRevoked,
     LeaseTaken,
     LeaseWatchBatch,
     ListedLease,
+    StoreStats,
     UnreadableLease,
 )
 from pyflannel_runtime.wire.lease import (
@@ -98,9 +117,16 @@ RECLAIM_RETRY_SECONDS = 1.0
 # etcd deletes a key when its lease runs out, checked every 500 ms by its leader: a deletion
 # of the own key later than this before the expiry this node reckoned was someone's doing.
 EXPIRY_SLACK_SECONDS = 1.0
-_BACKOFF_FIRST = 0.1
-_BACKOFF_MAX = 5.0
+# A cold start's listing waits a random time, up to this many seconds per lease in etcd and at
+# most COLD_START_SPREAD_CAP: agents that start together (a power cut's return) spread their
+# listings, each of which costs etcd the whole prefix.
+COLD_START_SPREAD = 0.002
+COLD_START_SPREAD_CAP = 10.0
 _NO_IPV4 = IPv4Network("0.0.0.0/0")
+
+# Why a watch is started again (the agent's metrics count each): etcd ended the stream, its
+# history no longer held the next revision (the leases are listed again), or the request failed.
+WATCH_RESTART_REASONS = ("closed", "compacted", "error")
 
 # Errors that mean "etcd did not do it": retried or reported, never a crash.
 ETCD_ERRORS: tuple[type[BaseException], ...] = (EtcdClientError, TimeoutError)
@@ -126,6 +152,8 @@ class EtcdSettings:
     # What the last run wrote to subnet.env (read_previous_subnets), reused when still free.
     previous: PreviousSubnets = field(default_factory=PreviousSubnets)
     request_timeout: float = 10.0
+    # Where the lease watch keeps its state between runs (resume.py); "": listed every start.
+    watch_state_file: str = ""
 
     @property
     def renew_margin(self) -> float:
@@ -245,6 +273,43 @@ def _removed_lease(key: bytes, revision: int) -> Lease:
     )
 
 
+@dataclass(frozen=True)
+class _Listing:
+    """Every lease under the prefix at one revision of one cluster, and the keys read."""
+
+    leases: list[Lease]
+    unreadable: list[UnreadableLease]
+    kvs: list[KeyValue]
+    revision: int
+    cluster_id: int
+    # Kept from the last run: the revision of the newest lease etcd holds now. A snapshot
+    # without the changes up to it would leave out a peer that came while the agent was down
+    # (its kernel entries, still there, removed until the watch replays it).
+    catch_up: int = 0
+
+
+def _unusable(state: WatchState, reply: RangeReply) -> str | None:
+    """Why leases kept from the last run are not etcd's at their revision, by the reply of a
+    range at that revision for the count and the newest key; None: they are."""
+    if state.cluster_id != reply.header.cluster_id:
+        return (
+            f"the leases kept from the last run are of etcd cluster {state.cluster_id:x}, "
+            f"this is {reply.header.cluster_id:x}"
+        )
+    if reply.count != len(state.kvs):
+        return (
+            f"etcd had {reply.count} leases at revision {state.revision}, the last run kept "
+            f"{len(state.kvs)}"
+        )
+    # A history that reached the revision again after a restore has other writes behind it.
+    newest = max((kv.mod_revision for kv in state.kvs), default=0)
+    kept = {kv.key: kv.mod_revision for kv in state.kvs}
+    etcds = reply.kvs[0] if reply.kvs else None
+    if etcds is not None and (etcds.mod_revision != newest or kept.get(etcds.key) != newest):
+        return f"etcd's newest lease at revision {state.revision} is not the one the last run kept"
+    return None
+
+
 class _SubnetTaken(Exception):
     """Another node created the key between our listing and our transaction."""
 
@@ -279,8 +344,17 @@ class EtcdSubnetManager:
         self._config_key = _join(settings.prefix, "config").encode()
         self._subnets_dir = (_join(settings.prefix, "subnets") + "/").encode()
         self._closed = False
-        # acquire_lease's listing and its revision, until watch_leases starts from it.
-        self._allocation_view: tuple[list[Lease], int] | None = None
+        self.stats = StoreStats.with_reasons(WATCH_RESTART_REASONS)
+        # acquire_lease's listing, until watch_leases starts from it.
+        self._allocation_view: _Listing | None = None
+        # The own key, its state and the revision acquire_lease read it at, when it wrote
+        # nothing: complete_lease's watch starts from it.
+        self._own_view: tuple[bytes, LeaseWatchBatch, int] | None = None
+        self._record = (
+            WatchRecord(settings.watch_state_file, self._subnets_dir)
+            if settings.watch_state_file
+            else None
+        )
 
     # -- requests --
 
@@ -299,16 +373,16 @@ class EtcdSubnetManager:
                 await self._conn.fail_over(client)
 
     async def _retrying(self, fn: Callable[[], Awaitable[_T]]) -> _T:
-        backoff = _BACKOFF_FIRST
+        backoff = Backoff()
         while True:
             try:
                 return await fn()
             except ETCD_ERRORS as err:
+                delay = backoff.next_delay()
                 log.warning(
-                    "etcd request failed, retrying in %.1fs: %s", backoff, describe_etcd_error(err)
+                    "etcd request failed, retrying in %.1fs: %s", delay, describe_etcd_error(err)
                 )
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, _BACKOFF_MAX)
+            await asyncio.sleep(delay)
 
     def _subnet_key(self, subnet: IPv4Network | None, ipv6_subnet: IPv6Network | None) -> bytes:
         return self._subnets_dir + make_subnet_key(subnet, ipv6_subnet).encode()
@@ -325,16 +399,22 @@ class EtcdSubnetManager:
         ttls = await asyncio.gather(*(self._time_to_live(i) for i in ids))
         return dict(zip(ids, ttls, strict=True))
 
-    async def _list_leases(
-        self, *, with_expiry: bool
-    ) -> tuple[list[Lease], list[UnreadableLease], int]:
+    async def _list_leases(self, *, with_expiry: bool) -> _Listing:
         """All leases and the revision they were read at; the keys that do not parse are
         skipped with a warning. Without ``with_expiry``, leased keys get an unknown (infinite)
         expiry: neither the datapath nor the allocation needs it, and one TTL request per key
         is most of the cost of listing thousands."""
         prefix = self._subnets_dir
-        kvs, revision = await self._call(lambda c: c.range(prefix, prefix_range_end(prefix)))
-        ttls = await self._lease_ttls(kvs) if with_expiry else {}
+        reply = await self._call(lambda c: c.range_reply(prefix, prefix_range_end(prefix)))
+        ttls = await self._lease_ttls(reply.kvs) if with_expiry else {}
+        leases, unreadable = self._leases_of(reply.kvs, ttls)
+        return _Listing(
+            leases, unreadable, reply.kvs, reply.header.revision, reply.header.cluster_id
+        )
+
+    def _leases_of(
+        self, kvs: list[KeyValue], ttls: dict[int, int | None]
+    ) -> tuple[list[Lease], list[UnreadableLease]]:
         leases = []
         unreadable = []
         for kv in kvs:
@@ -343,9 +423,95 @@ class EtcdSubnetManager:
                 leases.append(_lease_from_kv(kv.key, kv.value, ttl, kv.mod_revision))
             except LeaseError as err:
                 log.warning("Ignoring bad subnet node %s: %s", kv.key.decode(errors="replace"), err)
-                name = kv.key.removeprefix(prefix).decode(errors="replace")
+                name = kv.key.removeprefix(self._subnets_dir).decode(errors="replace")
                 unreadable.append(UnreadableLease(name, str(err)))
-        return leases, unreadable, revision
+        return leases, unreadable
+
+    async def _stored_listing(self) -> _Listing | None:
+        """The leases the last run's watch kept, as a listing at their revision, once they
+        check out against etcd; None (etcd is listed instead) when there are none or they
+        cannot be used."""
+        if self._record is None:
+            return None
+        state = read_state(self._record.path, self._subnets_dir)
+        if state is None:
+            return None
+        prefix = self._subnets_dir
+        try:
+            reply = await self._call(
+                lambda c: c.range_reply(
+                    prefix, prefix_range_end(prefix), revision=state.revision, newest_only=True
+                )
+            )
+        except EtcdStatusError as err:
+            if err.code != OUT_OF_RANGE:
+                raise
+            # Compacted, or ahead of etcd's revision (etcd restored from an older backup).
+            log.info(
+                "Listing the leases: revision %d kept from the last run: %s", state.revision, err
+            )
+            return None
+        why = _unusable(state, reply)
+        if why is not None:
+            log.info("Listing the leases: %s", why)
+            return None
+        now = await self._call(
+            lambda c: c.range_reply(prefix, prefix_range_end(prefix), newest_only=True)
+        )
+        leases, unreadable = self._leases_of(state.kvs, {})
+        log.info(
+            "Resuming the lease watch from revision %d (%d leases kept from the last run)",
+            state.revision,
+            len(state.kvs),
+        )
+        newest = now.kvs[0].mod_revision if now.kvs else 0
+        return _Listing(
+            leases, unreadable, state.kvs, state.revision, state.cluster_id, catch_up=newest
+        )
+
+    async def _caught_up(self, listing: _Listing) -> _Listing | None:
+        """``listing`` with the watch's changes applied up to its ``catch_up`` revision at
+        least (whole messages), at the revision of the last change applied; None when etcd
+        compacted the history meanwhile."""
+        prefix = self._subnets_dir
+        kvs = {kv.key: kv for kv in listing.kvs}
+        revision = listing.revision
+        try:
+            watch = await self._call(
+                lambda c: c.watch(prefix, prefix_range_end(prefix), listing.revision + 1)
+            )
+            try:
+                async for response in watch.responses():
+                    for event in response.events:
+                        if event.deleted:
+                            kvs.pop(event.kv.key, None)
+                        else:
+                            kvs[event.kv.key] = event.kv
+                    if response.events:
+                        revision = response.events[-1].kv.mod_revision
+                    if revision >= listing.catch_up:
+                        break
+            finally:
+                watch.close()
+        except EtcdCompacted:
+            return None
+        if revision < listing.catch_up:
+            raise EtcdUnavailable("etcd ended the watch before replaying what the agent missed")
+        kept = list(kvs.values())
+        leases, unreadable = self._leases_of(kept, {})
+        return _Listing(leases, unreadable, kept, revision, listing.cluster_id)
+
+    async def _spread_cold_start(self) -> None:
+        """Wait a random time, longer the more leases there are to list (COLD_START_SPREAD)."""
+        prefix = self._subnets_dir
+        reply = await self._call(
+            lambda c: c.range_reply(prefix, prefix_range_end(prefix), count_only=True)
+        )
+        ceiling = min(COLD_START_SPREAD_CAP, COLD_START_SPREAD * reply.count)
+        delay = ceiling * self._rng.random()
+        if delay > 0:
+            log.info("Listing %d leases in %.2fs (a cold start's spread)", reply.count, delay)
+            await asyncio.sleep(delay)
 
     # -- SubnetManager --
 
@@ -359,12 +525,25 @@ class EtcdSubnetManager:
         return check_network_config(parse_config(kv.value))
 
     async def acquire_lease(self, attrs: LeaseAttrs) -> Lease:
+        stored = await self._stored_listing()
+        if stored is None and self._record is not None:
+            await self._spread_cold_start()
         for _ in range(RACE_RETRIES):
             cfg = await self.get_network_config()
-            leases, _, revision = await self._list_leases(with_expiry=False)
-            self._allocation_view = (leases, revision)
+            if stored is not None:
+                # The own lease from the kept leases (or subnet.env when it came after them),
+                # read again from etcd: no listing at all.
+                listing, stored = stored, None
+                own = find_own_lease(listing.leases, attrs) or self._previous_lease(attrs)
+                if own is not None and lease_fits(own, cfg):
+                    lease = await self._take_again(own, attrs)
+                    if lease is not None:
+                        self._allocation_view = listing
+                        return lease
+            listing = await self._list_leases(with_expiry=False)
+            self._allocation_view = listing
             try:
-                return await self._try_acquire(cfg, leases, attrs)
+                return await self._try_acquire(cfg, listing.leases, attrs)
             except _SubnetTaken as err:
                 log.info("Subnet %s was taken by another node meanwhile, retrying", err)
         raise EtcdError("max retries reached trying to acquire a subnet")
@@ -375,13 +554,10 @@ class EtcdSubnetManager:
         own = find_own_lease(leases, attrs)
         if own is not None:
             if lease_fits(own, cfg):
-                log.info(
-                    "Found lease (ip: %s ipv6: %s) for current IP (%s), reusing",
-                    own.subnet,
-                    own.ipv6_subnet,
-                    attrs.public_ip,
-                )
-                return await self._put_lease(dataclasses.replace(own, attrs=attrs))
+                lease = await self._take_again(own, attrs)
+                if lease is None:
+                    raise _SubnetTaken(make_subnet_key(own.subnet, own.ipv6_subnet))
+                return lease
             log.info(
                 "Found lease (ip: %s ipv6: %s) for current IP (%s) but not compatible with "
                 "current config, deleting",
@@ -411,6 +587,56 @@ class EtcdSubnetManager:
             enable_ipv6=chosen.ipv6_subnet is not None,
             expiration=expiration,
         )
+
+    def _previous_lease(self, attrs: LeaseAttrs) -> Lease | None:
+        """The lease subnet.env names, as a candidate to take again (its key is read first)."""
+        previous = self._settings.previous
+        if previous.subnet is None and previous.ipv6_subnet is None:
+            return None
+        return Lease(
+            previous.subnet,
+            previous.ipv6_subnet,
+            attrs,
+            enable_ipv4=previous.subnet is not None,
+            enable_ipv6=previous.ipv6_subnet is not None,
+        )
+
+    async def _take_again(self, own: Lease, attrs: LeaseAttrs) -> Lease | None:
+        """The node's own lease, found in a listing, taken again: as it stands when its key
+        already holds ``attrs`` and time is left on its etcd lease (no write, so nothing
+        reaches the other agents), else put with a new etcd lease as flannel's updateSubnet
+        does. None when the key holds this node's lease no more."""
+        key = self._subnet_key(own.subnet, own.ipv6_subnet)
+        found, revision = await self._call(lambda c: c.range(key))
+        kv = found[0] if found else None
+        if kv is None or not _held_by(kv, attrs):
+            return None
+        log.info(
+            "Found lease (ip: %s ipv6: %s) for current IP (%s), reusing",
+            own.subnet,
+            own.ipv6_subnet,
+            attrs.public_ip,
+        )
+        ttl_known = None if kv.lease == 0 else UNKNOWN_TTL
+        current = _lease_from_kv(kv.key, kv.value, ttl_known, kv.mod_revision)
+        if kv.value == attrs.to_json().encode():
+            lease: Lease | None = None
+            if kv.lease == 0:
+                lease = dataclasses.replace(current, attrs=attrs)
+            else:
+                checked = time.time()
+                ttl = await self._time_to_live(kv.lease)
+                if ttl is not None and ttl > 0:
+                    lease = dataclasses.replace(current, attrs=attrs, expiration=checked + ttl)
+            if lease is not None:
+                # The own key's state as read, for complete_lease's watch to start from.
+                self._own_view = (
+                    key,
+                    LeaseWatchBatch(events=(LeaseEvent(EventType.ADDED, lease),)),
+                    revision,
+                )
+                return lease
+        return await self._put_lease(dataclasses.replace(current, attrs=attrs))
 
     async def _grant(self) -> tuple[int, int]:
         """A new etcd lease for a subnet key: its ID and granted TTL."""
@@ -529,29 +755,43 @@ class EtcdSubnetManager:
 
     async def watch_leases(self) -> AsyncIterator[LeaseWatchBatch]:
         view, self._allocation_view = self._allocation_view, None
-        if view is None:
-            batch, revision = await self._retrying(self._snapshot)
-        else:
-            # The listing acquire_lease just made, at its revision: the watch replays every
-            # change since, so this equals a fresh listing, one listing of thousands sooner.
-            leases, revision = view
-            batch = LeaseWatchBatch(snapshot=tuple(leases))
-        yield batch
+        # The listing acquire_lease made (or the leases kept from the last run), at its
+        # revision: the watch replays every change since, so this equals a fresh listing, one
+        # listing of thousands sooner.
+        listing = view if view is not None else await self._retrying(self._fresh_listing)
+        if listing.catch_up > listing.revision:
+            resumed = listing
+            caught: _Listing | None = await self._retrying(lambda: self._caught_up(resumed))
+            listing = caught if caught is not None else await self._retrying(self._fresh_listing)
+        if self._record is not None:
+            self._record.reset(listing.kvs, listing.revision, listing.cluster_id)
+        yield LeaseWatchBatch(snapshot=tuple(listing.leases))
         prefix = self._subnets_dir
         async for batch in self._follow(
-            prefix, prefix_range_end(prefix), revision + 1, self._snapshot
+            prefix,
+            prefix_range_end(prefix),
+            listing.revision + 1,
+            self._snapshot,
+            record=self._record,
         ):
             yield batch
 
     async def list_leases(self) -> LeaseListing:
         """Every lease under the prefix with its expiry, and the keys that do not parse (for
         operators: `pyflannel status`)."""
-        leases, unreadable, _ = await self._list_leases(with_expiry=True)
-        return LeaseListing(tuple(ListedLease(lease) for lease in leases), tuple(unreadable))
+        listing = await self._list_leases(with_expiry=True)
+        return LeaseListing(
+            tuple(ListedLease(lease) for lease in listing.leases), tuple(listing.unreadable)
+        )
+
+    async def _fresh_listing(self) -> _Listing:
+        return await self._list_leases(with_expiry=False)
 
     async def _snapshot(self) -> tuple[LeaseWatchBatch, int]:
-        leases, _, revision = await self._list_leases(with_expiry=False)
-        return LeaseWatchBatch(snapshot=tuple(leases)), revision
+        listing = await self._list_leases(with_expiry=False)
+        if self._record is not None:
+            self._record.reset(listing.kvs, listing.revision, listing.cluster_id)
+        return LeaseWatchBatch(snapshot=tuple(listing.leases)), listing.revision
 
     def _lease_event(self, event: WatchEvent) -> LeaseEvent:
         """Raises LeaseError for a key or value that does not parse."""
@@ -567,53 +807,74 @@ class EtcdSubnetManager:
         range_end: bytes | None,
         since: int,
         resync: Callable[[], Awaitable[tuple[LeaseWatchBatch, int]]],
+        *,
+        record: WatchRecord | None = None,
     ) -> AsyncIterator[LeaseWatchBatch]:
         """Watch from revision ``since`` for ever: reconnect with backoff where the last event
-        left off, and after a compaction emit ``resync()`` and go on from its revision."""
+        left off, and after a compaction emit ``resync()`` and go on from its revision. Each
+        message goes to ``record`` (which asks etcd for progress notifications)."""
         name = key.decode(errors="replace")
-        backoff = _BACKOFF_FIRST
+        backoff = Backoff()
         while not self._closed:
             try:
                 watch = await self._call(
                     functools.partial(
-                        EtcdClient.watch, key=key, range_end=range_end, start_revision=since
+                        EtcdClient.watch,
+                        key=key,
+                        range_end=range_end,
+                        start_revision=since,
+                        progress_notify=record is not None,
                     )
                 )
                 try:
-                    async for event in watch.events():
-                        backoff = _BACKOFF_FIRST
-                        try:
-                            lease_event = self._lease_event(event)
-                        except LeaseError as err:
-                            log.warning(
-                                "Ignoring bad subnet event on %s: %s",
-                                event.kv.key.decode(errors="replace"),
-                                err,
-                            )
-                        else:
-                            yield LeaseWatchBatch(events=(lease_event,))
-                        since = event.kv.mod_revision + 1
+                    async for response in watch.responses():
+                        backoff.reset()
+                        events = self._lease_events(response)
+                        if record is not None:
+                            record.apply(response)
+                        if response.events:
+                            since = response.events[-1].kv.mod_revision + 1
+                        if events:
+                            yield LeaseWatchBatch(events=events)
                 finally:
                     watch.close()
                 if self._closed:
                     return
-                log.warning("etcd watch on %s ended, reconnecting", name)
+                delay = backoff.next_delay()
+                log.warning("etcd watch on %s ended, reconnecting in %.1fs", name, delay)
+                self.stats.watch_restarted("closed")
             except EtcdCompacted as err:
                 log.warning("etcd watch on %s: %s; re-listing", name, err)
+                self.stats.watch_restarted("compacted")
                 batch, revision = await self._retrying(resync)
                 yield batch
                 since = revision + 1
-                backoff = _BACKOFF_FIRST
+                backoff.reset()
                 continue
             except ETCD_ERRORS as err:
+                delay = backoff.next_delay()
                 log.warning(
                     "etcd watch on %s failed, retrying in %.1fs: %s",
                     name,
-                    backoff,
+                    delay,
                     describe_etcd_error(err),
                 )
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, _BACKOFF_MAX)
+                self.stats.watch_restarted("error")
+            await asyncio.sleep(delay)
+
+    def _lease_events(self, response: WatchResponse) -> tuple[LeaseEvent, ...]:
+        """A message's events as lease events; one that does not parse is skipped."""
+        events = []
+        for event in response.events:
+            try:
+                events.append(self._lease_event(event))
+            except LeaseError as err:
+                log.warning(
+                    "Ignoring bad subnet event on %s: %s",
+                    event.kv.key.decode(errors="replace"),
+                    err,
+                )
+        return tuple(events)
 
     async def _own_lease_state(self, lease: Lease) -> tuple[LeaseWatchBatch, int]:
         key = self._subnet_key(lease.subnet, lease.ipv6_subnet)
@@ -630,10 +891,15 @@ class EtcdSubnetManager:
         return LeaseWatchBatch(events=(LeaseEvent(EventType.ADDED, current),)), revision
 
     async def _watch_own_lease(self, lease: Lease) -> AsyncGenerator[LeaseWatchBatch, None]:
-        """The own key's current state, then its changes (the key alone, no prefix)."""
-        batch, revision = await self._retrying(lambda: self._own_lease_state(lease))
-        yield batch
+        """The own key's current state (as acquire_lease read it, when it wrote nothing), then
+        its changes (the key alone, no prefix)."""
         key = self._subnet_key(lease.subnet, lease.ipv6_subnet)
+        view, self._own_view = self._own_view, None
+        if view is not None and view[0] == key:
+            _, batch, revision = view
+        else:
+            batch, revision = await self._retrying(lambda: self._own_lease_state(lease))
+        yield batch
         resync = functools.partial(self._own_lease_state, lease)
         async for batch in self._follow(key, None, revision + 1, resync):
             yield batch
@@ -654,6 +920,8 @@ class EtcdSubnetManager:
         """Renew the lease ahead of its expiry until cancelled; raise LeaseRevoked when the
         own key is deleted, or LeaseTaken when it ran out and another node took the subnet."""
         own_events = self._watch_own_lease(lease)
+        stats = self.stats
+        stats.own_lease_expiry = lease.expiration
         renew_at = self._renew_at(lease.expiration)
         failing_since: float | None = None
         pending = asyncio.ensure_future(anext(own_events))
@@ -668,17 +936,22 @@ class EtcdSubnetManager:
                         _log_taken(str(err))
                         raise
                     except ETCD_ERRORS as err:
-                        retry = _renew_retry(lease)
+                        stats.renewal_failures += 1
+                        # Jittered: leases granted together (a restart storm) are renewed
+                        # together, and would be retried together.
+                        retry = jittered(_renew_retry(lease))
                         now = time.time()
                         if failing_since is None or now - failing_since >= RENEW_RETRY_SECONDS:
                             failing_since = now
                             log.error(
-                                "Error renewing lease (trying again in %s): %s",
-                                "1 min" if retry == RENEW_RETRY_SECONDS else f"{retry:g}s",
+                                "Error renewing lease (trying again in %.1fs): %s",
+                                retry,
                                 describe_etcd_error(err),
                             )
                         renew_at = now + retry
                     else:
+                        stats.renewals += 1
+                        stats.own_lease_expiry = lease.expiration
                         failing_since = None
                         renew_at = self._renew_at(lease.expiration)
                         log.info("Lease renewed, new expiration: %s", _when(lease.expiration))
@@ -703,6 +976,7 @@ class EtcdSubnetManager:
                     expiration = event.lease.expiration
                     if expiration is not None and math.isinf(expiration):
                         continue  # a renewal's put: its expiry is the one we reckoned
+                    stats.own_lease_expiry = expiration
                     renew_at = self._renew_at(expiration)
                     if renew_at is not None:
                         log.info("Waiting for %.0fs to renew lease", renew_at - time.time())
@@ -736,6 +1010,8 @@ class EtcdSubnetManager:
 
     async def close(self) -> None:
         self._closed = True
+        if self._record is not None:
+            self._record.save(force=True)
         await self._conn.close()
 
 
@@ -764,8 +1040,8 @@ def _expired(lease: Lease, slack: float = 0.0) -> bool:
 
 
 def _renew_retry(lease: Lease) -> float:
-    """flannel retries a failed renewal after a minute; a lease that runs out sooner (or has)
-    is retried before it does."""
+    """The longest wait before a failed renewal is tried again: flannel's minute; less for a
+    lease that runs out sooner (or has), so that it is retried before it does."""
     if lease.expiration is None:
         return RENEW_RETRY_SECONDS
     left = lease.expiration - time.time()

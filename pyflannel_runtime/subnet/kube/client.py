@@ -32,12 +32,27 @@ from pyflannel_runtime import PyflannelError
 log = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+# Answers are read up to a size before anything decodes them (documents from outside). One
+# object: the API server refuses to store a request body over 3 MiB (its
+# --max-request-bytes), so a Node, a Pod or a watch event of one is at most about that; the
+# margin covers JSON's escapes. A list page's own limit is its caller's (kube.py).
+MAX_OBJECT_BYTES = 8 << 20
+# An error answer's Status is a few hundred bytes: what is past this is left unread.
+MAX_STATUS_BYTES = 64 << 10
 TOKEN_RELOAD = 60.0  # seconds: a service account's token is rotated well before it expires
 _OTHER_AUTH = ("exec", "auth-provider", "username", "password")
 
 
 class KubeConfigError(PyflannelError, ValueError):
     """Connection settings that cannot be used."""
+
+
+class ResponseTooLarge(PyflannelError):
+    """An answer larger than the limit it was read with."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the API server's answer is larger than {limit} bytes")
+        self.limit = limit
 
 
 class KubeApiError(PyflannelError):
@@ -299,10 +314,10 @@ class KubeClient:
         content_type: str | None = None,
         accept: str = "application/json",
         read_timeout: float | None = None,
-        stream: bool = False,
     ) -> urllib3.BaseHTTPResponse:
-        """The response of a successful request (`stream`: unread, the caller closes it);
-        raises KubeApiError for an error answer, urllib3's HTTPError when none came."""
+        """The response of a successful request, its body unread (the caller reads it, with
+        ``read_limited`` or ``lines``, and closes it); raises KubeApiError for an error answer,
+        urllib3's HTTPError when none came."""
         url = self._base + path + (f"?{urlencode(query)}" if query else "")
         response = self._pool.request(
             method,
@@ -310,32 +325,82 @@ class KubeClient:
             body=body,
             headers=self._headers(accept, content_type),
             timeout=urllib3.Timeout(connect=self.timeout, read=read_timeout or self.timeout),
-            preload_content=not stream,
+            preload_content=False,
             redirect=False,
         )
         if response.status >= 400:
-            data = response.data
-            response.release_conn()
-            raise KubeApiError(response.status, response.reason or "", data)
+            try:
+                data = read_limited(response, MAX_STATUS_BYTES, truncate=True)
+            finally:
+                release(response)
+            raise KubeApiError(response.status, response.reason or "", bytes(data))
         return response
 
+    def fetch(self, method: str, path: str, limit: int = MAX_OBJECT_BYTES, **options: Any) -> bytes:
+        """The whole body of a successful request, read up to ``limit`` bytes (ResponseTooLarge
+        past it)."""
+        response = self.request(method, path, **options)
+        try:
+            data = read_limited(response, limit)
+        except BaseException:
+            release(response)
+            raise
+        response.release_conn()
+        return bytes(data)
+
     def get_json(self, path: str, **options: Any) -> Any:
-        return json.loads(self.request("GET", path, **options).data)
+        return json.loads(self.fetch("GET", path, **options))
 
-    def patch_json(self, path: str, body: Mapping[str, Any], content_type: str) -> Any:
+    def patch(self, path: str, body: Mapping[str, Any], content_type: str) -> None:
+        """A patch whose answer (the patched object) is not needed: it is read and dropped."""
         data = json.dumps(body, separators=(",", ":")).encode()
-        return json.loads(self.request("PATCH", path, body=data, content_type=content_type).data)
+        self.fetch("PATCH", path, body=data, content_type=content_type)
 
 
-def lines(response: urllib3.BaseHTTPResponse, size: int = 1 << 16) -> Iterator[list[bytes]]:
+def read_limited(
+    response: urllib3.BaseHTTPResponse, limit: int, *, truncate: bool = False
+) -> bytearray:
+    """The body, read until its end or past ``limit`` bytes: ResponseTooLarge then, or with
+    ``truncate`` its first ``limit`` bytes."""
+    body = bytearray()
+    for chunk in response.stream(1 << 16, decode_content=True):
+        body += chunk
+        if len(body) > limit:
+            if truncate:
+                del body[limit:]
+                return body
+            raise ResponseTooLarge(limit)
+    return body
+
+
+def release(response: urllib3.BaseHTTPResponse) -> None:
+    """Drop the connection of a response whose body may be partly unread (it cannot carry
+    another request)."""
+    response.close()
+    response.release_conn()
+
+
+def lines(
+    response: urllib3.BaseHTTPResponse, limit: int = MAX_OBJECT_BYTES, size: int = 1 << 16
+) -> Iterator[list[bytes]]:
     """The complete lines of a streamed answer, in the batches they arrived in (a watch's
-    events: one batch per read, so a burst is handed on at once)."""
+    events: one batch per read, so a burst is handed on at once). A line longer than ``limit``
+    is dropped with a warning, never held whole."""
     rest = b""
+    dropping = False  # the line being read is past the limit: dropped up to its end
     for chunk in response.stream(size, decode_content=True):
-        data = rest + chunk
-        *complete, rest = data.split(b"\n")
+        *complete, rest = (rest + chunk).split(b"\n")
+        if dropping and complete:
+            complete[0], dropping = b"", False
+        if len(rest) > limit:
+            if not dropping:
+                complete.append(rest)  # warned about below, with any other
+            rest, dropping = b"", True
         batch = [line for line in complete if line]
+        if any(len(line) > limit for line in batch):
+            log.warning("Dropped a watch event larger than %d bytes", limit)
+            batch = [line for line in batch if len(line) <= limit]
         if batch:
             yield batch
-    if rest.strip():
+    if rest.strip() and not dropping:
         yield [rest]

@@ -8,7 +8,6 @@ in a thread of its own that hands nodes to the event loop without ever waiting o
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import threading
@@ -24,21 +23,26 @@ import urllib3
 from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.fsutil import read_small_file
 from pyflannel_runtime.gojson.strconv import go_quote
+from pyflannel_runtime.subnet.backoff import Backoff
 from pyflannel_runtime.subnet.kube import nodes as kube_nodes
 from pyflannel_runtime.subnet.kube.annotations import DEFAULT_PREFIX, Annotations
 from pyflannel_runtime.subnet.kube.client import (
     KubeApiError,
     KubeClient,
     KubeConfigError,
+    ResponseTooLarge,
     lines,
     load_access,
+    release,
 )
-from pyflannel_runtime.subnet.kube.node_queue import NodeChanges, NodeQueue, NodeSnapshot
-from pyflannel_runtime.subnet.kube.nodes import NodeLeaseError, NodeLeaseTracker
+from pyflannel_runtime.subnet.kube.decode import DecodedNode, DecodeError, NodeDecoder, NodePage
+from pyflannel_runtime.subnet.kube.node_queue import NodeChanges, NodeQueue, NodeSnapshot, NodeState
+from pyflannel_runtime.subnet.kube.nodes import NodeLeaseError, NodeLeaseTracker, UnreadableNode
 from pyflannel_runtime.subnet.manager import (
     LeaseListing,
     LeaseWatchBatch,
     ListedLease,
+    StoreStats,
     Unimplemented,
     UnreadableLease,
 )
@@ -51,17 +55,21 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_NET_CONFIG_PATH = "/etc/kube-flannel/net-conf.json"
+# Why the node watch is started again (the agent's metrics count each): the API server ended the
+# stream (as it does at the watch's timeout, every few minutes), the resourceVersion expired (410
+# Gone or an ERROR event: the nodes are listed again), or the request or the stream failed.
+WATCH_RESTART_REASONS = ("closed", "expired", "error")
 LEASE_DURATION = 24 * 3600.0  # kube leases are never renewed; flannel still stamps 24 h
 REQUEST_TIMEOUT = 30.0
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 # A watch answering with metadata only: a heartbeat's event carries ~4 KB instead of the whole
 # Node's ~10 KB (tests/fakes/kube_api.py, "Metadata-only answers").
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
-# Nodes per page of the initial list. A page's parsed JSON sets how far the agent's RSS climbs
-# for good (CPython keeps the arenas): with 5 000 realistic ~10 KB nodes, reading the list as the
-# agent keeps it left 44.7 MiB at pages of 100, 39.9 at 50, 37.5 at 25, 36.3 at 10, for the
-# same CPU (0.8-1.0 s); 25 costs 200 requests per 5 000 nodes.
-LIST_PAGE = 25
+# Nodes per page of the list. Decoded (decode.py), a node is held as its few fields only, so a
+# page costs the agent about its JSON while it is read (~10 KB a realistic node).
+LIST_PAGE = 500
+# A page is read up to this size; a larger one is asked for again in halves.
+MAX_PAGE_BYTES = 32 << 20
 # Errors of an API call: an error answer, or none at all.
 API_ERRORS = (KubeApiError, urllib3.exceptions.HTTPError)
 
@@ -76,7 +84,9 @@ class KubeSettings:
     annotation_prefix: str = DEFAULT_PREFIX
     set_node_network_unavailable: bool = True
     request_timeout: float = REQUEST_TIMEOUT
-    retry_interval: float = 3.0  # patches of the own node are retried this often ...
+    # Reads and patches of the own node are retried this often on average (flannel's fixed
+    # interval, jittered) ...
+    retry_interval: float = 3.0
     retry_timeout: float = 30.0  # ... for this long
 
 
@@ -111,41 +121,64 @@ def build_api_client(
 
 
 class NodeApi:
-    """The few Kubernetes calls flannel makes, returning decoded JSON. Blocking."""
+    """The few Kubernetes calls flannel makes, each answer decoded into what the agent reads
+    of it (decode.py). Blocking."""
 
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeClient, keys: Annotations) -> None:
         self.client = client
+        self.decoder = NodeDecoder(keys)
 
     def close(self) -> None:
         self.client.close()
 
-    def read_node(self, name: str) -> dict[str, Any]:
-        node: dict[str, Any] = self.client.get_json(f"/api/v1/nodes/{quote(name, safe='')}")
-        return node
+    def read_decoded(self, name: str) -> DecodedNode:
+        """Raises DecodeError for an answer that is not a Node."""
+        data = self.client.fetch("GET", f"/api/v1/nodes/{quote(name, safe='')}")
+        return self.decoder.node(data)
+
+    def read_node(self, name: str) -> kube_nodes.Node:
+        """The node as nodes.py reads one."""
+        node = self.read_decoded(name)
+        return self.decoder.slim(node, node.cidrs or ("",))
 
     def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
         pod: dict[str, Any] = self.client.get_json(path)
         return pod
 
-    def node_pages(self, limit: int = LIST_PAGE) -> Iterator[tuple[list[dict[str, Any]], str]]:
-        """The nodes in pages of one consistent list, each with the list's resourceVersion."""
+    def node_pages(self, limit: int = LIST_PAGE) -> Iterator[NodePage]:
+        """The nodes in pages of one consistent list. A page larger than MAX_PAGE_BYTES is
+        asked for again in halves (the continue token takes any limit), down to one node."""
         token = ""
         while True:
             query = {"limit": str(limit), **({"continue": token} if token else {})}
-            listing = self.client.get_json("/api/v1/nodes", query=query)
-            metadata = listing.get("metadata") or {}
-            yield list(listing.get("items") or []), str(metadata["resourceVersion"])
-            token = metadata.get("continue") or ""
+            try:
+                data = self.client.fetch("GET", "/api/v1/nodes", MAX_PAGE_BYTES, query=query)
+            except ResponseTooLarge:
+                if limit == 1:
+                    raise
+                limit //= 2
+                log.warning("A page of nodes was over %d bytes: pages of %d", MAX_PAGE_BYTES, limit)
+                continue
+            page = self.decoder.page(data)
+            del data  # not held while the page is handed on
+            yield page
+            token = page.continue_token
             if not token:
                 return
 
-    def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
-        nodes: list[dict[str, Any]] = []
+    def list_nodes(self) -> tuple[list[kube_nodes.Node | UnreadableNode], str]:
+        """Every node as nodes.py reads one, and the list's resourceVersion."""
+        nodes: list[kube_nodes.Node | UnreadableNode] = []
         version = ""
-        for page, page_version in self.node_pages():
-            nodes += page
-            version = page_version
+        for page in self.node_pages():
+            nodes += [
+                node
+                if isinstance(node, UnreadableNode)
+                else self.decoder.slim(node, node.cidrs or ("",))
+                for node in page.nodes
+            ]
+            version = page.resource_version
         return nodes, version
 
     def watch_nodes(
@@ -164,14 +197,11 @@ class NodeApi:
             query=query,
             accept=METADATA_ONLY if metadata_only else "application/json",
             read_timeout=timeout_seconds + self.client.timeout,
-            stream=True,
         )
 
     def patch_node_status(self, name: str, body: Mapping[str, Any]) -> None:
         # Strategic merge, as client-go's PatchStatus.
-        self.client.patch_json(
-            f"/api/v1/nodes/{quote(name, safe='')}/status", body, STRATEGIC_MERGE
-        )
+        self.client.patch(f"/api/v1/nodes/{quote(name, safe='')}/status", body, STRATEGIC_MERGE)
 
 
 def resolve_node_name(api: NodeApi, environ: Mapping[str, str]) -> str:
@@ -227,6 +257,7 @@ class KubeSubnetManager:
         self._settings = settings
         self._tracker = NodeLeaseTracker(self.keys, config.enable_ipv4, config.enable_ipv6)
         self._queue = NodeQueue()
+        self.stats = StoreStats.with_reasons(WATCH_RESTART_REASONS)
         self._watch: _NodeWatch | None = None
         self._watching = False
         self._watch_timeout = watch_timeout
@@ -242,12 +273,13 @@ class KubeSubnetManager:
         """The manager for this node (NODE_NAME, or the pod's node). `own_node=False`: one that
         only reads (`get_network_config`, `list_leases`), for no node, so no name is looked up.
         Raises KubeSubnetError, or AnnotationPrefixError for a bad prefix."""
-        Annotations.for_prefix(settings.annotation_prefix)  # a bad one fails before the client
         env = os.environ if environ is None else environ
+        keys = Annotations.for_prefix(settings.annotation_prefix)
         api = NodeApi(
             build_api_client(
                 settings.api_url, settings.kubeconfig_file, settings.request_timeout, env
-            )
+            ),
+            keys,
         )
         try:
             node_name = ""
@@ -269,7 +301,10 @@ class KubeSubnetManager:
         config = self._config
         leases: list[ListedLease] = []
         unreadable: list[UnreadableLease] = []
-        for node in sorted(nodes, key=kube_nodes.node_name):
+        for node in sorted(nodes, key=_name):
+            if isinstance(node, UnreadableNode):
+                unreadable.append(UnreadableLease(node.name, node.reason))
+                continue
             if not kube_nodes.is_flannel_node(node, self.keys):
                 continue
             name = kube_nodes.node_name(node)
@@ -284,23 +319,28 @@ class KubeSubnetManager:
         return LeaseListing(tuple(leases), tuple(unreadable))
 
     async def _retry(self, call: Callable[[], Awaitable[T]], what: str) -> T:
-        """flannel's PollUntilContextTimeout: try now, then every interval until the timeout."""
+        """flannel's PollUntilContextTimeout: try now, then again until the timeout; each wait
+        drawn from [0, 2 * interval] (full jitter, the interval on average), so that nodes
+        started together do not ask together."""
         deadline = time.monotonic() + self._settings.retry_timeout
+        ceiling = 2 * self._settings.retry_interval
+        backoff = Backoff(ceiling, ceiling)
         while True:
             try:
                 return await call()
             except API_ERRORS as err:
+                delay = backoff.next_delay()
                 log.warning(
                     "Failed to %s node %s: %s", what, go_quote(self.node_name), api_error_text(err)
                 )
-                if time.monotonic() + self._settings.retry_interval > deadline:
+                if time.monotonic() + delay > deadline:
                     raise KubeSubnetError(
                         f"timeout contacting kube-api, failed to patch node "
                         f"{go_quote(self.node_name)}. Error: {api_error_text(err)}"
                     ) from None
-            await asyncio.sleep(self._settings.retry_interval)
+            await asyncio.sleep(delay)
 
-    async def _read_own_node(self) -> dict[str, Any]:
+    async def _read_own_node(self) -> kube_nodes.Node:
         return await asyncio.to_thread(self._api.read_node, self.node_name)
 
     async def _patch_own_status(self, body: Mapping[str, Any]) -> None:
@@ -384,7 +424,9 @@ class KubeSubnetManager:
 
     def _start_watch(self) -> None:
         if self._watch is None:
-            self._watch = _NodeWatch(self._api, self._queue, self._watch_timeout, self.keys)
+            self._watch = _NodeWatch(
+                self._api, self._queue, self._watch_timeout, self.keys, self.stats
+            )
             self._watch.start(asyncio.get_running_loop())
 
     async def watch_leases(self) -> AsyncIterator[LeaseWatchBatch]:
@@ -412,6 +454,10 @@ class KubeSubnetManager:
         self._api.close()
 
 
+def _name(node: NodeState) -> str:
+    return node.name if isinstance(node, UnreadableNode) else kube_nodes.node_name(node)
+
+
 class _ConsumerGone(Exception):
     pass
 
@@ -423,12 +469,26 @@ class _WatchEnded(Exception):
     (client-go's reflector lists again after any watch error)."""
 
 
-def _spec(cidrs: tuple[str, ...]) -> dict[str, Any]:
-    """A node spec from its podCIDR and podCIDRs, as `_NodeWatch` keeps them."""
-    spec: dict[str, Any] = {"podCIDR": cidrs[0]} if cidrs[0] else {}
-    if cidrs[1:]:
-        spec["podCIDRs"] = list(cidrs[1:])
-    return spec
+def _material(cidrs: tuple[str, ...], annotations: tuple[str | None, ...]) -> str:
+    """What a node's lease is made of, its podCIDR(s) and flannel's annotations, as one string:
+    their count, then each value prefixed with its length ("-" for an annotation not set), so
+    that two different sets never give the same string. One string takes 5 000 nodes ~1.3 MB,
+    where a tuple of strings took ~3.6 MB."""
+    values = "".join("-" if v is None else f"{len(v)}:{v}" for v in (*cidrs, *annotations))
+    return f"{len(cidrs)};{values}"
+
+
+def _material_cidrs(material: str) -> tuple[str, ...]:
+    """The podCIDR(s) in a `_material` string."""
+    count, _, values = material.partition(";")
+    cidrs = []
+    at = 0
+    for _ in range(int(count)):
+        colon = values.index(":", at)
+        end = colon + 1 + int(values[at:colon])
+        cidrs.append(values[colon + 1 : end])
+        at = end
+    return tuple(cidrs)
 
 
 class _NodeWatch:
@@ -436,26 +496,33 @@ class _NodeWatch:
     or ends the watch with any other ERROR event.
 
     Runs in its own thread. Transport failures (a stream broken off, even mid-event) resume the
-    watch from the last resourceVersion seen, with backoff (100 ms doubling to 5 s, as
-    flannel's etcd watch): nothing is lost, the server replays what came after it.
+    watch from the last resourceVersion seen, after a jittered backoff (up to 100 ms doubling to
+    5 s, as the etcd watch): nothing is lost, the server replays what came after it.
 
-    The list is read in pages, and each node kept only as what a lease is made of: its name,
-    flannel's annotations and its podCIDRs. The watch asks for metadata only, since a node's
-    podCIDRs never change once set while its status changes with every kubelet heartbeat: the
-    podCIDRs come from the list, by node UID, or (a node not listed, or listed before it had
-    one) from reading that node once. A server that cannot answer with metadata only (406)
-    is watched for whole nodes.
+    The list is read in pages, each node decoded into what a lease is made of (decode.py): its
+    name, flannel's annotations and its podCIDRs. The watch asks for metadata only, since a
+    node's podCIDRs never change once set while its status changes with every kubelet
+    heartbeat: the podCIDRs come from the list, by node UID, or (a node not listed, or listed
+    before it had one) from reading that node once. A server that cannot answer with metadata
+    only (406) is watched for whole nodes. An event that changes nothing a lease is made of (a
+    heartbeat) goes no further than this thread.
     """
 
     def __init__(
-        self, api: NodeApi, queue: NodeQueue, timeout_seconds: int, keys: Annotations
+        self,
+        api: NodeApi,
+        queue: NodeQueue,
+        timeout_seconds: int,
+        keys: Annotations,
+        stats: StoreStats,
     ) -> None:
         self._api = api
+        self._stats = stats
+        self._decoder = api.decoder
         self._queue = queue
         self._timeout_seconds = timeout_seconds
-        self._keys = keys
-        self._annotations = frozenset(astuple(keys))
-        self._cidrs: dict[str, tuple[str, ...]] = {}  # node UID -> podCIDR, podCIDRs...
+        self._managed = astuple(keys).index(keys.subnet_kube_managed)
+        self._seen: dict[str, str] = {}  # node UID -> what the agent last handed on, _material
         self._metadata_only = True
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -482,7 +549,7 @@ class _NodeWatch:
             raise _ConsumerGone() from None
 
     def _run(self) -> None:
-        delay = 0.1
+        backoff = Backoff()
         resource_version: str | None = None
         while not self._stopping.is_set():
             try:
@@ -491,18 +558,22 @@ class _NodeWatch:
                 started = time.monotonic()
                 resource_version, delivered = self._stream(resource_version)
                 if delivered or time.monotonic() - started >= 1.0:
-                    delay = 0.1
+                    backoff.reset()
+                    if not self._stopping.is_set():
+                        self._stats.watch_restarted("closed")
                     continue
                 # As client-go: a watch closed at once with nothing in it is a failure, or a
                 # misbehaving server or proxy would have us reconnect in a tight loop.
                 failure: BaseException = ConnectionError("watch closed immediately")
             except _WatchEnded as err:
                 log.info("Node watch ended (%s); listing the nodes again", err)
+                self._stats.watch_restarted("expired")
                 resource_version = None
                 continue
             except KubeApiError as err:
                 if err.status == 410:
                     log.info("Node watch expired (%s); listing the nodes again", err.message())
+                    self._stats.watch_restarted("expired")
                     resource_version = None
                     continue
                 if err.status == 406 and self._metadata_only:
@@ -512,73 +583,71 @@ class _NodeWatch:
                 failure = err
             except _ConsumerGone:
                 return
-            except Exception as err:  # transport errors, malformed lines: resume after a pause
+            except Exception as err:  # transport errors, unreadable pages: resume after a pause
                 failure = err
             if self._stopping.is_set():
                 return
+            delay = backoff.next_delay()
             log.warning("Node watch failed (retrying in %.1fs): %s", delay, api_error_text(failure))
+            self._stats.watch_restarted("error")
             self._stopping.wait(delay)
-            delay = min(delay * 2, 5.0)
 
     def _relist(self) -> str:
         """Hand every node on as a snapshot; returns the list's resourceVersion. The nodes are
-        not kept in this thread's frame, which lives as long as the watch (5 000 nodes: ~4 MB)."""
+        not kept in this thread's frame, which lives as long as the watch."""
         nodes, version = self._list()
         self._post(self._queue.put_snapshot, nodes)
         return version
 
-    def _list(self) -> tuple[dict[str, kube_nodes.Node], str]:
+    def _list(self) -> tuple[dict[str, NodeState], str]:
         """Every node, as lease material, by name; and the list's resourceVersion."""
-        nodes: dict[str, kube_nodes.Node] = {}
-        self._cidrs = {}
+        nodes: dict[str, NodeState] = {}
+        self._seen = {}
         version = ""
-        for page, page_version in self._api.node_pages():
-            version = page_version
-            for node in page:
-                metadata = node.get("metadata") or {}
-                spec = self._remember(metadata, node.get("spec") or {})
-                nodes[str(metadata.get("name", ""))] = self._slim(metadata, spec)
+        for page in self._api.node_pages():
+            version = page.resource_version
+            for node in page.nodes:
+                if isinstance(node, UnreadableNode):
+                    if node.name:
+                        nodes[node.name] = node
+                    else:
+                        log.warning("Skipped a node that cannot be read: %s", node.reason)
+                    continue
+                cidrs = node.cidrs or ("",)
+                self._seen[node.uid] = _material(cidrs, node.annotations)
+                nodes[node.name] = self._decoder.slim(node, cidrs)
         return nodes, version
 
-    def _remember(self, metadata: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
-        """The node's podCIDR(s), kept by its UID; returns them as a spec."""
-        cidrs = (spec.get("podCIDR") or "", *(spec.get("podCIDRs") or ()))
-        self._cidrs[str(metadata.get("uid", ""))] = cidrs
-        return _spec(cidrs)
-
-    def _slim(self, metadata: Mapping[str, Any], spec: Mapping[str, Any]) -> kube_nodes.Node:
-        annotations = metadata.get("annotations") or {}
-        return {
-            "metadata": {
-                "name": metadata.get("name", ""),
-                "annotations": {k: v for k, v in annotations.items() if k in self._annotations},
-            },
-            "spec": spec,
-        }
-
-    def _change(self, kind: str, obj: Mapping[str, Any]) -> tuple[str, kube_nodes.Node | None]:
-        """A watch event as (node name, lease material, or None when the node is gone)."""
-        metadata = obj.get("metadata") or {}
-        name, uid = str(metadata.get("name", "")), str(metadata.get("uid", ""))
+    def _change(self, kind: str, node: DecodedNode) -> tuple[str, NodeState | None] | None:
+        """A watch event as (node name, lease material, or None when the node is gone); None
+        when nothing a lease is made of changed."""
         if kind == "DELETED":
-            self._cidrs.pop(uid, None)
-            return name, None
-        if "spec" in obj:  # a whole node: the server cannot send metadata alone
-            return name, self._slim(metadata, self._remember(metadata, obj.get("spec") or {}))
-        cidrs = self._cidrs.get(uid)
-        node = self._slim(metadata, _spec(cidrs or ("",)))
-        if cidrs is None or (not cidrs[0] and kube_nodes.is_flannel_node(node, self._keys)):
-            # New since the list (or renamed by a re-creation), or a flannel node whose
-            # podCIDR was not set when listed: read it once.
-            try:
-                current = self._api.read_node(name)
-            except KubeApiError as err:
-                if err.status != 404:
-                    raise
-                return name, node  # gone already: its DELETED event follows
-            if (current.get("metadata") or {}).get("uid") == uid:
-                node = self._slim(metadata, self._remember(metadata, current.get("spec") or {}))
-        return name, node
+            self._seen.pop(node.uid, None)
+            return node.name, None
+        seen = self._seen.get(node.uid)
+        cidrs = node.cidrs  # None unless the server sent the whole node
+        if cidrs is None:
+            cidrs = _material_cidrs(seen) if seen is not None else None
+            if cidrs is None or (not cidrs[0] and node.annotations[self._managed] == "true"):
+                # New since the list (or renamed by a re-creation), or a flannel node whose
+                # podCIDR was not set when listed: read it once.
+                try:
+                    current = self._api.read_decoded(node.name)
+                except KubeApiError as err:
+                    if err.status != 404:
+                        raise
+                    # Gone already: its DELETED event follows.
+                    return node.name, self._decoder.slim(node, cidrs or ("",))
+                except DecodeError as err:
+                    return node.name, UnreadableNode(node.name, str(err))
+                if current.uid == node.uid:
+                    cidrs = current.cidrs
+                cidrs = cidrs or ("",)
+        material = _material(cidrs, node.annotations)
+        if material == seen:
+            return None
+        self._seen[node.uid] = material
+        return node.name, self._decoder.slim(node, cidrs)
 
     def _stream(self, resource_version: str) -> tuple[str, int]:
         """Deliver watch events until the server ends the stream: the last resourceVersion seen,
@@ -588,24 +657,27 @@ class _NodeWatch:
         )
         with self._lock:
             if self._stopping.is_set():
-                response.close()
+                release(response)
                 return resource_version, 0
             self._response = response
         delivered = 0
         try:
             for batch in lines(response):
-                changes: list[tuple[str, kube_nodes.Node | None]] = []
+                changes: list[tuple[str, NodeState | None]] = []
                 try:
                     for line in batch:
-                        event = json.loads(line)
-                        kind, obj = event["type"], event["object"]
-                        if kind == "ERROR":
-                            raise _WatchEnded(
-                                f"{obj.get('code')} {obj.get('reason')}: {obj.get('message')}"
-                            )
-                        if kind != "BOOKMARK":
-                            changes.append(self._change(kind, obj))
-                        resource_version = str(obj["metadata"]["resourceVersion"])
+                        try:
+                            event = self._decoder.event(line)
+                        except DecodeError as err:
+                            log.warning("Skipped a node watch event that cannot be read: %s", err)
+                            continue
+                        if event.type == "ERROR":
+                            raise _WatchEnded(event.error)
+                        if event.node is not None:
+                            change = self._change(event.type, event.node)
+                            if change is not None:
+                                changes.append(change)
+                        resource_version = event.resource_version
                         delivered += 1
                 finally:
                     # What came before a failure is delivered, and resumed after.
@@ -615,6 +687,5 @@ class _NodeWatch:
             with self._lock:
                 self._response = None
             # A stream left early still has unread bytes: never return it to the pool.
-            response.close()
-            response.release_conn()
+            release(response)
         return resource_version, delivered

@@ -11,33 +11,34 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-Node = Mapping[str, Any]
+from pyflannel_runtime.subnet.kube.nodes import Node, UnreadableNode
+
+NodeState = Node | UnreadableNode
 
 
 @dataclass(frozen=True)
 class NodeSnapshot:
     """A full listing: every node that exists, by name."""
 
-    nodes: Mapping[str, Node]
+    nodes: Mapping[str, NodeState]
 
 
-NodeChanges = list[tuple[str, Node | None]]  # (name, newest state or None when deleted)
+NodeChanges = list[tuple[str, NodeState | None]]  # (name, newest state or None when deleted)
 
 
 class NodeQueue:
     """Single consumer; producers call ``put``/``put_snapshot`` on the event loop's thread."""
 
     def __init__(self) -> None:
-        self._pending: dict[str, Node | None] = {}
+        self._pending: dict[str, NodeState | None] = {}
         self._snapshot: NodeSnapshot | None = None
         self._ready = asyncio.Event()
 
     def __len__(self) -> int:
         return len(self._pending) + (self._snapshot is not None)
 
-    def put(self, name: str, node: Node | None) -> None:
+    def put(self, name: str, node: NodeState | None) -> None:
         self.put_all([(name, node)])
 
     def put_all(self, changes: NodeChanges) -> None:
@@ -45,7 +46,7 @@ class NodeQueue:
         self._pending.update(changes)
         self._ready.set()
 
-    def put_snapshot(self, nodes: Mapping[str, Node]) -> None:
+    def put_snapshot(self, nodes: Mapping[str, NodeState]) -> None:
         # Whatever was queued happened before the listing, which already reflects it.
         self._pending.clear()
         self._snapshot = NodeSnapshot(dict(nodes))

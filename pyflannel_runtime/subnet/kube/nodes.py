@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_network
 from typing import Any, TypeVar
@@ -32,6 +33,15 @@ _PREFIX_LEN_RE = re.compile(r"[0-9]+")
 
 class NodeLeaseError(PyflannelError, ValueError):
     """A node that cannot be turned into a lease; ``str()`` is flannel's message."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadableNode:
+    """A node whose answer could not be decoded (a field of the wrong type): its name, if that
+    could be read, and why."""
+
+    name: str
+    reason: str
 
 
 def node_name(node: Node) -> str:
@@ -292,8 +302,11 @@ class NodeLeaseTracker:
         self._families = (enable_ipv4, enable_ipv6)
         self._leases: dict[str, Lease] = {}
 
-    def _lease_of(self, name: str, node: Node | None) -> Lease | None:
+    def _lease_of(self, name: str, node: Node | UnreadableNode | None) -> Lease | None:
         """The node's lease; the previous one when the node cannot be read."""
+        if isinstance(node, UnreadableNode):
+            log.warning("Error reading node %s: %s", go_quote(name), node.reason)
+            return self._leases.get(name)
         if node is None or not is_flannel_node(node, self._keys):
             return None
         try:
@@ -302,7 +315,7 @@ class NodeLeaseTracker:
             log.warning("Error turning node %s to lease: %s", go_quote(name), err)
             return self._leases.get(name)
 
-    def update(self, name: str, node: Node | None) -> list[LeaseEvent]:
+    def update(self, name: str, node: Node | UnreadableNode | None) -> list[LeaseEvent]:
         old = self._leases.get(name)
         new = self._lease_of(name, node)
         if new is None:
@@ -319,11 +332,11 @@ class NodeLeaseTracker:
         events.append(LeaseEvent(EventType.ADDED, new))
         return events
 
-    def reset(self, nodes: Iterable[Node]) -> tuple[Lease, ...]:
+    def reset(self, nodes: Iterable[Node | UnreadableNode]) -> tuple[Lease, ...]:
         """Start over from a full listing; returns the snapshot of the peers' leases."""
         leases: dict[str, Lease] = {}
         for node in nodes:
-            name = node_name(node)
+            name = node.name if isinstance(node, UnreadableNode) else node_name(node)
             lease = self._lease_of(name, node)
             if lease is not None:
                 leases[name] = lease
