@@ -8,9 +8,10 @@ kubeconfig is a controller file (flannel_kubeconfig_src) the agent role copies t
 
 One lab serves the module, in this order: a kubeconfig the nodes lack fails in preflight; the
 kube datastore converges (vxlan) and its re-run changes nothing; then the udp backend (same
-datastore) converges, its re-run changes nothing and its unit keeps the sandbox, and a real
+datastore) converges, its re-run changes nothing and its unit keeps the sandbox, a real
 Prometheus reads the udp forwarder's and the Kubernetes datastore's metrics through the agents'
-file_sd document; last, reset.yml removes the copied kubeconfig.
+file_sd document, and the disruption probe's TCP connections outlive every agent restarting
+(udp forwards in the agent: the gap is reported); last, reset.yml removes the copied kubeconfig.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from pyflannel_lab.disruption import Probe, each, shown
 from pyflannel_lab.playbook import run_playbook
 from tests.fakes.kube_api import FLANNEL_AGENT, FakeKubeApi
 from tests.integration.prometheus_server import Prometheus, prometheus_for
@@ -267,6 +269,26 @@ def up(prometheus: Prometheus) -> list[str]:
 
 def nodes_of(prometheus: Prometheus, expr: str) -> list[str]:
     return sorted(r["metric"]["node"] for r in prometheus.query(expr))
+
+
+def test_udp_connections_outlive_agent_restarts_on_both_ends_and_a_third_node(
+    lab: Any, kube: Kube, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """flannel0 goes with the agent that forwards through it: every restart is an outage, and
+    TCP rides it out with retransmissions (no reset, nothing lost); the gap is the figure."""
+    probe = Probe(lab, lab.names(), lab.outside.target)
+    try:
+        opened = probe.open()
+        assert all(row.report.up for row in opened), shown("opened", opened)
+        each(["node1", "node2"], lambda n: on_host(lab, n, "systemctl restart pyflanneld"))
+        on_host(lab, "node3", "systemctl restart pyflanneld")
+        # TCP's retransmissions back off while flannel0 is gone: the echoes come back late.
+        rows = probe.check("udp: pyflanneld restarted on every node", settle=30.0)
+    finally:
+        probe.close()
+    report(capsys, shown("udp: pyflanneld restarted on every node", rows))
+    disturbed = [row for row in rows if row.disturbed]
+    assert not disturbed, shown("reset, lost, awaited or down", disturbed)
 
 
 def test_switching_away_from_udp_and_back_converges(lab: Any, kube: Kube) -> None:
