@@ -8,7 +8,7 @@ from typing import Any
 DOCUMENTATION = r"""
 name: disruption_summary
 short_description: The disruption probe's table, every connection of every node through the run
-version_added: 0.3.0
+version_added: 0.2.0
 description:
   - Builds readable lines from each node's last check of the disruption probe, as
     C(pyflannel.network.disruption_probe) with O(pyflannel.network.disruption_probe#module:state=checked)

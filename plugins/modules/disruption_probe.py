@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: disruption_probe
 short_description: Long-lived TCP connections held open through an operation, and what the operation did to them
-version_added: 0.3.0
+version_added: 0.2.0
 description:
   - A probe of what an operation (agents restarting, a roll, a reboot) does to connections already open. Each
     connection sends a small numbered message every 100 ms and checks every echo; a check reports for each
