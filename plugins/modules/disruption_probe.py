@@ -68,7 +68,7 @@ options:
     default: {}
   outside:
     description: The connectivity suite's responder outside the cluster, C(ADDRESS:PORT) (the verify role's
-      O(flannel_verify_outside)); without a port, or empty, no connection goes outside.
+      C(flannel_verify_outside)); without a port, or empty, no connection goes outside.
     type: str
     default: ""
   lifetime:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -294,14 +295,9 @@ class VxlanNetwork(PeerProgrammer):
             if local == family.spec.local:
                 continue
             attribute = {("vxlan_local" if version == 4 else "vxlan_local6"): str(local)}
-
-            def change(
-                ipr: IPRoute,
-                index: int = self._devices[version].index,
-                attribute: dict[str, str] = attribute,
-            ) -> None:
-                ipr.link("set", index=index, kind="vxlan", **attribute)
-
+            change = functools.partial(
+                _set_vxlan_link, index=self._devices[version].index, **attribute
+            )
             async with self._lock:
                 try:
                     await self.kernel(change)
@@ -319,3 +315,7 @@ class VxlanNetwork(PeerProgrammer):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._healer
         await self.close_kernel()
+
+
+def _set_vxlan_link(ipr: IPRoute, index: int, **attribute: str) -> None:
+    ipr.link("set", index=index, kind="vxlan", **attribute)
