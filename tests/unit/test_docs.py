@@ -68,12 +68,13 @@ RUN_BY: dict[str, str] = {
     "ansible-playbook -i inventories/lab site.yml -e flannel_agent_restart_batch=2": "tests/"
     "integration/test_site_roll.py::test_another_backend_rolls",
     "ansible-playbook -i inventories/lab site.yml -e flannel_disruption_probe=true": "tests/"
-    "integration/test_site_disruption.py::test_vxlan_a_settings_change_rolls_under_the_connections",
+    "integration/test_site_disruption.py::"
+    "test_vxlan_a_settings_change_and_a_new_runtime_roll_under_the_connections",
     "ansible-playbook -i inventories/mycluster site.yml -e flannel_etcd_username=pyflannel"
     " -e @vault/etcd-agent.yml": "tests/integration/test_site_etcd_auth.py::"
     "test_the_flow_converges_with_authentication_and_the_rerun_changes_nothing",
     "ansible-galaxy collection build": OUTSIDE,
-    "ansible-galaxy collection install pyflannel-network-0.1.0.tar.gz": OUTSIDE,
+    "ansible-galaxy collection install pyflannel-network-0.2.0.tar.gz": OUTSIDE,
     "ansible-playbook -i mycluster pyflannel.network.site": OUTSIDE,
     "ansible-playbook -i mycluster pyflannel.network.reset": OUTSIDE,
     # The in-tree site.yml and remove-node.yml import these plays.
