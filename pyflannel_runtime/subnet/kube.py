@@ -33,6 +33,7 @@ from pyflannel_runtime.subnet.kube_client import (
     lines,
     load_access,
 )
+from pyflannel_runtime.subnet.kube_exec import ExecCredentialError
 from pyflannel_runtime.subnet.kube_nodes import NodeLeaseError, NodeLeaseTracker
 from pyflannel_runtime.subnet.manager import (
     LeaseListing,
@@ -62,8 +63,8 @@ METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 # agent keeps it left 44.7 MiB at pages of 100, 39.9 at 50, 37.5 at 25, 36.3 at 10, for the
 # same CPU (0.8-1.0 s); 25 costs 200 requests per 5 000 nodes.
 LIST_PAGE = 25
-# Errors of an API call: an error answer, or none at all.
-API_ERRORS = (KubeApiError, urllib3.exceptions.HTTPError)
+# Errors of an API call: an error answer, none at all, or no credential to send it with.
+API_ERRORS = (KubeApiError, urllib3.exceptions.HTTPError, ExecCredentialError)
 
 
 @dataclass(frozen=True)
