@@ -109,8 +109,9 @@ wheelhouses:
       sample: pyflannel-0.1.0-py3-none-any.whl[kube]
     distributions:
       description:
-        - The projects of the archive's wheels, normalized (PEP 503): what the virtualenv holds once
-          installed. Anything else in it is left from other settings and is removed.
+        - The projects of the archive's wheels, their names normalized (PEP 503), which is what the
+          virtualenv holds once installed. Anything else in it is left from other settings and is
+          removed.
       type: list
       elements: str
       sample: [pyflannel, pyroute2]

@@ -1,9 +1,11 @@
 """What the site.yml test modules share: lab hosts for a module, a command on a host, a
-host's snapshot, and the check that a run converged."""
+host's snapshot, what the agent's virtualenv holds, and the check that a run converged."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import re
 import shlex
 import shutil
 from collections.abc import Iterator, Sequence
@@ -39,6 +41,16 @@ def on_host(lab: Any, name: str, command: str) -> str:
     done = lab.ssh(lab.host(name)).run(f"sudo sh -c {shlex.quote(command)}")
     assert done.returncode == 0, f"{name}: {command}: {done.stderr}"
     return str(done.stdout)
+
+
+def venv_projects(lab: Any, name: str, venv: str = "/opt/pyflannel/venv") -> set[str]:
+    """The projects installed in the agent's virtualenv, as Debian's pip lists them there."""
+    listed = on_host(
+        lab,
+        name,
+        f"python3 -m pip --python {venv}/bin/python list --format=json --disable-pip-version-check",
+    )
+    return {re.sub(r"[-_.]+", "-", project["name"]).lower() for project in json.loads(listed)}
 
 
 def assert_converged(run: PlaybookRun, names: list[str]) -> None:

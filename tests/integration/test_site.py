@@ -19,6 +19,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,9 +34,10 @@ from pyflannel_controller.lab.playbook import (
     PlaybookRun,
     run_playbook,
 )
+from pyflannel_controller.wheelhouse import distribution_name
 from pyflannel_runtime.subnet.etcd import EtcdSettings, EtcdSubnetManager
 from tests.integration.collection_tarball import build, install, play_outside, run_outside
-from tests.integration.site_lab import SNAPSHOT, assert_converged, lab_hosts
+from tests.integration.site_lab import SNAPSHOT, assert_converged, lab_hosts, venv_projects
 from tests.integration.site_lab import on_host as ssh
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
@@ -132,6 +134,11 @@ def test_site_converges_and_the_rerun_changes_nothing(lab: Any) -> None:
     for name in lab.names():
         assert ssh(lab, name, "systemctl is-active pyflanneld").strip() == "active"
         assert "FLANNEL_SUBNET=10.244." in ssh(lab, name, "cat /run/flannel/subnet.env")
+        # An etcd node's wheelhouse and virtualenv: the runtime and pyroute2, no pip, no extra.
+        stamp = ssh(lab, name, "cat /opt/pyflannel/venv/.pyflannel-wheelhouse").strip()
+        with tarfile.open(WHEELHOUSE_CACHE / stamp / "wheelhouse.tar") as tar:
+            assert {distribution_name(n) for n in tar.getnames()} == {"pyflannel", "pyroute2"}
+        assert venv_projects(lab, name) == {"pyflannel", "pyroute2"}
     again = run_playbook("site.yml")
     assert_converged(again, lab.names())
     assert again.changed() == dict.fromkeys(lab.names(), 0), again.explain()
