@@ -130,20 +130,35 @@ def test_every_import_is_declared_where_it_runs(path: Path) -> None:
     assert problems == []
 
 
-# Raise ImportError for the controller's packages and code, as on a node that installed only the
-# runtime's wheel.
-BLOCKER = f"""
+def run_without(absent: set[str], code: str) -> subprocess.CompletedProcess[str]:
+    """`code` in a fresh interpreter where the top-level packages `absent` raise ImportError,
+    as on a node that did not install them; it must run to its end."""
+    blocker = f"""
 import sys
 from importlib.abc import MetaPathFinder
 
 class Absent(MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {sorted(CONTROLLER_PACKAGES | {"pyflannel_controller"})!r}:
+        if name.split(".")[0] in {sorted(absent)!r}:
             raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
         return None
 
 sys.meta_path.insert(0, Absent())
 """
+    result = subprocess.run(
+        [sys.executable, "-c", blocker + code + "print('ran')\n"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith("ran\n")
+    return result
+
+
+# A node that installed only the runtime's wheel: neither the controller's packages nor its code.
+NODE_ABSENT = CONTROLLER_PACKAGES | {"pyflannel_controller"}
 
 
 def test_the_extras_bring_what_their_modules_import() -> None:
@@ -163,36 +178,22 @@ def test_a_node_without_the_extras_imports_every_other_module() -> None:
         if not is_controller(module_name(path))
         and not any(module_name(path) in m for m in EXTRA_MODULES.values())
     )
-    blocker = BLOCKER.replace(
-        repr(sorted(CONTROLLER_PACKAGES | {"pyflannel_controller"})),
-        repr(sorted(CONTROLLER_PACKAGES | EXTRA_PACKAGES | {"pyflannel_controller"})),
-    )
-    probe = blocker + (
+    run_without(
+        NODE_ABSENT | EXTRA_PACKAGES,
         "import importlib\n"
         f"for name in {modules!r}:\n"
         "    importlib.import_module(name)\n"
         "from pyflannel_runtime.backend.udp_worker import best_offload\n"
         "assert not best_offload().vectorized\n"
-        "assert not {'urllib3', 'yaml', 'numpy', 'kubernetes'} & set(sys.modules)\n"
-        "print('ran')\n"
+        "assert not {'urllib3', 'yaml', 'numpy', 'kubernetes'} & set(sys.modules)\n",
     )
-    result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.endswith("ran\n")
 
 
 def test_node_commands_run_without_the_controller_packages() -> None:
-    probe = BLOCKER + (
+    result = run_without(
+        NODE_ABSENT,
         "import pyflannel_runtime.agent.main, pyflannel_runtime.cni.plugin, pyflannel_runtime.status\n"
         "from pyflannel_runtime.cli import main\n"
-        "assert main(['status', '--help']) == 0\n"
-        "print('ran')\n"
+        "assert main(['status', '--help']) == 0\n",
     )
-    result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.endswith("ran\n")
     assert result.stderr == ""
