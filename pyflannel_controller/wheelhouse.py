@@ -8,9 +8,9 @@ it accepts (``Target``: Python version, implementation, ABI, platforms), not for
 controller's own: pip downloads the dependencies' binary wheels for those tags, so a Debian 12
 controller serves Debian 13 nodes (Python 3.13, a newer glibc) and a fleet of both gets one
 wheelhouse per interpreter. A build is cached under the digest of everything that goes into it
-(the source tree's package files and pyproject.toml, the target and the extras), so repeated playbook
-runs, tests and molecule scenarios share one build; a finished build is moved into place
-atomically, and concurrent builders of the same digest agree on one result.
+(the source tree's package files and pyproject.toml, the target and the extras), so repeated
+playbook runs, tests and molecule scenarios share one build; a finished build is moved into
+place atomically, and concurrent builders of the same digest agree on one result.
 """
 
 from __future__ import annotations
