@@ -122,7 +122,7 @@ def _serve_commands(ctl: socket.socket, table: RouteTable) -> NoReturn:
 def best_offload() -> Offload:
     """numpy's when the `udp` extra installed it: with flannel's framing its checksums take the
     forwarder to 1.7x the rate of Python's for 0.6x the CPU (bench/bench_udp.py, `--setups ours
-    ours-no-numpy`); Python's is 1.75x forwarding without offload."""
+    ours-no-numpy`); Python's is 1.5-1.75x forwarding without offload (`ours-no-offload`)."""
     # Imported here so that only the forwarder processes load numpy, not the agent.
     try:
         from pyflannel_runtime.backend import udp_offload_numpy
