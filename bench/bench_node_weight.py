@@ -7,7 +7,7 @@ Side by side, "after" (this tree) and "before" (a checkout given with --before, 
     Kubernetes, Kubernetes with udp): its size and its wheels, built for the lab hosts' Python
     (Debian 12) into each tree's lab wheelhouse cache (.lab/wheelhouse), which the lab runs then
     find; a tree whose builder knows no extras builds one wheelhouse for every node;
-  * on a fresh lab of each size in --sizes (pyflannel_controller.lab podman hosts, the lab's
+  * on a fresh lab of each size in --sizes (pyflannel_lab podman hosts, the lab's
     etcd and vxlan settings): the first site.yml run, wall time, and the agent's virtualenv it
     installed on node1 (`du`: apparent bytes, and the disk it takes).
 
@@ -57,7 +57,7 @@ LAB_INTERPRETER = {
 # wheelhouse of each (one for all where the tree's builder takes no extras).
 WHEELHOUSES = """
 import inspect, json, sys, tarfile
-from pyflannel_controller.lab.playbook import ROOT, WHEELHOUSE_CACHE
+from pyflannel_lab.playbook import ROOT, WHEELHOUSE_CACHE
 from pyflannel_controller.wheelhouse import build_wheelhouse, target_of
 target = target_of(json.loads(sys.argv[2]))
 takes_extras = "extras" in inspect.signature(build_wheelhouse).parameters
@@ -74,8 +74,8 @@ print(json.dumps(result))
 # the virtualenv on node1, the lab removed.
 FIRST_RUN = """
 import json, os, shutil, sys, time
-from pyflannel_controller.lab import hosts
-from pyflannel_controller.lab.playbook import LAB_INVENTORY, run_playbook
+from pyflannel_lab import hosts
+from pyflannel_lab.playbook import LAB_INVENTORY, run_playbook
 started = time.monotonic()
 state = hosts.up(int(sys.argv[1]))
 try:

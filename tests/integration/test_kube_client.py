@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import urllib3
 
-from pyflannel_controller.lab.etcd_server import EtcdTLS
-from pyflannel_runtime.subnet import kube_client
-from pyflannel_runtime.subnet.kube_client import (
+from pyflannel_lab.etcd_server import EtcdTLS
+from pyflannel_runtime.subnet.kube import client as kube_client
+from pyflannel_runtime.subnet.kube.client import (
     KubeApiError,
     KubeClient,
     KubeConfigError,
@@ -25,7 +25,7 @@ from pyflannel_runtime.subnet.kube_client import (
     lines,
     load_access,
 )
-from pyflannel_runtime.subnet.kube_exec import ExecCredentialError
+from pyflannel_runtime.subnet.kube.exec_credential import ExecCredentialError
 from tests.fakes.kube_api import FLANNEL_AGENT, FakeKubeApi
 from tests.integration.etcd_tls import make_tls_material
 
@@ -216,7 +216,7 @@ def test_an_exec_plugin_gives_the_token_without_the_kubernetes_package(tmp_path:
     }
     probe = "import sys; assert 'kubernetes' not in sys.modules and 'yaml' in sys.modules"
     code = (
-        "from pyflannel_runtime.subnet.kube_client import KubeClient, load_access\n"
+        "from pyflannel_runtime.subnet.kube.client import KubeClient, load_access\n"
         f"KubeClient(load_access('', {path!r}, {{}}), timeout=10)\n{probe}\n"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 import yaml
 
-from pyflannel_controller.lab import hosts, underlay
-from pyflannel_controller.lab.errors import LabError
-from pyflannel_controller.lab.paths import LabPaths, cache_dir
-from pyflannel_controller.lab.podman import Podman
-from pyflannel_controller.lab.rootns import nsdelegate_mounts
+from pyflannel_lab import hosts, underlay
+from pyflannel_lab.errors import LabError
+from pyflannel_lab.paths import LabPaths, cache_dir
+from pyflannel_lab.podman import Podman
+from pyflannel_lab.rootns import nsdelegate_mounts
 
 # The first run builds the host image (about a minute or two); the timeout is a hang guard.
 pytestmark = [pytest.mark.root, pytest.mark.podman, pytest.mark.timeout(1200)]

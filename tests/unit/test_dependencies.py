@@ -4,8 +4,8 @@ runtime's extras runs all that its settings use.
 Every third-party import must be a declared dependency: the node runtime (pyflannel_runtime: the
 agent, the CNI plugin, `pyflannel status`) only of ``[project] dependencies``, except the modules
 of an extra (EXTRA_MODULES), which may import its packages too; the controller's code
-(pyflannel_controller) also of the ``controller`` extra. That node code never imports
-controller code is test_package_layers.py's.
+(pyflannel_controller) and the lab (pyflannel_lab) also of the ``controller`` extra. That node
+code never imports controller code is test_package_layers.py's.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-# The node runtime and the controller's code: what runs where is test_package_layers.py's.
-PACKAGES = (REPO / "pyflannel_runtime", REPO / "pyflannel_controller")
+# The node runtime, the controller's code and the lab: what runs where is test_package_layers.py's.
+PACKAGES = (REPO / "pyflannel_runtime", REPO / "pyflannel_controller", REPO / "pyflannel_lab")
 CONTROLLER_PACKAGES = {"pydantic", "pydantic_core", "jinja2", "yaml", "ansible"}
 # The runtime's extras (pyproject.toml), and the only modules that import their packages: a
 # node installs an extra when its settings use these modules (pyflannel_controller.wheelhouse).
 EXTRA_MODULES = {
-    "kube": {"pyflannel_runtime.subnet.kube", "pyflannel_runtime.subnet.kube_client"},
-    "udp": {"pyflannel_runtime.backend.udp_offload_numpy"},
+    "kube": {"pyflannel_runtime.subnet.kube.kube", "pyflannel_runtime.subnet.kube.client"},
+    "udp": {"pyflannel_runtime.backend.udp.offload_numpy"},
 }
 EXTRA_PACKAGES = {"urllib3", "yaml", "numpy"}  # what they bring, by import name
 
@@ -64,7 +64,8 @@ def module_name(path: Path) -> str:
 
 
 def is_controller(module: str) -> bool:
-    return module.split(".")[0] == "pyflannel_controller"
+    """Runs on the controller (or the development machine), with the controller's extra."""
+    return module.split(".")[0] in ("pyflannel_controller", "pyflannel_lab")
 
 
 def _guarded(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
@@ -122,7 +123,7 @@ def test_every_import_is_declared_where_it_runs(path: Path) -> None:
     for imported, line in imports(path):
         top = imported.split(".")[0]
         if (
-            top not in ("pyflannel_runtime", "pyflannel_controller")
+            top not in ("pyflannel_runtime", "pyflannel_controller", "pyflannel_lab")
             and top not in (*sys.stdlib_module_names, "__future__")
             and (distribution(top) not in allowed)
         ):
@@ -157,8 +158,9 @@ sys.meta_path.insert(0, Absent())
     return result
 
 
-# A node that installed only the runtime's wheel: neither the controller's packages nor its code.
-NODE_ABSENT = CONTROLLER_PACKAGES | {"pyflannel_controller"}
+# A node that installed only the runtime's wheel: neither the controller's packages nor its code,
+# nor the lab.
+NODE_ABSENT = CONTROLLER_PACKAGES | {"pyflannel_controller", "pyflannel_lab"}
 
 
 def test_the_extras_bring_what_their_modules_import() -> None:
@@ -183,7 +185,7 @@ def test_a_node_without_the_extras_imports_every_other_module() -> None:
         "import importlib\n"
         f"for name in {modules!r}:\n"
         "    importlib.import_module(name)\n"
-        "from pyflannel_runtime.backend.udp_worker import best_offload\n"
+        "from pyflannel_runtime.backend.udp.worker import best_offload\n"
         "assert not best_offload().vectorized\n"
         "assert not {'urllib3', 'yaml', 'numpy', 'kubernetes'} & set(sys.modules)\n",
     )
@@ -192,8 +194,9 @@ def test_a_node_without_the_extras_imports_every_other_module() -> None:
 def test_node_commands_run_without_the_controller_packages() -> None:
     result = run_without(
         NODE_ABSENT,
-        "import pyflannel_runtime.agent.main, pyflannel_runtime.cni.plugin, pyflannel_runtime.status\n"
-        "from pyflannel_runtime.cli import main\n"
+        "import pyflannel_runtime.agent.main, pyflannel_runtime.cni.plugin\n"
+        "import pyflannel_runtime.cli.status\n"
+        "from pyflannel_runtime.cli.main import main\n"
         "assert main(['status', '--help']) == 0\n",
     )
     assert result.stderr == ""

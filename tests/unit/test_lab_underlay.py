@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyflannel_controller.lab.underlay import (
+from pyflannel_lab.underlay import (
     CANDIDATE_RANGES,
     MAX_HOSTS,
     SLOT_PREFIX,
