@@ -23,11 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyflannel_lab.paths import project_root
+from pyflannel_lab.paths import LabPaths, project_root
 
 ROOT = project_root()
 BIN = Path(sys.executable).parent
-LAB_INVENTORY = ROOT / "inventories" / "lab"
+# The lab's inventory directory: inventories/lab, or where PYFLANNEL_LAB_INVENTORY puts the
+# lab's hosts.yml (a test worker's own lab, tests/parallel.py).
+LAB_INVENTORY = LabPaths.default().inventory.parent
 # One wheelhouse build per source tree, shared by every test, the bench and molecule.
 WHEELHOUSE_CACHE = ROOT / ".lab" / "wheelhouse"
 

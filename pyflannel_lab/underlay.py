@@ -1,9 +1,11 @@
 """The lab's underlay: a bridge in the root namespace and one veth per host into its netns.
 
 The controller reaches the hosts over this bridge, so its range must be one the root
-namespace does not already route (packets would otherwise leave through a real NIC). The
-candidates are slots of the TEST-NET-2 and TEST-NET-3 ranges; TEST-NET-1 is often the
-machine's own network. Each lab takes the first free slot, so several labs can run side by
+namespace does not already route (packets would otherwise leave through a real NIC), and one
+that holds none of the addresses the machine must still reach through its routes: its package
+mirrors and name servers (a sandbox may serve them from a TEST-NET address, which a lab bridge
+would then capture). The candidates are slots of the TEST-NET-2 and TEST-NET-3 ranges;
+TEST-NET-1 is often the machine's own network. Each lab takes the first free slot, so several labs can run side by
 side. The bridge takes the slot's first address; node N takes the (10+N)th. Each host's NIC
 gets a MAC derived from its address, so it looks the same after a reboot.
 """
@@ -11,10 +13,16 @@ gets a MAC derived from its address, so it looks the same after a reboot.
 from __future__ import annotations
 
 import json
+import re
+import socket
 import subprocess
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Iterator
 from ipaddress import IPv4Address, IPv4Network
+from pathlib import Path
+from urllib.parse import urlsplit
 
+from pyflannel_lab import aptsources
 from pyflannel_lab.errors import LabError
 
 CANDIDATE_RANGES = (IPv4Network("198.51.100.0/24"), IPv4Network("203.0.113.0/24"))
@@ -23,12 +31,18 @@ FIRST_HOST_OFFSET = 10
 MAX_HOSTS = 50  # .11 to .60 of a /26
 
 
-def free_slot(routes: Iterable[IPv4Network]) -> IPv4Network | None:
-    """The first slot no route covers; default routes (/0) do not count."""
+def free_slot(
+    routes: Iterable[IPv4Network], needed: Iterable[IPv4Address] = ()
+) -> IPv4Network | None:
+    """The first slot no route covers (default routes, /0, do not count) that holds none of
+    the ``needed`` addresses."""
     specific = [route for route in routes if route.prefixlen > 0]
+    kept = list(needed)
     for candidate in CANDIDATE_RANGES:
         for slot in candidate.subnets(new_prefix=SLOT_PREFIX):
-            if not any(slot.overlaps(route) for route in specific):
+            if any(slot.overlaps(route) for route in specific):
+                continue
+            if not any(address in slot for address in kept):
                 return slot
     return None
 
@@ -61,13 +75,60 @@ def root_routes() -> list[IPv4Network]:
     ]
 
 
+def needed_addresses() -> list[IPv4Address]:
+    """The IPv4 addresses of the machine's name servers and of the hosts its apt sources and pip
+    indexes name: what the lab must leave reachable (image builds, wheelhouse builds)."""
+    found: set[IPv4Address] = set()
+    for host in _needed_hosts():
+        try:
+            answers = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            continue  # a name that does not resolve routes nowhere
+        found.update(IPv4Address(answer[4][0]) for answer in answers)
+    return sorted(found)
+
+
+def _needed_hosts() -> Iterator[str]:
+    resolv = Path("/etc/resolv.conf")
+    text = resolv.read_text() if resolv.is_file() else ""
+    yield from re.findall(r"^\s*nameserver\s+(\d+\.\d+\.\d+\.\d+)\s*$", text, re.M)
+    uris = [uri for source in aptsources.read_sources() for uri in source.uris]
+    for uri in [*uris, *_pip_index_urls()]:
+        host = urlsplit(uri).hostname
+        if host:
+            yield host
+
+
+def _pip_index_urls() -> list[str]:
+    """pip's index URLs, as `pip config list` gives them (files and PIP_* variables)."""
+    try:
+        listed = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    urls = []
+    for line in listed.splitlines():
+        key, _, value = line.partition("=")
+        if key.rsplit(".", 1)[-1] in ("index-url", "extra-index-url"):
+            urls += value.strip("'\"").split()
+    return urls or ["https://pypi.org/simple"]
+
+
 def pick_slot() -> IPv4Network:
-    slot = free_slot(root_routes())
+    needed = needed_addresses()
+    slot = free_slot(root_routes(), needed)
     if slot is None:
         ranges = ", ".join(str(r) for r in CANDIDATE_RANGES)
+        kept = ", ".join(str(address) for address in needed) or "none"
         raise LabError(
             f"no free /{SLOT_PREFIX} for the lab underlay in {ranges}: the root namespace "
-            "already routes all of them (other labs up? `ip route show table all`)"
+            "already routes all of them (other labs up? `ip route show table all`), or they "
+            f"hold addresses the machine must reach (its mirrors and name servers: {kept})"
         )
     return slot
 

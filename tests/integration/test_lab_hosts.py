@@ -247,9 +247,11 @@ def test_a_failed_start_takes_down_what_it_made(
 
 
 def test_no_free_underlay_range_is_a_clear_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    paths = LabPaths(tmp_path / "state", tmp_path / "hosts.yml")
+    # A short name: SSH's control sockets go under the state directory.
+    scratch = tmp_path_factory.mktemp("labnone")
+    paths = LabPaths(scratch / "state", scratch / "hosts.yml")
     taken = [IPv4Network("198.51.100.0/24"), IPv4Network("203.0.113.0/24")]
     monkeypatch.setattr(underlay, "root_routes", lambda: taken)
     with pytest.raises(LabError, match=r"no free /26 .* 198\.51\.100\.0/24, 203\.0\.113\.0/24"):

@@ -115,9 +115,7 @@ def test_bad_inventories_fail_in_preflight_and_change_nothing(lab: Any, tmp_path
     for case, (extra_vars, host_vars, named) in BAD_INVENTORIES.items():
         extra = tmp_path / f"{case.replace(' ', '-')}.yml"
         extra.write_text(json.dumps({"all": {"hosts": host_vars}}))
-        run = run_playbook(
-            "site.yml", inventories=[Path("inventories/lab"), extra], extra_vars=extra_vars
-        )
+        run = run_playbook("site.yml", inventories=[LAB_INVENTORY, extra], extra_vars=extra_vars)
         assert run.returncode != 0, f"{case}: {run.explain()}"
         assert re.search(named, run.output), f"{case}: {run.explain()}"
         assert "TASK [pyflannel.network.etcd" not in run.output, f"{case}: {run.explain()}"

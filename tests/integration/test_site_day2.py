@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from pyflannel_lab.playbook import ROOT, PlaybookRun, run_playbook
+from pyflannel_lab.playbook import LAB_INVENTORY, PlaybookRun, run_playbook
 from tests.integration.site_lab import SNAPSHOT, assert_converged, lab_hosts
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
@@ -45,7 +45,7 @@ NETWORK = {
 }
 LEASES = [ipaddress.ip_network(f"10.244.{n}.0/24") for n in range(4, 8)]
 PREFIX = "/coreos.com/network"
-PKI = ROOT / "inventories" / "lab-credentials" / "etcd-pki"
+PKI = Path(f"{LAB_INVENTORY}-credentials") / "etcd-pki"
 # The removal's bound, from the issue; the measured time is printed.
 FORGET_WITHIN = 10.0
 # The bound for a refused node to take a released subnet by itself (issue 25), printed too.
@@ -239,7 +239,7 @@ def test_a_new_node_joins_with_a_limited_run(
     agents = {name: agent_process(name) for name in ("node1", "node2", "node3")}
     (node4,) = hosts_api.add()
     assert node4.name == "node4"
-    assert "node4:" in (ROOT / "inventories" / "lab" / "hosts.yml").read_text()
+    assert "node4:" in (LAB_INVENTORY / "hosts.yml").read_text()
     monkeypatch.setenv("ANSIBLE_CALLBACKS_ENABLED", "ansible.posix.profile_tasks")
 
     played = site("--limit", "node4")
