@@ -5,11 +5,15 @@ Topology (pyflannel_lab/netns_lab.py): 2 netns hosts on a bridge underlay (MTU 1
 one pod each behind cni0. Setups (`--setups A B` measures A / B):
 
   * ours: pyflannel's udp backend, flannel's framing on UDP 8285 (a send and a receive worker
-    process per queue; TSO + UDP GSO/GRO when numpy is importable, plain per-packet
-    forwarding otherwise); pod MTU 1472;
+    process per queue; TSO + UDP GSO/GRO, checksums summed by numpy where it is importable);
+    pod MTU 1472;
   * ours-super: the same with the `SuperPackets` option on both hosts, so the two negotiate
     pyflannel's super-packet framing (backend/udp/superpacket.py): TCP super-packets cross
     whole, not cut into MSS-sized packets; pod MTU 1472;
+  * ours-no-numpy, ours-super-no-numpy: the same, with numpy hidden from the forwarders (what
+    a node without the runtime's `udp` extra runs: the offload in Python);
+  * ours-no-offload: ours forwarding packet by packet, flannel0 without TSO (`--no-offload`
+    for this setup alone);
   * socat: socat TUN:<subnet>/16 <-> UDP:<peer>:8285 per host; one read/sendto and one
     recvfrom/write per packet, the design of flannel's C proxy (proxy_amd64.c); pod MTU 1472;
   * socat-mtu1000: socat with pod MTU 1000 (same per-packet cost, 0.68x the bytes), a check
@@ -61,7 +65,7 @@ of ours / socat read 2.02, 2.08, 2.16 and 2.15 before super-packets existed.
 Needs root:
 
     PYTHONPATH=. python bench/bench_udp.py [--seconds 3] [--rounds 40] [--queues N] [--offload|--no-offload]
-                              [--setups ours socat]
+                              [--setups ours socat]   # or: ours ours-no-numpy
                               [--mode head-to-head|solo|both]
 """
 
@@ -75,6 +79,7 @@ import os
 import signal
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -105,7 +110,17 @@ INTERVAL = 0.1  # iperf3 -i: fine enough to cut the warm-up and the tail precise
 WARMUP = 0.3
 TAIL = 0.2
 CPU_CGROUP = Path("/sys/fs/cgroup/cpu")  # cgroup v1 cpu controller on this VM
-SETUPS = ("ours", "ours-super", "socat", "socat-mtu1000", "vxlan")
+SETUPS = (
+    "ours",
+    "ours-super",
+    "ours-no-numpy",
+    "ours-super-no-numpy",
+    "ours-no-offload",
+    "socat",
+    "socat-mtu1000",
+    "vxlan",
+)
+NO_NUMPY = "-no-numpy"
 
 
 @dataclass
@@ -152,7 +167,7 @@ class Setup:
 
 
 async def start_ours(
-    lab: NetLab, host: LabHost, queues: int | None, offload: bool | None, super_packets: bool
+    lab: NetLab, host: LabHost, queues: int | None, offload: bool, super_packets: bool
 ) -> UdpNetwork:
     """The host's udp network; its lease carries what the backend advertises."""
     ext = external_interface(lab, host)
@@ -205,7 +220,7 @@ def run_ours(
     stack: contextlib.ExitStack,
     lab: NetLab,
     queues: int | None,
-    offload: bool | None,
+    offload: bool,
     super_packets: bool,
 ) -> list[UdpNetwork]:
     """Both hosts' networks, each with the other's lease (so super-packets are negotiated)."""
@@ -219,6 +234,24 @@ def run_ours(
         if super_packets and not network.super_packet_subnets():
             raise RuntimeError("super-packets were not negotiated")
     return networks
+
+
+@contextlib.contextmanager
+def numpy_hidden() -> Iterator[None]:
+    """Forwarders started meanwhile cannot import numpy: a package of that name that raises
+    ImportError comes first on their path (`udp._worker_env` passes PYTHONPATH on)."""
+    saved = os.environ.get("PYTHONPATH")
+    with tempfile.TemporaryDirectory(prefix="pudpb-no-numpy-") as shadow:
+        (Path(shadow) / "numpy").mkdir()
+        (Path(shadow) / "numpy" / "__init__.py").write_text("raise ImportError('hidden')\n")
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (shadow, saved) if p)
+        try:
+            yield
+        finally:
+            if saved is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = saved
 
 
 # --- CPU placement -------------------------------------------------------------------------------
@@ -343,9 +376,7 @@ def spread(ratios: list[float]) -> str:
     return f"IQR {q1:.3f}-{q3:.3f}, range {min(ratios):.3f}-{max(ratios):.3f}"
 
 
-def start_setup(
-    stack: contextlib.ExitStack, name: str, queues: int | None, offload: bool | None
-) -> Setup:
+def start_setup(stack: contextlib.ExitStack, name: str, queues: int | None, offload: bool) -> Setup:
     mtu = POD_MTU_OF.get(name, POD_MTU)
     lab = stack.enter_context(NetLab(prefix=PREFIX, hosts=2, pod_mtu=mtu))
     h1, h2 = lab.hosts
@@ -355,7 +386,15 @@ def start_setup(
     if name == "vxlan":
         program_by_hand(lab, "vxlan")
     elif name.startswith("ours"):
-        networks = run_ours(stack, lab, queues, offload, super_packets=name == "ours-super")
+        hidden = numpy_hidden() if name.endswith(NO_NUMPY) else contextlib.nullcontext()
+        with hidden:
+            networks = run_ours(
+                stack,
+                lab,
+                queues,
+                offload and name != "ours-no-offload",
+                super_packets=name.startswith("ours-super"),
+            )
         forwarders = [pid for network in networks for pid in network.worker_pids]
     else:
         forwarders = [p for h, peer in ((h1, h2), (h2, h1)) for p in run_socat(stack, lab, h, peer)]
@@ -379,7 +418,7 @@ def measure(
     seconds: int,
     rounds: int,
     queues: int | None,
-    offload: bool | None,
+    offload: bool,
     modes: list[str],
 ) -> dict[str, float]:
     """Per mode, the median of the per-round ratios A / B."""
@@ -461,7 +500,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=3, help="length of each round")
     parser.add_argument("--rounds", type=int, default=40, help="best even")
     parser.add_argument("--queues", type=int, default=None)
-    parser.add_argument("--offload", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--offload", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument(
         "--setups", nargs=2, choices=SETUPS, default=["ours", "socat"], help="ratio is A / B"
     )

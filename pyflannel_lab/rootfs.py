@@ -64,7 +64,7 @@ PACKAGES = (
     "etcd-server",
     "etcd-client",
     "containernetworking-plugins",
-    "python3-packaging",  # Ansible's pip module, for the agent's virtualenv
+    "python3-pip",  # installs the runtime into the agent's virtualenv (pip --python)
 )
 
 # Installed but not running until a role configures them (Debian enables them on install).

@@ -17,7 +17,7 @@ _SOURCE = Path(__file__).resolve().parents[2]
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("source", "cache_dir", "archive", "interpreters"))
+    _VALID_ARGS = frozenset(("source", "cache_dir", "archive", "interpreters", "cluster"))
     _requires_connection = False
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -28,6 +28,7 @@ class ActionModule(ActionBase):
                 "cache_dir": {"type": "path", "default": "~/.cache/pyflannel/wheelhouse"},
                 "archive": {"type": "path"},
                 "interpreters": {"type": "dict", "default": {}},
+                "cluster": {"type": "dict", "default": {}},
             },
             mutually_exclusive=[("source", "archive")],
         )
@@ -36,20 +37,23 @@ class ActionModule(ActionBase):
             WheelhouseError,
             build_for_hosts,
             load_wheelhouse,
+            node_extras,
         )
 
         try:
+            extras = node_extras(args["cluster"]) if args["cluster"] else ()
             if args["archive"]:
-                prebuilt = load_wheelhouse(Path(args["archive"]))
+                prebuilt = load_wheelhouse(Path(args["archive"]), extras)
                 hosts = dict.fromkeys(args["interpreters"], prebuilt)
             else:
                 source = Path(args["source"]) if args["source"] else _SOURCE
                 cache_dir = Path(args["cache_dir"]).expanduser()
-                hosts = build_for_hosts(source, cache_dir, args["interpreters"])
+                hosts = build_for_hosts(source, cache_dir, args["interpreters"], extras)
         except (WheelhouseError, OSError) as err:
             return {**result, "failed": True, "msg": f"cannot make the agent's wheelhouse: {err}"}
         described = {
-            host: {**asdict(built), "archive": str(built.archive)} for host, built in hosts.items()
+            host: {**asdict(built), "archive": str(built.archive), "requirement": built.requirement}
+            for host, built in hosts.items()
         }
         result.update(
             changed=False,

@@ -26,22 +26,18 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+from typing import TYPE_CHECKING
 
 from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.ops.publish import Reservation, publish, with_client
 from pyflannel_runtime.subnet.etcd.client import EtcdClient, KeyValue, prefix_range_end
 from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
 from pyflannel_runtime.subnet.kube.annotations import Annotations
-from pyflannel_runtime.subnet.kube.client import KubeApiError
-from pyflannel_runtime.subnet.kube.kube import (
-    API_ERRORS,
-    KubeSettings,
-    NodeApi,
-    api_error_text,
-    build_api_client,
-)
 from pyflannel_runtime.subnet.kube.nodes import node_annotations
 from pyflannel_runtime.wire.lease import LeaseAttrs, LeaseError, parse_subnet_key
+
+if TYPE_CHECKING:
+    from pyflannel_runtime.subnet.kube.kube import KubeSettings
 
 _NO_IPV4 = IPv4Network("0.0.0.0/0")
 _UNSET_IP = IPv4Address(0)
@@ -200,6 +196,16 @@ def release_kube(settings: KubeSettings, node_name: str, *, check: bool) -> Rele
     flannel writes them); a Node that is gone has nothing left to release."""
     if not node_name:
         raise LeaseOpError("node_name: required with the kubernetes datastore")
+    # Only here: the Kubernetes client's packages come with the `kube` extra, which a node of
+    # the etcd datastore does not install.
+    from pyflannel_runtime.subnet.kube.client import KubeApiError
+    from pyflannel_runtime.subnet.kube.kube import (
+        API_ERRORS,
+        NodeApi,
+        api_error_text,
+        build_api_client,
+    )
+
     keys = Annotations.for_prefix(settings.annotation_prefix)
     api = NodeApi(
         build_api_client(settings.api_url, settings.kubeconfig_file, settings.request_timeout),

@@ -1,10 +1,11 @@
 """What the site.yml test modules share: lab hosts for a module, a command on a host, a
-host's snapshot, the check that a run converged, and the runtime's source under another
-version (a new release to roll out)."""
+host's snapshot, what the agent's virtualenv holds, the check that a run converged, and the
+runtime's source under another version (a new release to roll out)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import shlex
 import shutil
@@ -43,6 +44,21 @@ def on_host(lab: Any, name: str, command: str) -> str:
     done = lab.ssh(lab.host(name)).run(f"sudo sh -c {shlex.quote(command)}")
     assert done.returncode == 0, f"{name}: {command}: {done.stderr}"
     return str(done.stdout)
+
+
+# What every node's wheelhouse and virtualenv hold (pyproject.toml's dependencies), as pip
+# lists the projects: no pip, no extra.
+BASE_PROJECTS = {"pyflannel", "pyroute2", "msgspec", "prometheus-client"}
+
+
+def venv_projects(lab: Any, name: str, venv: str = "/opt/pyflannel/venv") -> set[str]:
+    """The projects installed in the agent's virtualenv, as Debian's pip lists them there."""
+    listed = on_host(
+        lab,
+        name,
+        f"python3 -m pip --python {venv}/bin/python list --format=json --disable-pip-version-check",
+    )
+    return {re.sub(r"[-_.]+", "-", project["name"]).lower() for project in json.loads(listed)}
 
 
 def assert_converged(run: PlaybookRun, names: list[str]) -> None:

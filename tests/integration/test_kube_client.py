@@ -1,11 +1,13 @@
 """The agent's own Kubernetes API client: kubeconfig and in-cluster settings, TLS with client
-certificates, bearer tokens, the `kubernetes` package's loader for exec plugins, errors."""
+certificates, bearer tokens, basic auth, exec credential plugins (without the `kubernetes`
+package), the users client-go refuses, errors."""
 
 from __future__ import annotations
 
 import base64
 import json
 import ssl
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +25,8 @@ from pyflannel_runtime.subnet.kube.client import (
     lines,
     load_access,
 )
-from tests.fakes.kube_api import FakeKubeApi
+from pyflannel_runtime.subnet.kube.exec_credential import ExecCredentialError
+from tests.fakes.kube_api import FLANNEL_AGENT, FakeKubeApi
 from tests.integration.etcd_tls import make_tls_material
 
 
@@ -151,21 +154,246 @@ def test_a_token_file_is_read_again_as_it_rotates(
         ]
 
 
-def test_an_exec_plugin_is_left_to_the_kubernetes_packages_loader(tmp_path: Path) -> None:
-    credential = {
-        "apiVersion": "client.authentication.k8s.io/v1beta1",
-        "kind": "ExecCredential",
-        "status": {"token": "from-a-plugin"},
+V1BETA1 = "client.authentication.k8s.io/v1beta1"
+V1 = "client.authentication.k8s.io/v1"
+
+
+def plugin(path: Path, answer: str) -> Path:
+    """An exec credential plugin: appends what it was run with (args, the kubeconfig's env and
+    KUBERNETES_EXEC_INFO) as one JSON line to `path`.calls, then prints `answer`, a Python
+    expression over `calls` (how many runs before this one)."""
+    path.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, sys\n"
+        f"log = {str(path) + '.calls'!r}\n"
+        "calls = len(open(log).readlines()) if os.path.exists(log) else 0\n"
+        "seen = {'args': sys.argv[1:], 'env': os.environ.get('PLUGIN_ENV'),\n"
+        "        'info': json.loads(os.environ['KUBERNETES_EXEC_INFO']),\n"
+        "        'stdin_tty': os.isatty(0)}\n"
+        "open(log, 'a').write(json.dumps(seen) + '\\n')\n"
+        f"print(json.dumps({answer}))\n"
+    )
+    path.chmod(0o755)
+    return path
+
+
+def runs(path: Path) -> list[dict[str, object]]:
+    calls = Path(f"{path}.calls")
+    if not calls.exists():
+        return []
+    return [json.loads(line) for line in calls.read_text().splitlines()]
+
+
+def credential(status: str, api_version: str = V1BETA1) -> str:
+    return f"{{'apiVersion': {api_version!r}, 'kind': 'ExecCredential', 'status': {status}}}"
+
+
+def test_an_exec_plugin_gives_the_token_without_the_kubernetes_package(tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    command = plugin(tmp_path / "bin" / "plugin", credential("{'token': f'run-{calls}'}"))
+    exec_user = {
+        "exec": {
+            "apiVersion": V1BETA1,
+            "command": "./bin/plugin",  # relative to the kubeconfig, as clientcmd resolves it
+            "args": ["--cluster", "lab"],
+            "env": [{"name": "PLUGIN_ENV", "value": "from-kubeconfig"}],
+        }
     }
-    plugin = tmp_path / "plugin"
-    plugin.write_text(f"#!{sys.executable}\nprint({json.dumps(json.dumps(credential))})\n")
-    plugin.chmod(0o755)
     with FakeKubeApi() as api:
         api.add_node("n1")
-        exec_user = {"exec": {"apiVersion": credential["apiVersion"], "command": str(plugin)}}
         path = kubeconfig(tmp_path / "kubeconfig", {"server": api.url}, exec_user)
-        read_node(load_access("", path, {}))
-        assert [r.authorization for r in api.requests("GET")] == ["Bearer from-a-plugin"]
+        client = KubeClient(load_access("", path, {}), timeout=10)
+        client.get_json("/api/v1/nodes/n1")
+        client.get_json("/api/v1/nodes/n1")  # no expiry: the credential is kept
+        client.close()
+        assert [r.authorization for r in api.requests("GET")] == ["Bearer run-0", "Bearer run-0"]
+    [seen] = runs(command)
+    assert seen == {
+        "args": ["--cluster", "lab"],
+        "env": "from-kubeconfig",
+        "info": {"kind": "ExecCredential", "apiVersion": V1BETA1, "spec": {"interactive": False}},
+        "stdin_tty": False,
+    }
+    probe = "import sys; assert 'kubernetes' not in sys.modules and 'yaml' in sys.modules"
+    code = (
+        "from pyflannel_runtime.subnet.kube.client import KubeClient, load_access\n"
+        f"KubeClient(load_access('', {path!r}, {{}}), timeout=10)\n{probe}\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_an_expired_or_refused_credential_runs_the_plugin_again(tmp_path: Path) -> None:
+    # The first answer expired long ago; the second is good until 2999, until the server
+    # refuses it; the third is the one the server takes then.
+    answer = credential(
+        "{'token': f'run-{calls}', "
+        "'expirationTimestamp': '2000-01-01T00:00:00Z' if calls == 0 else '2999-01-01T00:00:00Z'}"
+    )
+    command = plugin(tmp_path / "plugin", answer)
+    exec_user = {"exec": {"apiVersion": V1, "command": str(command), "interactiveMode": "Never"}}
+    answer_v1 = command.read_text().replace(V1BETA1, V1)
+    command.write_text(answer_v1)
+    tokens = {f"run-{n}": FLANNEL_AGENT for n in (0, 1)}
+    with FakeKubeApi(tokens=tokens) as api:
+        api.add_node("n1")
+        path = kubeconfig(tmp_path / "kubeconfig", {"server": api.url}, exec_user)
+        client = KubeClient(load_access("", path, {}), timeout=10)
+        client.get_json("/api/v1/nodes/n1")  # run-0, expired: run-1 for the next request
+        client.get_json("/api/v1/nodes/n1")
+        api.tokens = {"run-2": FLANNEL_AGENT}  # run-1 revoked
+        with pytest.raises(KubeApiError) as refused:
+            client.get_json("/api/v1/nodes/n1")
+        assert refused.value.status == 401
+        client.get_json("/api/v1/nodes/n1")
+        client.close()
+        assert [r.authorization for r in api.requests("GET")] == [
+            "Bearer run-0",
+            "Bearer run-1",
+            "Bearer run-1",
+            "Bearer run-2",
+        ]
+    assert len(runs(command)) == 3
+
+
+def test_an_exec_plugins_client_certificate_and_the_cluster_it_is_told_of(tls, tmp_path) -> None:
+    api, files = tls
+    cert, key = (Path(files[name]).read_text() for name in ("cert", "key"))
+    answer = credential(f"{{'clientCertificateData': {cert!r}, 'clientKeyData': {key!r}}}", V1)
+    command = plugin(tmp_path / "plugin", answer)
+    cluster = {
+        "server": api.url,
+        "certificate-authority": files["ca"],
+        "extensions": [
+            {"name": "client.authentication.k8s.io/exec", "extension": {"audience": "lab"}}
+        ],
+    }
+    exec_user = {
+        "exec": {
+            "apiVersion": V1,
+            "command": str(command),
+            "interactiveMode": "IfAvailable",
+            "provideClusterInfo": True,
+        }
+    }
+    path = kubeconfig(tmp_path / "kubeconfig", cluster, exec_user)
+    assert read_node(load_access("", path, {}))["kind"] == "Node"
+    assert [r.authorization for r in api.requests("GET")] == [""]  # the certificate alone
+    [seen] = runs(command)
+    assert seen["info"] == {
+        "kind": "ExecCredential",
+        "apiVersion": V1,
+        "spec": {
+            "interactive": False,
+            "cluster": {
+                "server": api.url,
+                "certificate-authority-data": b64(files["ca"]),
+                "config": {"audience": "lab"},
+            },
+        },
+    }
+
+
+def test_a_token_of_the_users_own_comes_before_its_plugin(tmp_path: Path) -> None:
+    command = plugin(tmp_path / "plugin", credential("{'token': 'from-the-plugin'}"))
+    exec_user = {
+        "token": "own-token",
+        "exec": {"apiVersion": V1BETA1, "command": str(command)},
+    }
+    with FakeKubeApi() as api:
+        api.add_node("n1")
+        read_node(load_access("", kubeconfig(tmp_path / "k", {"server": api.url}, exec_user), {}))
+        assert [r.authorization for r in api.requests("GET")] == ["Bearer own-token"]
+    assert runs(command) == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (
+            credential("{'token': 't'}", V1),
+            "configured to use API version .*v1beta1, plugin "
+            "returned version client.authentication.k8s.io/v1$",
+        ),
+        (
+            "{'apiVersion': 'client.authentication.k8s.io/v1beta1', 'kind': 'ExecCredential'}",
+            "didn't return a status field",
+        ),
+        (credential("{}"), "didn't return a token or cert/key pair"),
+        (credential("{'clientKeyData': 'k'}"), "returned only certificate or key, not both"),
+        (credential("{'token': 't', 'expirationTimestamp': 'soon'}"), "expirationTimestamp"),
+        ("'not json' + '{'", "decoding stdout"),
+        (
+            credential("{'clientCertificateData': 'c', 'clientKeyData': 'k'}"),
+            "failed parsing client key/certificate",
+        ),
+    ],
+)
+def test_a_plugins_bad_answer_is_said_at_the_request(
+    tmp_path: Path, answer: str, message: str
+) -> None:
+    command = plugin(tmp_path / "plugin", answer)
+    exec_user = {"exec": {"apiVersion": V1BETA1, "command": str(command)}}
+    path = kubeconfig(tmp_path / "kubeconfig", {"server": "https://127.0.0.1:1"}, exec_user)
+    client = KubeClient(load_access("", path, {}), timeout=1)
+    with pytest.raises(ExecCredentialError, match=f"^getting credentials: .*{message}"):
+        client.get_json("/api/v1/nodes/n1")
+
+
+def test_a_plugin_that_fails_or_is_missing(tmp_path: Path) -> None:
+    failing = tmp_path / "failing"
+    failing.write_text("#!/bin/sh\nexit 3\n")
+    failing.chmod(0o755)
+    for command, hint, message in (
+        (str(failing), "", f"exec: executable {failing} failed with exit code 3$"),
+        (
+            "no-such-plugin",
+            "apt install the-plugin",
+            "exec: executable no-such-plugin not found\n\nIt looks like.*\n\napt install the-plugin$",
+        ),
+    ):
+        exec_user = {"exec": {"apiVersion": V1BETA1, "command": command, "installHint": hint}}
+        path = kubeconfig(tmp_path / "k", {"server": "https://127.0.0.1:1"}, exec_user)
+        client = KubeClient(load_access("", path, {}), timeout=1)
+        with pytest.raises(ExecCredentialError, match=f"(?s)^getting credentials: {message}"):
+            client.get_json("/api/v1/nodes/n1")
+
+
+@pytest.mark.parametrize(
+    ("user", "message"),
+    [
+        ({"exec": {"apiVersion": V1, "command": "p"}}, "interactiveMode must be specified"),
+        ({"exec": {"apiVersion": "v2", "command": "p"}}, "invalid apiVersion 'v2'"),
+        ({"exec": {"command": "p"}}, "apiVersion must be specified"),
+        (
+            {"exec": {"apiVersion": V1BETA1, "command": "p", "interactiveMode": "Always"}},
+            "standard input is not a terminal",
+        ),
+        (
+            {"exec": {"apiVersion": V1BETA1, "command": "p", "env": [{"value": "v"}]}},
+            "env variable name must be specified",
+        ),
+        (
+            {"auth-provider": {"name": "oidc", "config": {}}},
+            "auth provider 'oidc', which flanneld cannot use either.*exec credential plugin",
+        ),
+        ({"username": "u", "password": "p", "token": "t"}, "may be set, but not both"),
+    ],
+)
+def test_users_client_go_refuses_are_refused(
+    tmp_path: Path, user: dict[str, object], message: str
+) -> None:
+    path = kubeconfig(tmp_path / "kubeconfig", {"server": "https://127.0.0.1:1"}, user)
+    with pytest.raises(KubeConfigError, match=f"^kubeconfig {path}: .*{message}"):
+        load_access("", path, {})
+
+
+def test_a_user_name_and_password_are_sent_as_basic_auth(tmp_path: Path) -> None:
+    with FakeKubeApi() as api:
+        api.add_node("n1")
+        user = {"username": "admin", "password": "s3cret"}
+        read_node(load_access("", kubeconfig(tmp_path / "k", {"server": api.url}, user), {}))
+        expected = "Basic " + base64.b64encode(b"admin:s3cret").decode()
+        assert [r.authorization for r in api.requests("GET")] == [expected]
 
 
 def test_kubeconfig_errors_name_the_file(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import tarfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ from typing import Any
 import pytest
 import yaml
 
+from pyflannel_controller.wheelhouse import distribution_name
 from pyflannel_lab.playbook import (
     LAB_INVENTORY,
     WHEELHOUSE_CACHE,
@@ -41,7 +43,13 @@ from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings, EtcdSubnetManager
 from tests.integration.collection_tarball import install, play_outside, run_outside
 from tests.integration.prometheus_server import Prometheus, dashboard_queries, prometheus_for
 from tests.integration.scrape import promtool_problems
-from tests.integration.site_lab import SNAPSHOT, assert_converged, lab_hosts
+from tests.integration.site_lab import (
+    BASE_PROJECTS,
+    SNAPSHOT,
+    assert_converged,
+    lab_hosts,
+    venv_projects,
+)
 from tests.integration.site_lab import on_host as ssh
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
@@ -148,6 +156,11 @@ def test_site_converges_and_the_rerun_changes_nothing(lab: Any, file_sd: Path) -
     for name in lab.names():
         assert ssh(lab, name, "systemctl is-active pyflanneld").strip() == "active"
         assert "FLANNEL_SUBNET=10.244." in ssh(lab, name, "cat /run/flannel/subnet.env")
+        # An etcd node's wheelhouse and virtualenv: the runtime and its dependencies alone.
+        stamp = ssh(lab, name, "cat /opt/pyflannel/venv/.pyflannel-wheelhouse").strip()
+        with tarfile.open(WHEELHOUSE_CACHE / stamp / "wheelhouse.tar") as tar:
+            assert {distribution_name(n) for n in tar.getnames()} == BASE_PROJECTS
+        assert venv_projects(lab, name) == BASE_PROJECTS
     # One target per node, where Ansible reaches it, on the health port.
     labels = {"backend": "vxlan", "network": "10.244.0.0/16"}
     assert json.loads(file_sd.read_text()) == [

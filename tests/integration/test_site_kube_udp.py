@@ -1,17 +1,19 @@
 """site.yml with the Kubernetes datastore, then the udp backend, on systemd lab hosts over SSH.
 
-No kube-apiserver can run here: the Node API TEST DOUBLE (tests/fakes/kube_api.py, driven by
-the agents' real ``kubernetes`` client) stands in for it, served from this process on the lab
+No kube-apiserver can run here: the Node API TEST DOUBLE (tests/fakes/kube_api.py, checked
+against the official ``kubernetes`` client) stands in for it, served from this process on the lab
 bridge's address, which the hosts route to. Its Node objects node1..node3 carry the podCIDRs
 kube-controller-manager would have assigned (in its order, from the network's first /24). The
 kubeconfig is a controller file (flannel_kubeconfig_src) the agent role copies to each node.
 
 One lab serves the module, in this order: a kubeconfig the nodes lack fails in preflight; the
 kube datastore converges (vxlan) and its re-run changes nothing; then the udp backend (same
-datastore) converges, its re-run changes nothing and its unit keeps the sandbox, a real
-Prometheus reads the udp forwarder's and the Kubernetes datastore's metrics through the agents'
-file_sd document, and the disruption probe's TCP connections outlive every agent restarting
-(udp forwards in the agent: the gap is reported); last, reset.yml removes the copied kubeconfig.
+datastore) converges, its extra joins the virtualenv, its re-run changes nothing and its unit
+keeps the sandbox, a real Prometheus reads the udp forwarder's and the Kubernetes datastore's
+metrics through the agents' file_sd document, and the disruption probe's TCP connections
+outlive every agent restarting (udp forwards in the agent: the gap is reported); switching away
+from udp takes the extra out and back puts it in again; last, reset.yml removes the copied
+kubeconfig.
 """
 
 from __future__ import annotations
@@ -31,13 +33,23 @@ from pyflannel_lab.playbook import run_playbook
 from tests.fakes.kube_api import FLANNEL_AGENT, FakeKubeApi
 from tests.integration.prometheus_server import Prometheus, prometheus_for
 from tests.integration.scrape import promtool_problems, samples
-from tests.integration.site_lab import assert_converged, lab_hosts, on_host
+from tests.integration.site_lab import (
+    BASE_PROJECTS,
+    assert_converged,
+    lab_hosts,
+    on_host,
+    venv_projects,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 
 underlay = pytest.importorskip("pyflannel_lab.underlay")
 
 PREFIX = "flannel.alpha.coreos.com"
+# What the agent's virtualenv holds: the runtime and its extras for the Kubernetes datastore
+# (not the `kubernetes` package), and for the udp backend.
+KUBE_VENV = {*BASE_PROJECTS, "urllib3", "pyyaml"}
+UDP_VENV = {*KUBE_VENV, "numpy"}
 KUBECONFIG_ON_NODES = "/etc/pyflannel/kubeconfig"
 TOKEN = f"pyft-{secrets.token_hex(8)}"
 # What kubelet puts on every Node before any network plugin runs; flannel's patches keep it.
@@ -147,6 +159,7 @@ def test_the_kubernetes_datastore_converges_and_the_rerun_changes_nothing(
             "600",
         ]
         assert on_host(lab, name, f"cat {KUBECONFIG_ON_NODES}") == source
+        assert venv_projects(lab, name) == KUBE_VENV
         assert '"Type": "vxlan"' in on_host(lab, name, "cat /etc/kube-flannel/net-conf.json")
         # The lease is the podCIDR the controller assigned, the network's first /24 included.
         subnet = pod_cidr(name).replace(".0/24", ".1/24")
@@ -195,6 +208,8 @@ def test_the_udp_backend_under_systemd(
     assert switch.output.count(summary) == 3, switch.output
     for host in lab.hosts:
         name = host.name
+        # The switch installed the udp backend's extra into the virtualenv that was there.
+        assert venv_projects(lab, name) == UDP_VENV
         links = on_host(lab, name, "ls /sys/class/net")
         assert "flannel0" in links.split() and "flannel.1" not in links.split(), links
         assert on_host(lab, name, "cat /sys/class/net/flannel0/mtu").strip() == "1472"
@@ -300,8 +315,12 @@ def test_switching_away_from_udp_and_back_converges(lab: Any, kube: Kube) -> Non
     for name in lab.names():
         links = on_host(lab, name, "ls /sys/class/net").split()
         assert "flannel.1" in links and "flannel0" not in links, links
+        assert venv_projects(lab, name) == KUBE_VENV  # numpy went with the udp backend
     udp = run_playbook("site.yml", extra_vars={**kube_vars, "flannel_backend_type": "udp"})
     assert_converged(udp, lab.names())
+    assert {name: venv_projects(lab, name) for name in lab.names()} == dict.fromkeys(
+        lab.names(), UDP_VENV
+    )
 
 
 def test_reset_removes_the_kubeconfig_it_copied(lab: Any, kube: Kube) -> None:

@@ -1,9 +1,11 @@
-"""The node runtime installs without the controller's dependencies (issue 11 item 5).
+"""The node runtime installs without the controller's dependencies, and a node without the
+runtime's extras runs all that its settings use.
 
 Every third-party import must be a declared dependency: the node runtime (pyflannel_runtime: the
-agent, the CNI plugin, `pyflannel status`) only of ``[project] dependencies``; the controller's
-code (pyflannel_controller) and the lab (pyflannel_lab) also of the ``controller`` extra. That node code never imports
-controller code is test_package_layers.py's.
+agent, the CNI plugin, `pyflannel status`) only of ``[project] dependencies``, except the modules
+of an extra (EXTRA_MODULES), which may import its packages too; the controller's code
+(pyflannel_controller) and the lab (pyflannel_lab) also of the ``controller`` extra. That node
+code never imports controller code is test_package_layers.py's.
 """
 
 from __future__ import annotations
@@ -23,6 +25,13 @@ REPO = Path(__file__).resolve().parents[2]
 # The node runtime, the controller's code and the lab: what runs where is test_package_layers.py's.
 PACKAGES = (REPO / "pyflannel_runtime", REPO / "pyflannel_controller", REPO / "pyflannel_lab")
 CONTROLLER_PACKAGES = {"pydantic", "pydantic_core", "jinja2", "yaml", "ansible"}
+# The runtime's extras (pyproject.toml), and the only modules that import their packages: a
+# node installs an extra when its settings use these modules (pyflannel_controller.wheelhouse).
+EXTRA_MODULES = {
+    "kube": {"pyflannel_runtime.subnet.kube.kube", "pyflannel_runtime.subnet.kube.client"},
+    "udp": {"pyflannel_runtime.backend.udp.offload_numpy"},
+}
+EXTRA_PACKAGES = {"urllib3", "yaml", "numpy"}  # what they bring, by import name
 
 
 def _name(requirement: str) -> str:
@@ -36,6 +45,11 @@ def declared() -> tuple[set[str], set[str]]:
     node = {_name(r) for r in project["dependencies"]}
     controller = {_name(r) for r in project["optional-dependencies"]["controller"]}
     return node, controller
+
+
+def extra(name: str) -> set[str]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return {_name(r) for r in project["optional-dependencies"][name]}
 
 
 def distribution(top_level: str) -> str:
@@ -102,6 +116,9 @@ def test_every_import_is_declared_where_it_runs(path: Path) -> None:
     node, controller = declared()
     module = module_name(path)
     allowed = node | controller if is_controller(module) else node
+    for name, modules in EXTRA_MODULES.items():
+        if module in modules:
+            allowed |= extra(name)
     problems = []
     for imported, line in imports(path):
         top = imported.split(".")[0]
@@ -114,32 +131,72 @@ def test_every_import_is_declared_where_it_runs(path: Path) -> None:
     assert problems == []
 
 
-# Raise ImportError for the controller's packages and code, as on a node that installed only the
-# runtime's wheel.
-BLOCKER = f"""
+def run_without(absent: set[str], code: str) -> subprocess.CompletedProcess[str]:
+    """`code` in a fresh interpreter where the top-level packages `absent` raise ImportError,
+    as on a node that did not install them; it must run to its end."""
+    blocker = f"""
 import sys
 from importlib.abc import MetaPathFinder
 
 class Absent(MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {sorted(CONTROLLER_PACKAGES | {"pyflannel_controller"})!r}:
+        if name.split(".")[0] in {sorted(absent)!r}:
             raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
         return None
 
 sys.meta_path.insert(0, Absent())
 """
-
-
-def test_node_commands_run_without_the_controller_packages() -> None:
-    probe = BLOCKER + (
-        "import pyflannel_runtime.agent.main, pyflannel_runtime.cni.plugin, pyflannel_runtime.cli.status\n"
-        "from pyflannel_runtime.cli.main import main\n"
-        "assert main(['status', '--help']) == 0\n"
-        "print('ran')\n"
-    )
     result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120
+        [sys.executable, "-c", blocker + code + "print('ran')\n"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.endswith("ran\n")
+    return result
+
+
+# A node that installed only the runtime's wheel: neither the controller's packages nor its code,
+# nor the lab.
+NODE_ABSENT = CONTROLLER_PACKAGES | {"pyflannel_controller", "pyflannel_lab"}
+
+
+def test_the_extras_bring_what_their_modules_import() -> None:
+    assert {distribution(p) for p in EXTRA_PACKAGES} == extra("kube") | extra("udp")
+    assert extra("kube") == {"urllib3", "pyyaml"} and extra("udp") == {"numpy"}
+    # None of them (nor `kubernetes`) is what every node installs.
+    assert not (extra("kube") | extra("udp") | {"kubernetes"}) & declared()[0]
+
+
+def test_a_node_without_the_extras_imports_every_other_module() -> None:
+    """What an etcd node runs (any backend) imports none of the extras' packages: every module
+    of the runtime but the extras' own loads without them, and the udp forwarder's offload is
+    Python's."""
+    modules = sorted(
+        module_name(path)
+        for path in SOURCES
+        if not is_controller(module_name(path))
+        and not any(module_name(path) in m for m in EXTRA_MODULES.values())
+    )
+    run_without(
+        NODE_ABSENT | EXTRA_PACKAGES,
+        "import importlib\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "from pyflannel_runtime.backend.udp.worker import best_offload\n"
+        "assert not best_offload().vectorized\n"
+        "assert not {'urllib3', 'yaml', 'numpy', 'kubernetes'} & set(sys.modules)\n",
+    )
+
+
+def test_node_commands_run_without_the_controller_packages() -> None:
+    result = run_without(
+        NODE_ABSENT,
+        "import pyflannel_runtime.agent.main, pyflannel_runtime.cni.plugin\n"
+        "import pyflannel_runtime.cli.status\n"
+        "from pyflannel_runtime.cli.main import main\n"
+        "assert main(['status', '--help']) == 0\n",
+    )
     assert result.stderr == ""

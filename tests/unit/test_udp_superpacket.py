@@ -35,11 +35,6 @@ from tests.unit.test_udp_offload import assert_valid, super_packet
 DATAGRAM = 1472  # flannel0's MTU over a 1500-byte underlay
 TIMESTAMPS = b"\x01\x01\x08\x0a" + bytes(8)
 
-try:
-    from pyflannel_runtime.backend.udp.superpacket_numpy import Framer
-except ImportError:  # numpy is optional
-    Framer = None  # type: ignore[assignment, misc]
-
 
 def joined(vector: list[bytes | bytearray | memoryview]) -> memoryview:
     return memoryview(b"".join(bytes(part) for part in vector))
@@ -77,8 +72,6 @@ def test_a_framed_super_packet_comes_back_whole(size: int, sequence: int, cut: i
     chunks = whole(stream, DATAGRAM)
     assert chunks is not None
     assert b"".join(bytes(c) for c in chunks) == body
-    if Framer is not None:
-        assert bytes(Framer(DATAGRAM).frame(parts, sequence)[0]) == bytes(stream)
 
 
 def test_headers_carry_index_sequence_and_the_last_mark() -> None:

@@ -1,4 +1,5 @@
-"""The agent's wheelhouse builder: what it builds from, and what it leaves in the source tree."""
+"""The agent's wheelhouse builder: what it builds from, the extras it picks from the cluster's
+settings, and what it leaves in the source tree."""
 
 from __future__ import annotations
 
@@ -10,12 +11,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pyflannel_controller.model.cluster_settings import ClusterSettings
 from pyflannel_controller.wheelhouse import (
     WheelhouseError,
     build_for_hosts,
     build_wheelhouse,
+    distribution_name,
+    load_wheelhouse,
     local_target,
     manylinux_platforms,
+    node_extras,
     source_digest,
     target_of,
 )
@@ -160,3 +165,89 @@ def test_hosts_with_one_interpreter_share_one_build(tmp_path: Path) -> None:
     assert len(list((tmp_path / "cache").iterdir())) == 2
     with pytest.raises(WheelhouseError, match="node4: no manylinux wheels"):
         build_for_hosts(source, tmp_path / "cache", {"node4": {**TRIXIE, "libc": "musl 1.2.5"}})
+
+
+@pytest.mark.parametrize(
+    ("datastore", "backend", "extras"),
+    [
+        ("etcd", "vxlan", ()),
+        ("etcd", "host-gw", ()),
+        ("etcd", "udp", ("udp",)),
+        ("kubernetes", "vxlan", ("kube",)),
+        ("kubernetes", "host-gw", ("kube",)),
+        ("kubernetes", "udp", ("kube", "udp")),
+    ],
+)
+def test_a_nodes_extras_come_from_the_clusters_datastore_and_backend(
+    datastore: str, backend: str, extras: tuple[str, ...]
+) -> None:
+    settings = {"flannel_datastore": datastore, "flannel_backend_type": backend}
+    assert node_extras(settings) == extras
+
+
+def test_the_extras_are_picked_from_the_cluster_model_as_the_preflight_dumps_it() -> None:
+    # The preflight's cluster facts: the model's settings, dumped (plugins/action/preflight.py).
+    etcd = ClusterSettings(flannel_datastore="etcd").model_dump(mode="json", exclude={"nodes"})
+    assert node_extras(etcd) == ()
+    assert node_extras({**etcd, "flannel_backend_type": "udp"}) == ("udp",)
+    # flannel's own default datastore, as the model's
+    assert node_extras(ClusterSettings().model_dump(mode="json")) == ("kube",)
+    with pytest.raises(WheelhouseError, match="lack flannel_backend_type"):
+        node_extras({"flannel_datastore": "etcd"})
+
+
+def _extra_dependency(directory: Path) -> Path:
+    """A wheel of a stand-in dependency, made by hand (no index, no build)."""
+    directory.mkdir()
+    wheel = directory / "pyflannel_standin_dep-1.0-py3-none-any.whl"
+    info = "pyflannel_standin_dep-1.0.dist-info"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("pyflannel_standin_dep/__init__.py", "")
+        archive.writestr(
+            f"{info}/METADATA", "Metadata-Version: 2.1\nName: pyflannel-standin-dep\nVersion: 1.0\n"
+        )
+        archive.writestr(
+            f"{info}/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+        archive.writestr(f"{info}/RECORD", "")
+    return directory
+
+
+def test_a_build_holds_the_extras_asked_for_and_no_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = _project(tmp_path / "src")
+    with (source / "pyproject.toml").open("a") as pyproject:
+        pyproject.write('\n[project.optional-dependencies]\nkube = ["pyflannel-standin-dep"]\n')
+    monkeypatch.setenv("PIP_FIND_LINKS", str(_extra_dependency(tmp_path / "links")))
+    plain = build_wheelhouse(source, tmp_path / "cache")
+    kube = build_wheelhouse(source, tmp_path / "cache", extras=("kube",))
+    assert (plain.extras, plain.distributions) == ((), ("pyflannel",))
+    assert plain.requirement == "pyflannel-0.0.1-py3-none-any.whl"
+    assert (kube.extras, kube.distributions) == (("kube",), ("pyflannel", "pyflannel-standin-dep"))
+    assert kube.requirement == "pyflannel-0.0.1-py3-none-any.whl[kube]"
+    # Another archive, and another record on the node: a node whose settings change installs it.
+    assert kube.digest != plain.digest and kube.archive != plain.archive
+    with tarfile.open(kube.archive) as tar:
+        assert sorted(tar.getnames()) == [
+            "pyflannel-0.0.1-py3-none-any.whl",
+            "pyflannel_standin_dep-1.0-py3-none-any.whl",
+        ]
+    assert source_digest(source, "3.11", ("kube",)) != source_digest(source, "3.11")
+    # A prebuilt archive is installed with the extras the nodes' settings use; its digest is
+    # the archive's sha256 alone, or with them.
+    prebuilt, prebuilt_kube = (
+        load_wheelhouse(plain.archive),
+        load_wheelhouse(plain.archive, ("kube",)),
+    )
+    assert prebuilt.requirement == plain.project_wheel
+    assert prebuilt_kube.requirement == f"{plain.project_wheel}[kube]"
+    assert len({prebuilt.digest, prebuilt_kube.digest, plain.digest}) == 3
+
+
+def test_wheel_names_are_compared_as_pip_lists_projects() -> None:
+    assert distribution_name("PyYAML-6.0.2-cp311-cp311-manylinux_2_17_x86_64.whl") == "pyyaml"
+    assert distribution_name("pyflannel_standin_dep-1.0-py3-none-any.whl") == (
+        "pyflannel-standin-dep"
+    )

@@ -10,7 +10,8 @@ one TCP stream in order, with every inner checksum valid, `coalesce_tcp4` joins 
 single super-packet the kernel takes through flannel0 as one TSO packet.
 
 Summing payload bytes in Python is the costly part; `offload_numpy` does the same work as
-array operations, and is the one the forwarder uses (`worker.best_offload`).
+array operations, and is the one the forwarder uses where numpy is installed (the `udp` extra;
+`worker.best_offload`).
 """
 
 from __future__ import annotations

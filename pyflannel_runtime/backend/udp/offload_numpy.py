@@ -1,7 +1,8 @@
 """numpy versions of `offload.segment_tcp4` / `coalesce_tcp4`: same bytes, no per-segment
 Python. Every segment is a row of a 2-D array; header fields and checksums are column
-operations. numpy is one of the runtime's dependencies (pyproject.toml); the Python
-versions stay as the reference these are tested against."""
+operations. numpy comes with the runtime's `udp` extra (pyproject.toml), which nodes of the udp
+backend install; elsewhere the Python versions run, and they stay the reference these are
+tested against."""
 
 from __future__ import annotations
 

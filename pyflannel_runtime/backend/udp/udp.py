@@ -9,8 +9,8 @@ SOCK_SEQPACKET socketpair, and CMD_STOP on close. Like flannel, forwarding stops
 
 Beyond flannel: datagrams whose source is not a peer's public IP are dropped and counted (by a
 socket filter in the kernel, `socket_filter`, and by the forwarder for any that get by), the TUN
-queue is long enough (txqueuelen 10000) that bursts are not dropped, and with numpy present
-flannel0 uses TSO plus UDP GSO/GRO (see `offload`) while staying wire-compatible. With the
+queue is long enough (txqueuelen 10000) that bursts are not dropped, and flannel0 uses TSO plus
+UDP GSO/GRO (see `offload`) while staying wire-compatible. With the
 `SuperPackets` option, nodes that both advertise it in their leases send TCP super-packets whole
 (`superpacket`); every other peer keeps flannel's framing.
 """
@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import errno
 import fcntl
-import importlib.util
 import logging
 import mmap
 import os
@@ -74,11 +73,6 @@ _IFREQ = struct.Struct("16sH22x")
 _RTPROT_BOOT = 3  # what netlink route adds default to in flannel (and `ip route add`)
 _SO_SNDBUFFORCE = 32  # root may exceed net.core.[rw]mem_max
 _SO_RCVBUFFORCE = 33
-
-
-def offload_available() -> bool:
-    """The offload path sums payloads with numpy; without it, Python is too slow to gain."""
-    return importlib.util.find_spec("numpy") is not None
 
 
 @dataclass
@@ -453,11 +447,11 @@ class UdpBackend:
     backend_type = "udp"
 
     def __init__(
-        self, netns: str | None = None, *, queues: int | None = None, offload: bool | None = None
+        self, netns: str | None = None, *, queues: int | None = None, offload: bool = True
     ) -> None:
         self.netns = netns
         self.queues = queues
-        self.offload = offload_available() if offload is None else offload
+        self.offload = offload
 
     async def register_network(
         self,

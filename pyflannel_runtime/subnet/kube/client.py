@@ -3,10 +3,14 @@
 The `kubernetes` package builds hundreds of model classes (and pulls in pydantic, requests and
 oauthlib) when imported: about 30 MB that an agent would carry for its four node calls. This
 speaks the same HTTP to the same settings. They come from a kubeconfig's current context
-(server, CA, client certificate, bearer token or token file, proxy; `--kube-api-url`
-overrides the server), else from the pod's service account (clientcmd's in-cluster config).
-A kubeconfig user that authenticates another way (an exec plugin, an auth provider, a user
-name and password) is read by the `kubernetes` package's own loader, imported only then.
+(server, CA, client certificate, bearer token or token file, user name and password, an exec
+credential plugin (`exec_credential`), proxy; `--kube-api-url` overrides the server), else from the
+pod's service account (clientcmd's in-cluster config). A user with an auth provider (gcp,
+azure, oidc) is refused, as flanneld refuses it: flanneld registers none of client-go's
+provider plugins, so client-go's GetAuthProvider (rest/plugin.go) finds none.
+
+urllib3 and PyYAML come with the runtime's `kube` extra, which nodes of the Kubernetes
+datastore install.
 """
 
 from __future__ import annotations
@@ -20,14 +24,23 @@ import os
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
 import urllib3
 
 from pyflannel_runtime import PyflannelError
+from pyflannel_runtime.subnet.kube.exec_credential import (
+    CLUSTER_EXTENSION,
+    Credential,
+    ExecCluster,
+    ExecConfig,
+    ExecConfigError,
+    ExecCredentialError,
+    ExecPlugin,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +53,6 @@ MAX_OBJECT_BYTES = 8 << 20
 # An error answer's Status is a few hundred bytes: what is past this is left unread.
 MAX_STATUS_BYTES = 64 << 10
 TOKEN_RELOAD = 60.0  # seconds: a service account's token is rotated well before it expires
-_OTHER_AUTH = ("exec", "auth-provider", "username", "password")
 
 
 class KubeConfigError(PyflannelError, ValueError):
@@ -89,13 +101,45 @@ class Access:
     key_data: bytes | None = None
     token: str | None = None
     token_file: str | None = None
+    username: str | None = None
+    password: str | None = None
     tls_server_name: str | None = None
     proxy: str | None = None
-    # Request headers from elsewhere (the `kubernetes` loader's refreshed credentials).
-    auth_headers: Callable[[], Mapping[str, str]] | None = field(default=None, compare=False)
+    exec_plugin: ExecConfig | None = None
 
     def with_server(self, server: str) -> Access:
         return dataclasses.replace(self, server=server)
+
+    def basic_auth(self) -> str | None:
+        """The Authorization header of a user name and password (client-go's basic auth)."""
+        if not self.username and not self.password:
+            return None
+        pair = f"{self.username or ''}:{self.password or ''}".encode()
+        return f"Basic {base64.b64encode(pair).decode()}"
+
+    def runs_plugin(self) -> bool:
+        """client-go uses an exec plugin only when the user gives no token, user name and
+        password, or client certificate of its own (exec.go: UpdateTransportConfig)."""
+        own_cert = bool(self.cert_data or self.cert_file) and bool(self.key_data or self.key_file)
+        own = self.token or self.token_file or self.basic_auth() or own_cert
+        return self.exec_plugin is not None and not own
+
+    def exec_cluster(self) -> ExecCluster:
+        """What an exec plugin is told of the cluster (client-go's ConfigToExecCluster)."""
+        ca_data = self.ca_data
+        if ca_data is None and self.ca_file:
+            try:
+                with open(self.ca_file, "rb") as handle:
+                    ca_data = handle.read()
+            except OSError as err:
+                raise KubeConfigError(f"failed to load CA bundle for execProvider: {err}") from None
+        return ExecCluster(
+            server=self.server,
+            tls_server_name=self.tls_server_name,
+            insecure=not self.verify,
+            ca_data=ca_data,
+            proxy_url=self.proxy,
+        )
 
 
 # --- where the settings come from -------------------------------------------------------------
@@ -141,15 +185,31 @@ def kubeconfig_access(path: str) -> Access:
         raise KubeConfigError(f"kubeconfig {path}: not a kubeconfig")
     context = _named(config, "contexts", config.get("current-context"), "context", path)
     cluster = _named(config, "clusters", context.get("cluster"), "cluster", path)
-    user = _named(config, "users", context.get("user"), "user", path) if context.get("user") else {}
-    if any(user.get(key) for key in _OTHER_AUTH):
-        return _kubernetes_loader_access(path)
+    user_name = context.get("user")
+    user = _named(config, "users", user_name, "user", path) if user_name else {}
     base = os.path.dirname(os.path.abspath(path))
+    provider = user.get("auth-provider")
+    if provider:
+        name = provider.get("name") if isinstance(provider, dict) else provider
+        raise KubeConfigError(
+            f"kubeconfig {path}: user {user_name!r} authenticates with the auth provider "
+            f"{name!r}, which flanneld cannot use either (no Auth Provider found for name "
+            f'"{name}"): give the user an exec credential plugin instead '
+            "(client.authentication.k8s.io)"
+        )
+    exec_plugin = None
+    if user.get("exec"):
+        try:
+            exec_plugin = ExecConfig.parse(
+                user["exec"], base, _extension(cluster, CLUSTER_EXTENSION)
+            )
+        except ExecConfigError as err:
+            raise KubeConfigError(f"kubeconfig {path}: user {user_name!r}: {err}") from None
 
     def file_of(value: Any) -> str | None:
         return os.path.join(base, str(value)) if value else None
 
-    return Access(
+    access = Access(
         server=str(cluster.get("server") or ""),
         verify=not cluster.get("insecure-skip-tls-verify", False),
         ca_file=file_of(cluster.get("certificate-authority")),
@@ -160,9 +220,26 @@ def kubeconfig_access(path: str) -> Access:
         key_data=_b64(user.get("client-key-data"), "client-key-data", path),
         token=str(user["token"]) if user.get("token") else None,
         token_file=file_of(user.get("tokenFile")),
+        username=str(user["username"]) if user.get("username") else None,
+        password=str(user["password"]) if user.get("password") else None,
         tls_server_name=cluster.get("tls-server-name") or None,
         proxy=cluster.get("proxy-url") or None,
+        exec_plugin=exec_plugin,
     )
+    if access.basic_auth() and (access.token or access.token_file):
+        # client-go's HTTPWrappersForConfig refuses the pair
+        raise KubeConfigError(
+            f"kubeconfig {path}: username/password or bearer token may be set, but not both"
+        )
+    return access
+
+
+def _extension(cluster: dict[str, Any], name: str) -> Any:
+    """A named entry of the cluster's `extensions` list, as it is; None when absent."""
+    for item in cluster.get("extensions") or []:
+        if isinstance(item, dict) and item.get("name") == name:
+            return item.get("extension")
+    return None
 
 
 def _named(config: dict[str, Any], section: str, name: Any, key: str, path: str) -> dict[str, Any]:
@@ -182,42 +259,11 @@ def _b64(value: Any, what: str, path: str) -> bytes | None:
         raise KubeConfigError(f"kubeconfig {path}: {what} is not base64") from None
 
 
-def _kubernetes_loader_access(path: str) -> Access:
-    """What the `kubernetes` package makes of a kubeconfig, credentials refreshed per request."""
-    import kubernetes.client
-    import kubernetes.config
-
-    config: Any = kubernetes.client.Configuration()
-    try:
-        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=path, client_configuration=config, persist_config=False
-        )
-    except Exception as err:  # ConfigException and whatever its plugins raise
-        raise KubeConfigError(str(err)) from None
-
-    def headers() -> Mapping[str, str]:
-        """The loader's credentials of the moment (its refresh hook runs the plugin again)."""
-        settings = config.auth_settings().values()
-        return {
-            s["key"]: s["value"] for s in settings if s.get("in") == "header" and s.get("value")
-        }
-
-    return Access(
-        server=config.host,
-        verify=config.verify_ssl,
-        ca_file=config.ssl_ca_cert,
-        cert_file=config.cert_file,
-        key_file=config.key_file,
-        tls_server_name=config.tls_server_name,
-        proxy=config.proxy,
-        auth_headers=headers,
-    )
-
-
 # --- requests ---------------------------------------------------------------------------------
 
 
-def _ssl_context(access: Access) -> ssl.SSLContext:
+def _ssl_context(access: Access, client: tuple[bytes, bytes] | None) -> ssl.SSLContext:
+    """The kubeconfig's TLS settings; `client`: an exec plugin's certificate and key (PEM)."""
     context = ssl.create_default_context()
     if not access.verify:
         context.check_hostname = False
@@ -226,10 +272,11 @@ def _ssl_context(access: Access) -> ssl.SSLContext:
         context.load_verify_locations(cafile=access.ca_file)
     if access.ca_data:
         context.load_verify_locations(cadata=access.ca_data.decode("ascii", "replace"))
-    if access.cert_data or access.cert_file:
+    cert_data, key_data = client or (access.cert_data, access.key_data)
+    if client or access.cert_data or access.cert_file:
         with (
-            _as_file(access.cert_data, access.cert_file) as cert,
-            _as_file(access.key_data, access.key_file) as key,
+            _as_file(cert_data, access.cert_file) as cert,
+            _as_file(key_data, access.key_file) as key,
         ):
             assert cert is not None
             context.load_cert_chain(cert, key)
@@ -251,7 +298,8 @@ def _as_file(data: bytes | None, path: str | None) -> Iterator[str | None]:
 
 
 class KubeClient:
-    """Thread-safe; one pool of connections to the server."""
+    """Thread-safe; one pool of connections to the server (a new one when an exec plugin
+    hands out another client certificate)."""
 
     def __init__(self, access: Access, timeout: float) -> None:
         if not access.server:
@@ -259,39 +307,74 @@ class KubeClient:
         self.access = access
         self.timeout = timeout
         self._base = access.server.rstrip("/")
+        self._plugin = (
+            ExecPlugin(access.exec_plugin, access.exec_cluster())
+            if access.exec_plugin is not None and access.runs_plugin()
+            else None
+        )
+        if self._base.startswith("https:") and not access.verify:
+            # The kubeconfig asked for it: said once here, not warned at every request.
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+            log.warning("The API server's certificate is not checked (%s)", self._base)
+        self._pool_lock = threading.Lock()
+        self._pool_client: tuple[bytes, bytes] | None = None
+        try:
+            self._pool = self._new_pool(None)
+        except (OSError, ssl.SSLError) as err:
+            raise KubeConfigError(f"cannot load TLS settings: {err}") from None
+        self._token_lock = threading.Lock()
+        self._token: tuple[float, str] | None = None
+
+    def _new_pool(self, client: tuple[bytes, bytes] | None) -> urllib3.PoolManager:
+        access = self.access
         options: dict[str, Any] = {"maxsize": 4, "retries": False}
         if self._base.startswith("https:"):
-            try:
-                options["ssl_context"] = _ssl_context(access)
-            except (OSError, ssl.SSLError) as err:
-                raise KubeConfigError(f"cannot load TLS settings: {err}") from None
+            options["ssl_context"] = _ssl_context(access, client)
             if access.tls_server_name:
                 options["server_hostname"] = access.tls_server_name
             if not access.verify:
                 options["assert_hostname"] = False
-                # The kubeconfig asked for it: said once here, not warned at every request.
-                urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-                log.warning("The API server's certificate is not checked (%s)", self._base)
-        self._pool: urllib3.PoolManager = (
-            urllib3.ProxyManager(access.proxy, **options)
-            if access.proxy
-            else urllib3.PoolManager(**options)
-        )
-        self._token_lock = threading.Lock()
-        self._token: tuple[float, str] | None = None
+        if access.proxy:
+            return urllib3.ProxyManager(access.proxy, **options)
+        return urllib3.PoolManager(**options)
 
     def close(self) -> None:
         self._pool.clear()
 
-    def _headers(self, accept: str, content_type: str | None) -> dict[str, str]:
+    def _credential(self) -> tuple[urllib3.PoolManager, Credential | None]:
+        """The pool to send with, and the exec plugin's credential it carries, if any."""
+        if self._plugin is None:
+            return self._pool, None
+        try:
+            credential = self._plugin.credential()
+        except ExecCredentialError as err:
+            raise ExecCredentialError(f"getting credentials: {err}") from None
+        client = credential.client_pair
+        with self._pool_lock:
+            if client != self._pool_client:
+                try:
+                    pool = self._new_pool(client)
+                except (OSError, ssl.SSLError) as err:
+                    self._plugin.rejected(credential)  # not kept: the next request asks again
+                    raise ExecCredentialError(
+                        f"getting credentials: failed parsing client key/certificate: {err}"
+                    ) from None
+                self._pool.clear()
+                self._pool, self._pool_client = pool, client
+            return self._pool, credential
+
+    def _headers(
+        self, accept: str, content_type: str | None, credential: Credential | None
+    ) -> dict[str, str]:
         headers = {"Accept": accept, "User-Agent": "pyflanneld"}
         if content_type:
             headers["Content-Type"] = content_type
-        token = self._bearer()
+        token = credential.token if credential is not None else self._bearer()
+        basic = self.access.basic_auth()
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        if self.access.auth_headers is not None:
-            headers.update(self.access.auth_headers())
+        elif basic:
+            headers["Authorization"] = basic
         return headers
 
     def _bearer(self) -> str | None:
@@ -317,13 +400,15 @@ class KubeClient:
     ) -> urllib3.BaseHTTPResponse:
         """The response of a successful request, its body unread (the caller reads it, with
         ``read_limited`` or ``lines``, and closes it); raises KubeApiError for an error answer,
-        urllib3's HTTPError when none came."""
+        urllib3's HTTPError when none came, ExecCredentialError when the exec plugin gave no
+        credential."""
         url = self._base + path + (f"?{urlencode(query)}" if query else "")
-        response = self._pool.request(
+        pool, credential = self._credential()
+        response = pool.request(
             method,
             url,
             body=body,
-            headers=self._headers(accept, content_type),
+            headers=self._headers(accept, content_type, credential),
             timeout=urllib3.Timeout(connect=self.timeout, read=read_timeout or self.timeout),
             preload_content=False,
             redirect=False,
@@ -333,6 +418,8 @@ class KubeClient:
                 data = read_limited(response, MAX_STATUS_BYTES, truncate=True)
             finally:
                 release(response)
+            if response.status == 401 and self._plugin is not None and credential is not None:
+                self._plugin.rejected(credential)
             raise KubeApiError(response.status, response.reason or "", bytes(data))
         return response
 

@@ -36,6 +36,7 @@ from pyflannel_runtime.subnet.kube.client import (
     release,
 )
 from pyflannel_runtime.subnet.kube.decode import DecodedNode, DecodeError, NodeDecoder, NodePage
+from pyflannel_runtime.subnet.kube.exec_credential import ExecCredentialError
 from pyflannel_runtime.subnet.kube.node_queue import NodeChanges, NodeQueue, NodeSnapshot, NodeState
 from pyflannel_runtime.subnet.kube.nodes import NodeLeaseError, NodeLeaseTracker, UnreadableNode
 from pyflannel_runtime.subnet.manager import (
@@ -70,8 +71,8 @@ METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 LIST_PAGE = 500
 # A page is read up to this size; a larger one is asked for again in halves.
 MAX_PAGE_BYTES = 32 << 20
-# Errors of an API call: an error answer, or none at all.
-API_ERRORS = (KubeApiError, urllib3.exceptions.HTTPError)
+# Errors of an API call: an error answer, none at all, or no credential to send it with.
+API_ERRORS = (KubeApiError, urllib3.exceptions.HTTPError, ExecCredentialError)
 
 
 @dataclass(frozen=True)
