@@ -31,7 +31,7 @@ from sigterm import interrupt_on_sigterm
 
 from pyflannel_controller.lab import hosts
 from pyflannel_controller.lab.errors import LabError
-from pyflannel_controller.lab.playbook import LAB_INVENTORY, PlaybookRun, run_playbook
+from pyflannel_controller.lab.playbook import LAB_INVENTORY, PlaybookRun, run_ping, run_playbook
 
 # Every lab host's systemd, logind and dbus hold 7 inotify instances, and every rootful
 # container counts against root's fs.inotify.max_user_instances (128 here): past ~17 hosts the
@@ -49,6 +49,8 @@ class Measured:
     run: PlaybookRun
     cpu_seconds: float
     load: str
+    # The ping floor just before the run (re-runs only).
+    floor: PlaybookRun | None = None
 
     def slowest(self, top: int) -> list[tuple[str, float]]:
         tasks = [(name.strip(), float(t)) for name, t in _TASK_TIME.findall(self.run.output)]
@@ -65,11 +67,16 @@ def children_cpu() -> float:
 
 
 def measured(addresses: dict[str, str] | None = None) -> Measured:
+    floor = None
+    if addresses is not None:
+        floor = run_ping(count_modules=addresses)
+        if floor.returncode != 0:
+            raise RuntimeError(floor.explain())
     before = children_cpu()
     run = run_playbook("site.yml", count_modules=addresses)
     if run.returncode != 0 or run.failed_hosts():
         raise RuntimeError(run.explain())
-    return Measured(run, children_cpu() - before, load())
+    return Measured(run, children_cpu() - before, load(), floor)
 
 
 def inotify_in_use() -> int:
@@ -114,6 +121,11 @@ def report(size: int, booted: float, first: Measured, reruns: list[Measured], to
         print(f"hosts_{size}_rerun_controller_cpu_s_per_host: {again.cpu_seconds / size:.2f}")
         print(f"hosts_{size}_rerun_changed: {sum(again.run.changed().values())}")
         print(f"hosts_{size}_rerun_modules_per_host: {sorted(set(again.run.modules.values()))}")
+        if again.floor is not None:
+            floor = again.floor
+            print(f"hosts_{size}_ping_floor_s: {floor.seconds:.1f}")
+            print(f"hosts_{size}_ping_modules_per_host: {sorted(set(floor.modules.values()))}")
+            print(f"hosts_{size}_rerun_over_ping: {again.run.seconds / floor.seconds:.1f}")
     sys.stdout.flush()
 
 
