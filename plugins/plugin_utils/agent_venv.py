@@ -74,11 +74,19 @@ class AgentVenvAction(ActionBase):
         """The module's arguments (a subclass adds what it finds on the controller)."""
         return args
 
+    def known_result(self, args: dict[str, Any]) -> dict[str, Any] | None:
+        """The module's result when the controller already knows it (a subclass finds it in
+        what the host reported earlier in the run); None runs the module."""
+        return None
+
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         del tmp
         task_vars = task_vars or {}
         args = self.module_args(dict(self._task.args), task_vars)
+        known = self.known_result(args)
+        if known is not None:
+            return merge_hash(result, known)
         # The host's setting may still be a template; the task's arguments are templated.
         venv = str(self._templar.template(agent_venv(args.get("venv"), task_vars)))
         python = os.path.join(venv, "bin", "python")
