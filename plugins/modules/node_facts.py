@@ -342,16 +342,18 @@ def _interpreter():
     }
 
 
-def _units(module, names):
-    """Each unit's load, active and unit file state (None: no systemctl)."""
+def _unit_ids(names):
+    """systemd's unit name for each name (a bare name is a service)."""
+    return {name if "." in name else f"{name}.service": name for name in names}
+
+
+def parse_units(names, shown):
+    """Each unit's load, active and unit file state from ``systemctl show
+    --property=Id,LoadState,ActiveState,UnitFileState`` output for them (a blank line between
+    units); None for a unit the output lacks."""
+    ids = _unit_ids(names)
     states = dict.fromkeys(names)
-    systemctl = module.get_bin_path("systemctl")
-    if not names or systemctl is None:
-        return states
-    ids = {name if "." in name else f"{name}.service": name for name in names}
-    properties = "--property=Id,LoadState,ActiveState,UnitFileState"
-    _rc, out, _err = module.run_command([systemctl, "show", properties, "--", *ids])
-    for block in out.split("\n\n"):
+    for block in shown.split("\n\n"):
         values = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
         name = ids.get(values.get("Id", ""))
         if name is not None:
@@ -361,6 +363,15 @@ def _units(module, names):
                 "enabled": values.get("UnitFileState", ""),
             }
     return states
+
+
+def _units(module, names):
+    systemctl = module.get_bin_path("systemctl")
+    if not names or systemctl is None:
+        return dict.fromkeys(names)
+    properties = "--property=Id,LoadState,ActiveState,UnitFileState"
+    _rc, out, _err = module.run_command([systemctl, "show", properties, "--", *_unit_ids(names)])
+    return parse_units(names, out)
 
 
 def _etcd_health(spec):

@@ -47,6 +47,16 @@ def as_wanted(
     )
 
 
+def _read_text(path: str) -> str | None:
+    """A controller file's text (pki_files' src: an absolute path to a plain file); None when it
+    cannot be read as one, and the module's action plugin then reads it as it always does."""
+    try:
+        with open(path, encoding="utf-8") as source:
+            return source.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def unchanged(
     files: Any,
     states: Any,
@@ -54,10 +64,10 @@ def unchanged(
     path_key: str = "path",
     defaults: Mapping[str, Any] | None = None,
 ) -> bool:
-    """Every file of ``files`` (dicts with ``path_key``, content, mode, owner and group, as the
-    files and pki_files modules take them, ``defaults`` for what an entry leaves out) is as
-    wanted in ``states``; False for no files, no states, or anything malformed (the module
-    then says what)."""
+    """Every file of ``files`` (dicts with ``path_key``, content or a controller file's ``src``,
+    mode, owner and group, as the files and pki_files modules take them, ``defaults`` for what
+    an entry leaves out) is as wanted in ``states``; False for no files, no states, or anything
+    malformed (the module then says what)."""
     if not isinstance(files, Sequence) or not files or not isinstance(states, Mapping):
         return False
     for entry in files:
@@ -68,6 +78,8 @@ def unchanged(
             **(defaults or {}),
             **{k: v for k, v in entry.items() if v is not None},
         }
+        if "content" not in wanted and isinstance(wanted.get("src"), str):
+            wanted["content"] = _read_text(wanted["src"])
         if not isinstance(wanted.get("content"), str) or not as_wanted(
             states.get(str(wanted.get(path_key))),
             wanted["content"],
