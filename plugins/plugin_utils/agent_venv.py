@@ -11,6 +11,7 @@ this class.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from ansible.plugins.action import ActionBase
@@ -19,8 +20,9 @@ from ansible.utils.vars import merge_hash
 DEFAULT_VENV = "/opt/pyflannel/venv"
 VENV_VARIABLE = "flannel_agent_venv"
 CLUSTER_FACT = "_flannel_cluster"
-# What a POSIX shell exits with when the command is missing or cannot be executed.
+# What a POSIX shell exits with when the command is missing or cannot be executed, and says.
 _NOT_RUNNABLE = (126, 127)
+_NOT_THERE = "(?:No such file or directory|not found|command not found|Permission denied)"
 
 
 def agent_venv(option: str | None, task_vars: dict[str, Any]) -> str:
@@ -50,7 +52,10 @@ def missing_runtime(result: dict[str, Any], venv: str, python: str) -> dict[str,
     there; None when it started."""
     if not result.get("failed") or result.get("rc") not in _NOT_RUNNABLE:
         return None
-    if (result.get("module_stdout") or "").strip():
+    # Nothing on stdout, or only the shell's word that the Python is not there (without
+    # pipelining, sudo's terminal carries the shell's stderr to stdout).
+    stdout = (result.get("module_stdout") or "").strip()
+    if stdout and not re.fullmatch(rf".*{re.escape(python)}: {_NOT_THERE}", stdout):
         return None
     return {
         "failed": True,
