@@ -44,7 +44,7 @@ options:
     default: []
   paths:
     description:
-      - Paths whose state is reported in RV(ansible_facts.pyflannel_host.paths), not following
+      - Paths whose state is reported in C(ansible_facts.pyflannel_host.paths), not following
         symbolic links; the type, mode, owner, group and a digest of a regular file's content (files
         up to 1 MiB).
     type: list
@@ -376,25 +376,23 @@ def _units(module, names):
 
 def _etcd_health(spec):
     """What an etcd member's /health says, as the etcd role's wait reads it."""
-    import ssl
-    import urllib.request
+    from ansible.module_utils.urls import ConnectionError as UrlError
+    from ansible.module_utils.urls import open_url
 
-    context = None
-    if spec["url"].startswith("https:"):
-        try:
-            context = ssl.create_default_context(cafile=spec["cafile"])
-            if spec["certfile"]:
-                context.load_cert_chain(spec["certfile"], spec["keyfile"])
-        except (OSError, ssl.SSLError) as err:
-            return {"url": spec["url"], "healthy": False, "reason": f"TLS settings: {err}"}
     try:
-        with urllib.request.urlopen(
-            spec["url"], timeout=_ETCD_HEALTH_TIMEOUT, context=context
+        with open_url(
+            spec["url"],
+            timeout=_ETCD_HEALTH_TIMEOUT,
+            ca_path=spec["cafile"],
+            client_cert=spec["certfile"],
+            client_key=spec["keyfile"],
         ) as answer:
             body = answer.read(_HEALTH_LIMIT)
         health = json.loads(body).get("health")
-    except (OSError, ValueError, AttributeError) as err:
-        return {"url": spec["url"], "healthy": False, "reason": str(err)}
+    # urllib's and TLS errors (OSError), open_url's own (SSLValidationError is one), a body
+    # that is no JSON object: an answer that says nothing about health.
+    except (OSError, ValueError, AttributeError, UrlError) as err:
+        return {"url": spec["url"], "healthy": False, "reason": str(err) or type(err).__name__}
     reason = "" if health == "true" else f"health {health!r}"
     return {"url": spec["url"], "healthy": health == "true", "reason": reason}
 
