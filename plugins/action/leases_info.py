@@ -1,5 +1,7 @@
 """Action plugin: pyflannel.network.leases_info runs with the agent's virtualenv's Python, with
-the inventory's hosts and their addresses (controller-side data) when the task names none."""
+the inventory's hosts and their addresses (controller-side data) when the task names none; and
+not at all when node_facts read the leases earlier in the run (known): they are matched to the
+hosts here."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import ipaddress
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from ansible.errors import AnsibleActionFail
 from ansible_collections.pyflannel.network.plugins.plugin_utils.agent_venv import AgentVenvAction
 
 
@@ -49,3 +52,25 @@ class ActionModule(AgentVenvAction):
             names = (task_vars.get("groups") or {}).get("all") or []
             args["hosts"] = inventory_hosts(names, task_vars["hostvars"])
         return args
+
+    def known_result(self, args: dict[str, Any]) -> dict[str, Any] | None:
+        known = args.pop("known", None)
+        if not isinstance(known, Mapping) or "leases" not in known:
+            return None
+        try:
+            from pyflannel_runtime.ops.leases import InventoryHost, with_owners
+        except ImportError as why:
+            raise AnsibleActionFail(
+                f"pyflannel.network needs the pyflannel_runtime package on the controller: {why}"
+            ) from why
+        try:
+            hosts = [
+                InventoryHost(
+                    str(host["name"]),
+                    frozenset(ipaddress.ip_address(a) for a in host["addresses"]),
+                )
+                for host in args.get("hosts") or []
+            ]
+            return {"changed": False, **with_owners(known, hosts)}
+        except (ValueError, KeyError, TypeError):  # not a report: the module says what it finds
+            return None

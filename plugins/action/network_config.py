@@ -1,9 +1,32 @@
-"""Action plugin: pyflannel.network.network_config runs with the agent's virtualenv's Python."""
+"""Action plugin: pyflannel.network.network_config runs with the agent's virtualenv's Python, and
+not at all when the config is what node_facts read from etcd earlier in the run (known_config)
+and there are no reservations to pin: nothing would be written."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
 from ansible_collections.pyflannel.network.plugins.plugin_utils.agent_venv import AgentVenvAction
 
 
 class ActionModule(AgentVenvAction):
-    pass
+    def known_result(self, args: dict[str, Any]) -> dict[str, Any] | None:
+        known = args.pop("known_config", None)
+        config, prefix = args.get("config"), args.get("etcd_prefix")
+        if known is None or known != config or args.get("reservations") or not prefix:
+            return None
+        try:
+            from pyflannel_runtime.ops.publish import config_key
+        except ImportError as why:
+            raise AnsibleActionFail(
+                f"pyflannel.network needs the pyflannel_runtime package on the controller: {why}"
+            ) from why
+        # What the module returns for a config etcd already holds.
+        change = {
+            "key": config_key(str(prefix)),
+            "before": known,
+            "after": config,
+            "changed": False,
+        }
+        return {"changed": False, "keys": [change]}

@@ -117,6 +117,19 @@ options:
             description: The record of the links made.
             type: path
             default: /var/lib/pyflannel/cni-plugins.json
+      network_config:
+        description:
+          - What the etcd datastore holds under C(<prefix>/config), with the agent's own settings
+            (what C(pyflannel.network.network_config) compares the cluster's network config with).
+        type: bool
+        default: false
+      leases:
+        description:
+          - Every lease, the utilisation of the network and the unreadable keys, with the agent's own
+            settings, as C(pyflannel.network.leases_info) reports them but with no lease matched to
+            a host (the controller matches them to the inventory; that action's C(known) option).
+        type: bool
+        default: false
       ipam:
         description: The pod addresses, as C(pyflannel.network.ipam) reports them in check mode.
         type: dict
@@ -196,6 +209,8 @@ ansible_facts:
           datapath: {clean: true, summary: "3 leases, 2 peers programmed, 0 missing, 0 stale; agent ready"}
           cni_plugin: {current: true, bin_dir: /opt/cni/bin, plugins_dir: /usr/lib/cni,
                        link: [bridge, host-local, portmap, loopback]}
+          network_config: {config: '{"Network": "10.244.0.0/16", "Backend": {"Type": "vxlan"}}'}
+          leases: {store: etcd, leases: [], orphans: [], utilisation: [], unreadable: [], notes: []}
           ipam: {clean: true, usage: []}
 """
 
@@ -411,6 +426,34 @@ def _datapath():
     return result
 
 
+def _network_config():
+    from pyflannel_runtime import PyflannelError
+    from pyflannel_runtime.ops.agent_settings import agent_settings, etcd_settings
+    from pyflannel_runtime.ops.node_check import DEFAULT_TIMEOUT
+    from pyflannel_runtime.ops.publish import stored_config
+
+    try:
+        opts = agent_settings({}, None, os.environ)
+        if opts.kube_subnet_mgr:
+            return {"error": "the agent's datastore is the Kubernetes API, not etcd"}
+        return {"config": stored_config(etcd_settings(opts, request_timeout=DEFAULT_TIMEOUT))}
+    except (PyflannelError, OSError) as err:
+        return {"error": str(err) or type(err).__name__}
+
+
+def _leases():
+    from pyflannel_runtime import PyflannelError
+    from pyflannel_runtime.ops.agent_settings import agent_settings, lease_store
+    from pyflannel_runtime.ops.leases import read_leases, report_dict
+    from pyflannel_runtime.ops.node_check import DEFAULT_TIMEOUT
+
+    try:
+        opts = agent_settings({}, None, os.environ)
+        return report_dict(read_leases(lease_store(opts, DEFAULT_TIMEOUT), []))
+    except (PyflannelError, OSError) as err:
+        return {"error": str(err) or type(err).__name__}
+
+
 def _cni_plugin(spec):
     from pyflannel_runtime import PyflannelError
     from pyflannel_runtime.ops.cni_install import plugin_current
@@ -448,22 +491,23 @@ def _checks(spec):
     """The runtime's checks (None each: not asked)."""
     if spec is None:
         return None
-    asked = {
-        "datapath": spec["datapath"] or None,
-        "cni_plugin": spec["cni_plugin"],
-        "ipam": spec["ipam"],
-    }
+    asked = {name: value or None for name, value in spec.items()}
     if RUNTIME_IMPORT_ERROR is not None:
         reason = "not made: the module ran without the pyflannel runtime"
         return {
             "runtime": False,
             **{name: None if value is None else {"error": reason} for name, value in asked.items()},
         }
+    made = {
+        "datapath": _datapath,
+        "network_config": _network_config,
+        "leases": _leases,
+        "cni_plugin": lambda: _cni_plugin(asked["cni_plugin"]),
+        "ipam": lambda: _ipam(asked["ipam"]),
+    }
     return {
         "runtime": True,
-        "datapath": None if asked["datapath"] is None else _datapath(),
-        "cni_plugin": None if asked["cni_plugin"] is None else _cni_plugin(asked["cni_plugin"]),
-        "ipam": None if asked["ipam"] is None else _ipam(asked["ipam"]),
+        **{name: None if asked[name] is None else make() for name, make in made.items()},
     }
 
 
@@ -490,6 +534,8 @@ def main():
                 "type": "dict",
                 "options": {
                     "datapath": {"type": "bool", "default": False},
+                    "network_config": {"type": "bool", "default": False},
+                    "leases": {"type": "bool", "default": False},
                     "cni_plugin": {"type": "dict", "options": CNI_PLUGIN_ARGUMENT_SPEC},
                     "ipam": {
                         "type": "dict",

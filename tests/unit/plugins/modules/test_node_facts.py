@@ -151,6 +151,8 @@ def test_without_the_runtime_the_checks_say_they_were_not_made(
     assert checks == {
         "runtime": False,
         "datapath": {"error": reason},
+        "network_config": None,
+        "leases": None,
         "cni_plugin": None,
         "ipam": {"error": reason},
     }
@@ -165,14 +167,19 @@ def test_a_check_that_cannot_be_made_is_reported_not_failed(
     # does not answer.
     monkeypatch.setenv("FLANNELD_ETCD_ENDPOINTS", f"http://127.0.0.1:{closed_port()}")
     conflist = str(tmp_path / "10-flannel.conflist")
-    result = run_module(
-        node_facts.main, {"checks": {"datapath": True, "ipam": {"conflist": conflist}}}
-    )
+    asked = {
+        "datapath": True,
+        "network_config": True,
+        "leases": True,
+        "ipam": {"conflist": conflist},
+    }
+    result = run_module(node_facts.main, {"checks": asked})
     assert not result["failed"]
     checks = result["ansible_facts"]["pyflannel_host"]["checks"]
     assert checks["runtime"] is True
     assert not checks["datapath"]["clean"]
     assert checks["datapath"]["error"].startswith("cannot verify: ")
+    assert checks["network_config"]["error"] and checks["leases"]["error"]
     assert not checks["ipam"]["clean"] and conflist in checks["ipam"]["error"]
 
 
