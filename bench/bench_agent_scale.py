@@ -1,7 +1,7 @@
 """One pyflanneld (vxlan) against 5 000 peer leases in a real etcd: programming time, event
 latency, memory and steady-state writes.
 
-Lab: an AgentLab with one host (pyflannel_controller/lab/netns_agents.py), the cluster config
+Lab: an AgentLab with one host (pyflannel_lab/netns_agents.py), the cluster config
 changed to SubnetLen 29 so 5 000 peers fit in 10.244.0.0/16, the host's lease reserved as
 10.244.0.8/29.
 Peer leases are put into etcd before the agent starts (aetcd transactions, from a helper
@@ -24,7 +24,10 @@ Figures:
   * netlink writes during 2 reconcile intervals without any change (kernel changes seen by the
     monitor, and the agent's "Reconcile repaired" log lines);
   * idle CPU: the agent's user and system time, its children's (iptables checks) included,
-    over a minute without any change, in % of a core; and what one no-change full reconcile
+    over a minute without any change, in % of a core (no scrape meanwhile);
+  * a scrape of /metrics (when the agent serves it): the round trip of GET /metrics over
+    loopback, the answer's size, the agent's CPU per scrape (its idle rate taken off), what a
+    scrape every 15 s adds to its idle CPU, and its RSS after the scrapes; and what one no-change full reconcile
     costs (the kernel dump and diff the agent makes once per FULL_RECONCILE_PERIOD while the
     kernel's notifications report nothing, earlier at every check), timed here on the same
     kernel state, and that cost spread over the period;
@@ -33,7 +36,8 @@ Figures:
     the one of the entry put back.
 
 Finishes with `metric: value` lines. Needs root:
-    python bench/bench_agent_scale.py [--peers 5000] [--events 200] [--idle-seconds 60]
+    PYTHONPATH=. python bench/bench_agent_scale.py [--peers 5000] [--events 200] [--idle-seconds 60]
+        [--agent-arg=--metrics=false]
 """
 
 from __future__ import annotations
@@ -53,17 +57,20 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address
+from pathlib import Path
 
 from bench_netlink import iproute2, make_host
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_controller.lab.churn import NETWORK, SUBNET_LEN, configure
-from pyflannel_controller.lab.netns_agents import PREFIX, AgentLab
-from pyflannel_controller.lab.netns_lab import LabHost
-from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
+from pyflannel_lab.churn import NETWORK, SUBNET_LEN, configure
+from pyflannel_lab.netns_agents import AGENT_PROGRAM, HEALTHZ_PORT, PREFIX, AgentLab
+from pyflannel_lab.netns_lab import LabHost
+from pyflannel_runtime.backend.peers import VxlanDevices
 from pyflannel_runtime.backend.programmer import FULL_RECONCILE_PERIOD
+from pyflannel_runtime.backend.vxlan.peers import vxlan_peer_entries
 from pyflannel_runtime.netlink.decoder import decode_neigh, decode_route
 from pyflannel_runtime.netlink.diff import desired_state, diff_ops
 from pyflannel_runtime.netlink.dump import Ownership, open_dump_socket, read_owned_state
@@ -73,6 +80,8 @@ from pyflannel_runtime.wire.vxlan_data import parse_vxlan_backend_data, vxlan_ba
 
 RECONCILE_INTERVAL = 10
 REPAIRS = 60
+SCRAPES = 20
+SCRAPE_INTERVAL = 15.0  # seconds: a common scrape_interval (Prometheus's default is 60 s)
 # Full programming is timed over this many starts on a bare host, each right after the
 # reference; the figure is the median of their ratios.
 COLD_STARTS = 5
@@ -247,14 +256,21 @@ def wait_for_route(monitor: KernelMonitor, dst: str, added: bool, timeout: float
 
 
 def cold_start(
-    lab: AgentLab, host: LabHost, monitor: KernelMonitor, peers: int, start_no: int
+    lab: AgentLab,
+    host: LabHost,
+    monitor: KernelMonitor,
+    peers: int,
+    start_no: int,
+    program: Sequence[str] = AGENT_PROGRAM,
+    cwd: Path | None = None,
 ) -> tuple[float, float, float]:
-    """Start the agent on a host without any flannel state and time its full programming:
-    (subnet.env written -> last entry, first -> last entry, agent start -> last entry)."""
+    """Start the agent (`program` in `cwd`, as AgentLab.start_agent runs it) on a host without
+    any flannel state and time its full programming: (subnet.env written -> last entry, first
+    -> last entry, agent start -> last entry)."""
     entries = 3 * peers
     monitor.take()
     started = time.time()
-    lab.start_agent(host, f"--reconcile-interval={RECONCILE_INTERVAL}")
+    lab.start_agent(host, f"--reconcile-interval={RECONCILE_INTERVAL}", program=program, cwd=cwd)
     wait_for_log(lab, rf"Synced {peers} peers", timeout=120, count=start_no)
     written = lab.subnet_file(host).stat().st_mtime
     time.sleep(0.5)  # the monitor's last datagrams
@@ -343,6 +359,38 @@ def repair_latencies(
     return out
 
 
+def scrape_costs(
+    host: LabHost, pid: int, count: int, idle_share: float
+) -> tuple[list[float], int, float] | None:
+    """(the round trip of each GET /metrics, the answer's size, the agent's CPU seconds per
+    scrape less its idle rate `idle_share` over the same time); None when the agent serves
+    no metrics."""
+
+    def connect() -> socket.socket:
+        return socket.create_connection(("127.0.0.1", HEALTHZ_PORT), timeout=10)
+
+    times, size = [], 0
+    own0, _ = cpu_seconds(pid)
+    started = time.monotonic()
+    for _ in range(count):
+        sock = run_in_netns(host.ns, connect)
+        with sock:
+            begin = time.perf_counter()
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: bench\r\n\r\n")
+            chunks = []
+            while chunk := sock.recv(1 << 16):
+                chunks.append(chunk)
+            times.append(time.perf_counter() - begin)
+        answer = b"".join(chunks)
+        if not answer.startswith(b"HTTP/1.1 200 "):
+            return None
+        size = len(answer.partition(b"\r\n\r\n")[2])
+        time.sleep(0.2)
+    own1, _ = cpu_seconds(pid)
+    spent = own1 - own0 - idle_share * (time.monotonic() - started)
+    return times, size, spent / count
+
+
 def rss_kib(pid: int) -> int:
     with open(f"/proc/{pid}/status") as status:
         for line in status:
@@ -388,6 +436,12 @@ def main() -> None:
     parser.add_argument("--peers", type=int, default=5000)
     parser.add_argument("--events", type=int, default=200)
     parser.add_argument("--idle-seconds", type=int, default=60)
+    parser.add_argument(
+        "--agent-arg",
+        action="append",
+        default=[],
+        help="one more pyflanneld flag, e.g. --agent-arg=--metrics=false (repeatable)",
+    )
     args = parser.parse_args()
     peers = peer_leases(args.peers, first=2)  # after OWN_SUBNET
     extra = peer_leases(args.events // 2, first=args.peers + 2)
@@ -411,7 +465,9 @@ def main() -> None:
                 # The reference right before each start: this VM's vCPU speed swings up to 2x
                 # from one second to the next, so only neighbours in time compare.
                 ip_time = ip_batch_time(peers)
-                full, writes, since_start = cold_start(lab, host, monitor, args.peers, start_no)
+                full, writes, since_start = cold_start(
+                    lab, host, monitor, args.peers, start_no, args.agent_arg
+                )
                 full_ratios.append(full / ip_time)
                 write_ratios.append(writes / ip_time)
                 print(
@@ -453,6 +509,19 @@ def main() -> None:
                 f"idle CPU over {args.idle_seconds} s without a change: {idle_cpu:.3f} % of a core "
                 f"(the agent alone {alone:.3f} %, the rest its iptables checks)"
             )
+            scrapes = scrape_costs(host, agent.process.pid, SCRAPES, alone / 100)
+            if scrapes is None:
+                print("the agent serves no /metrics")
+            else:
+                round_trips, size, cpu = scrapes
+                print(
+                    f"GET /metrics with {args.peers} peers, {len(round_trips)} times: p50 "
+                    f"{statistics.median(round_trips) * 1e3:.1f} ms, max "
+                    f"{max(round_trips) * 1e3:.1f} ms, {size} bytes; agent CPU per scrape "
+                    f"{cpu * 1e3:.1f} ms, one every {SCRAPE_INTERVAL:.0f} s: "
+                    f"{cpu / SCRAPE_INTERVAL * 100:.3f} % of a core; agent VmRSS after them "
+                    f"{rss_kib(agent.process.pid) / 1024:.1f} MiB"
+                )
             full = no_change_reconcile_seconds(lab, host, peers)
             print(
                 f"a no-change full reconcile (dump + diff of {entries} entries): {full:.3f} s; "
@@ -477,6 +546,9 @@ def main() -> None:
     print(f"idle_cpu_percent: {idle_cpu:.3f}")
     print(f"full_reconcile_s: {full:.3f}")
     print(f"repair_latency_p99_ms: {percentile(repairs, 0.99) * 1e3:.1f}")
+    if scrapes is not None:
+        print(f"metrics_scrape_p50_ms: {statistics.median(scrapes[0]) * 1e3:.1f}")
+        print(f"metrics_scrape_agent_cpu_ms: {scrapes[2] * 1e3:.1f}")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 churn (60 lease changes a second by default: new peers, peers leaving, peers changing their VTEP
 MAC, a third each) for ten minutes.
 
-Lab and churn: pyflannel_controller/lab/churn.py (an AgentLab with one host, /29 subnets in
+Lab and churn: pyflannel_lab/churn.py (an AgentLab with one host, /29 subnets in
 10.244.0.0/16, the changes sent on schedule from the underlay with the agent's own etcd client;
 a peer changes again only 2 s after its last change, so every change reaches the kernel as
 such). The agent runs with flanneld's resync period, a reconcile every 10 s. A netlink monitor
@@ -24,7 +24,7 @@ Figures:
 Goals (issue 25): RSS growth <= 5 MiB, fds flat, p99 <= 50 ms throughout, the kernel equal to
 the lease set at the end. Finishes with `metric: value` lines. Needs root:
 
-    python bench/bench_churn.py [--peers 5000] [--rate 60] [--minutes 10] [--window 60]
+    PYTHONPATH=. python bench/bench_churn.py [--peers 5000] [--rate 60] [--minutes 10] [--window 60]
                                 [--reconcile-interval 10]
 
 `--reconcile-interval 0` turns the periodic reconcile off, which tells its share of the tail
@@ -44,7 +44,7 @@ from collections.abc import Callable
 from bench_agent_scale import Change, KernelMonitor, percentile
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_controller.lab.churn import (
+from pyflannel_lab.churn import (
     RECONCILE_INTERVAL,
     LeaseChurn,
     Op,
@@ -57,8 +57,8 @@ from pyflannel_controller.lab.churn import (
     process_facts,
     with_etcd,
 )
-from pyflannel_controller.lab.netns_agents import AgentLab
-from pyflannel_runtime.subnet.etcd_client import EtcdClient, prefix_range_end
+from pyflannel_lab.netns_agents import AgentLab
+from pyflannel_runtime.subnet.etcd.client import EtcdClient, prefix_range_end
 
 SUBNETS = b"/coreos.com/network/subnets/"
 

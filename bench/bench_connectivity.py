@@ -7,7 +7,7 @@ site.yml has provisioned; the difference of the medians is the suite's cost. Eac
 is the suite's own measure (the slowest node's), as its summary prints it.
 
 Goal: the suite adds <= 15 s for 3 hosts.
-Needs root:  python bench/bench_connectivity.py [--rounds N] [--keep]
+Needs root:  PYTHONPATH=. python bench/bench_connectivity.py [--rounds N] [--keep]
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import sys
 
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_controller.lab import hosts
-from pyflannel_controller.lab.playbook import run_playbook
+from pyflannel_lab import hosts
+from pyflannel_lab.playbook import run_playbook
 
 VERIFY = ("--tags", "flannel_preflight,flannel_verify")
 

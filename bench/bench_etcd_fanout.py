@@ -1,7 +1,7 @@
 """etcd fan-out: N pyflanneld agents (vxlan), each in its own network namespace on one underlay
 bridge, against one real etcd (Debian's etcd-server) in the underlay.
 
-Lab: pyflannel_runtime/lab/fanout.py (an AgentLab without lab pods; etcd allocates the subnets;
+Lab: pyflannel_lab/fanout.py (an AgentLab without lab pods; etcd allocates the subnets;
 agents reconcile every 30 s, flanneld's resync period). A host has programmed when its kernel
 routes every peer's subnet through flannel.1, polled with `ip route` every 0.1 s (so times are
 good to a few tenths of a second at N = 50).
@@ -11,21 +11,41 @@ CPU (utime + stime) and the time until every host has programmed:
   * cold start: every agent started at once into an empty cluster;
   * a lease change: a new peer's lease put into etcd, until every host routes it (--changes
     of them one after another per run, figures per change: etcd's CPU ticks are 10 ms);
-  * restart storm: every agent stopped (SIGTERM) and its flannel.1 routes flushed (a node that
-    rebooted), then all started at once; the agents' own CPU too;
-  * spread restart: the same with the starts spread evenly over --spread seconds;
-  * join storm, listing vs resume: only the requests every agent makes on its way back, from one
-    host's namespace, all at once: the full listing plus a watch from its revision (what the
-    agent does today), against its own key plus a watch from a stored revision (what a resume
-    would ask). Their difference is what resuming would save etcd.
+  * restart storm, before and after side by side: every agent stopped (SIGTERM) and its
+    flannel.1 routes flushed (a node that rebooted), then all started at once; "before" the
+    agents of --baseline (a git revision: each lists every lease and puts its own again),
+    "after" this tree's (each resumes from the state it kept; started and stopped once first
+    so that it has kept one, as a running cluster's agents have); the agents' own CPU too;
+  * spread restart: this tree's restart with the starts spread evenly over --spread seconds;
+  * cold restart, spread and not: this tree's restart without the kept state (removed, as a
+    reboot empties /run): every agent lists, each after waiting a random time first (its
+    cold start's spread), and the same with that wait left out.
+
+Scenario "outage" (--outage-agents, default 50, in a lab of its own): etcd stopped (SIGTERM) for
+--outage seconds and started again on the same data directory and port, as a restart of its
+service would, while every agent runs. etcd's return is when its /health says true again. Seen
+on br-ul (pyflannel_lab/fanout.py EtcdTap, kernel timestamps): each agent's
+reconnect, the first of its requests etcd answers after it returns (min, median, max and
+max - min, in seconds after the return); how many requests etcd got in the first second after
+it returned; the most it got within any 1 s and any 100 ms from its start until 10 s after
+its return; and the most connection attempts within 100 ms while it was down (from 10 s into
+the outage, when every retry has reached the longest wait). Twice per run,
+side by side: the agents as they are (jitter: each retry waits a random time up to the
+doubling ceiling) and lockstep agents (every wait the ceiling itself: the schedule the agents
+had before jitter, set through the one place jitter comes from,
+pyflannel_runtime/subnet/backoff.py jitter_source). Afterwards a new peer's lease must reach
+every host, so every watch is back. etcd's own count of requests since it started again
+(grpc_server_started_total) is printed beside the tap's.
 
 Extrapolation to 5 000 nodes: a lease change costs etcd one watch event per agent (bytes per
 agent at the largest N, times 5 000); a storm's cost(N) = a*N + b*N^2 through the two lab
-sizes (--agents, default 25 and 50), for the restart storm and both join storms.
+sizes (--agents, default 25 and 50), for each restart storm.
 
-Finishes with `metric: value` lines (each scenario repeated --runs times; min-max shown).
+Finishes with `metric: value` lines (each scenario repeated --runs times; median and min-max).
 Needs root:
-    python bench/bench_etcd_fanout.py [--agents 25,50] [--runs 3] [--spread 10] [--changes 10]
+    PYTHONPATH=. python bench/bench_etcd_fanout.py [--agents 25,50] [--runs 3] [--spread 10]
+        [--changes 10] [--baseline cc7e5ca] [--scenarios fanout,outage] [--outage 30]
+        [--outage-agents 50]
 """
 
 from __future__ import annotations
@@ -36,30 +56,56 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Network
+from pathlib import Path
 
+from baseline import baseline_tree
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_controller.lab.fanout import (
+from pyflannel_lab.fanout import (
     EtcdCost,
+    Recovery,
     add_peer,
     agent_cpu_seconds,
     etcd_cost,
+    etcd_outage,
     fanout_lab,
     forget_routes,
+    forget_state,
     free_subnet,
-    join_storm,
     remove_peer,
     start_agents,
     stop_agents,
     wait_programmed,
 )
-from pyflannel_controller.lab.netns_agents import AgentLab
+from pyflannel_lab.netns_agents import AGENT_PROGRAM, AgentLab
 
 TARGET = 5000
 TIMEOUT = 600.0
+# Agents without jitter, to compare against: every retry waits its ceiling (0.1 s doubling to
+# 5 s), as before jitter. Set where the agents' jitter comes from, before the agent runs.
+LOCKSTEP_PROGRAM = (
+    "-c",
+    "import sys; from pyflannel_runtime.subnet import backoff; "
+    "backoff.jitter_source = lambda: 1.0; "
+    "from pyflannel_runtime.agent.main import main; sys.exit(main())",
+)
+MODES = {"lockstep": LOCKSTEP_PROGRAM, "jitter": AGENT_PROGRAM}
+SETTLE = 5.0  # seconds between the agents' start-up and the outage
+# Seconds into an outage by which every retry ceiling has reached its cap (0.1 s doubling to
+# 5 s: 6.3 s of failures): the connection attempts are counted from then on.
+CAPPED = 10.0
+WATCHES_CATCH_UP = 3.0  # seconds
+# "before": the agents as they were before they resumed their watch (every start lists).
+BASELINE = "cc7e5ca"
+# This tree's agent without its cold start's spread.
+UNSPREAD_PROGRAM = (
+    "-c",
+    "import sys; from pyflannel_runtime.subnet.etcd import etcd; etcd.COLD_START_SPREAD = 0.0; "
+    "from pyflannel_runtime.agent.main import main; sys.exit(main())",
+)
 
 
 @dataclass(frozen=True)
@@ -108,13 +154,14 @@ def report(name: str, samples: list[Sample], agents: int, with_time: bool = True
 class Figures:
     cold: Sample
     changes: list[Sample]
+    storms_before: list[Sample]
     storms: list[Sample]
     spreads: list[Sample]
-    listing: list[Sample]
-    resume: list[Sample]
+    cold_restarts: list[Sample]
+    unspread_restarts: list[Sample]
 
 
-def bench(n: int, runs: int, spread: float, changes_per_run: int) -> Figures:
+def bench(n: int, runs: int, spread: float, changes_per_run: int, old: Path) -> Figures:
     peers = n - 1
     print(f"{n} agents: {load()}", flush=True)
     with fanout_lab(n) as lab:
@@ -146,28 +193,109 @@ def bench(n: int, runs: int, spread: float, changes_per_run: int) -> Figures:
                 remove_peer(lab, subnet)
         print(f"{n} agents: lease changes done, {load()}", flush=True)
 
-        def restart(gap: float) -> Callable[[], float]:
+        def restart(
+            gap: float = 0.0, program: Sequence[str] = AGENT_PROGRAM, cwd: Path | None = None
+        ) -> Callable[[], float]:
             def act() -> float:
-                start_agents(lab, gap)
+                start_agents(lab, gap, program, cwd)
                 return programmed(peers)
 
             return act
 
-        storms: list[Sample] = []
-        spreads: list[Sample] = []
-        for _ in range(runs):
-            for gap, into in ((0.0, storms), (spread, spreads)):
-                stop_agents(lab)
-                forget_routes(lab)
-                into.append(measured(lab, restart(gap)))
-        print(f"{n} agents: restarts done, {load()}", flush=True)
+        def again(act: Callable[[], float], *, keep_state: bool = True) -> Sample:
+            """Every agent stopped, its routes flushed (and its kept state removed, unless
+            `keep_state`), then `act` measured."""
+            stop_agents(lab)
+            forget_routes(lab)
+            if not keep_state:
+                forget_state(lab)
+            return measured(lab, act)
 
-        listing, resume = [], []
-        for _ in range(runs):
-            listing.append(measured(lab, lambda: join_storm(lab, resume=False)))
-            resume.append(measured(lab, lambda: join_storm(lab, resume=True)))
-        print(f"{n} agents: join storms done, {load()}", flush=True)
-    return Figures(cold, changes, storms, spreads, listing, resume)
+        figures = Figures(cold, changes, [], [], [], [], [])
+        for run in range(runs):
+            figures.storms_before.append(again(restart(cwd=old)))
+            # This tree's agents, started once (their watches caught up: they routed every
+            # peer again, and the replay that follows has had its moment) and stopped again,
+            # have kept their state.
+            stop_agents(lab)
+            forget_routes(lab)
+            restart()()
+            time.sleep(WATCHES_CATCH_UP)
+            figures.storms.append(again(restart()))
+            figures.spreads.append(again(restart(spread)))
+            cold_pair = [
+                (figures.cold_restarts, restart()),
+                (figures.unspread_restarts, restart(program=UNSPREAD_PROGRAM)),
+            ]
+            for into, act in cold_pair if run % 2 == 0 else cold_pair[::-1]:
+                into.append(again(act, keep_state=False))
+            print(f"{n} agents: restarts, run {run + 1} done, {load()}", flush=True)
+        stop_agents(lab)
+    return figures
+
+
+def outage_bench(n: int, runs: int, seconds: float) -> dict[str, list[Recovery]]:
+    """The outage, `runs` times for each mode, in turn."""
+    print(f"outage, {n} agents: {load()}", flush=True)
+    found: dict[str, list[Recovery]] = {mode: [] for mode in MODES}
+    with fanout_lab(n, prefix="pfu") as lab:
+        for run in range(runs):
+            for mode, program in MODES.items():
+                start_agents(lab, program=program)
+                wait_programmed(lab, n - 1, TIMEOUT)
+                time.sleep(SETTLE)
+                recovery = etcd_outage(lab, seconds)
+                found[mode].append(recovery)
+                print(f"run {run + 1} {mode}: {describe(recovery)}; {load()}", flush=True)
+                subnet = free_subnet(lab)  # every watch is back: a new peer reaches every host
+                add_peer(lab, subnet)
+                wait_programmed(lab, n, TIMEOUT)
+                remove_peer(lab, subnet)
+                stop_agents(lab)
+    return found
+
+
+def outage_figures(r: Recovery) -> dict[str, float]:
+    reconnects = sorted(r.reconnects().values())
+    after = r.returned + 10.0
+    return {
+        "reconnect_first_s": reconnects[0],
+        "reconnect_median_s": statistics.median(reconnects),
+        "reconnect_last_s": reconnects[-1],
+        "reconnect_spread_s": reconnects[-1] - reconnects[0],
+        "requests_first_second": r.requests_after_return(1.0),
+        "peak_requests_per_1s": r.peak("request", 1.0, r.started, after),
+        "peak_requests_per_100ms": r.peak("request", 0.1, r.started, after),
+        "peak_attempts_per_100ms_while_down": r.peak("attempt", 0.1, r.stopped + CAPPED, r.started),
+    }
+
+
+def describe(r: Recovery) -> str:
+    f = outage_figures(r)
+    tapped = len(r.times("request", r.started))
+    return (
+        f"reconnects {f['reconnect_first_s']:.2f}/{f['reconnect_median_s']:.2f}/"
+        f"{f['reconnect_last_s']:.2f} s (min/median/max after return), "
+        f"{f['requests_first_second']:.0f} requests in the first second, peaks "
+        f"{f['peak_requests_per_1s']:.0f}/s and {f['peak_requests_per_100ms']:.0f}/100 ms; "
+        f"while down {f['peak_attempts_per_100ms_while_down']:.0f} attempts/100 ms at most; "
+        f"requests since the restart: tap {tapped}, etcd {r.etcd_requests}; "
+        f"etcd back {r.returned - r.started:.2f} s after its start"
+    )
+
+
+def report_outage(n: int, found: dict[str, list[Recovery]]) -> None:
+    print(f"--- outage: {n} agents, lockstep (the schedule without jitter) vs jitter")
+    figures = {mode: [outage_figures(r) for r in found[mode]] for mode in found}
+    for metric in figures["jitter"][0]:
+        shown = {mode: [f[metric] for f in figures[mode]] for mode in figures}
+        fmt = ".2f" if metric.endswith("_s") else ".0f"
+        before, after = (statistics.median(shown[mode]) for mode in ("lockstep", "jitter"))
+        ratio = f" (x{after / before:.2f})" if before > 0 and after > 0 else ""
+        print(
+            f"outage_{metric}: lockstep {span(shown['lockstep'], fmt)}, "
+            f"jitter {span(shown['jitter'], fmt)}{ratio}"
+        )
 
 
 def median(samples: list[Sample], metric: Callable[[Sample], float]) -> float:
@@ -188,23 +316,50 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--spread", type=float, default=10.0, help="seconds a spread restart takes")
     parser.add_argument("--changes", type=int, default=10, help="lease changes per run")
+    parser.add_argument(
+        "--scenarios",
+        default="fanout,outage",
+        help="fanout (every scenario but the outage), outage",
+    )
+    parser.add_argument("--outage", type=float, default=30.0, help="seconds etcd is down")
+    parser.add_argument("--outage-agents", type=int, default=50)
+    parser.add_argument("--baseline", default=BASELINE, help="git revision of 'before'")
     args = parser.parse_args()
-    sizes = [int(n) for n in args.agents.split(",")]
-    results = {n: bench(n, args.runs, args.spread, args.changes) for n in sizes}
+    scenarios = set(args.scenarios.split(","))
+    if unknown := scenarios - {"fanout", "outage"}:
+        parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
+    if "outage" in scenarios:
+        outages = outage_bench(args.outage_agents, args.runs, args.outage)
+        report_outage(args.outage_agents, outages)
+    if "fanout" in scenarios:
+        fanout(args)
+    print(f"end: {load()}")
+    return 0
 
+
+def fanout(args: argparse.Namespace) -> None:
+    sizes = [int(n) for n in args.agents.split(",")]
+    with baseline_tree(args.baseline) as old:
+        results = {n: bench(n, args.runs, args.spread, args.changes, old) for n in sizes}
+
+    storms = ("storms_before", "storms", "spreads", "cold_restarts", "unspread_restarts")
     for n, f in results.items():
         print(f"--- {n} agents")
         report(f"n{n}_cold_start", [f.cold], n)
         report(f"n{n}_lease_change", f.changes, n)
+        report(f"n{n}_restart_storm_before", f.storms_before, n)
         report(f"n{n}_restart_storm", f.storms, n)
         report(f"n{n}_spread_restart", f.spreads, n)
-        report(f"n{n}_join_listing", f.listing, n, with_time=False)
-        report(f"n{n}_join_resume", f.resume, n, with_time=False)
-        saved = median(f.listing, lambda s: s.cost.wire_bytes) - median(
-            f.resume, lambda s: s.cost.wire_bytes
+        report(f"n{n}_cold_restart", f.cold_restarts, n)
+        report(f"n{n}_cold_restart_unspread", f.unspread_restarts, n)
+        before = median(f.storms_before, lambda s: s.cost.wire_bytes)
+        after = median(f.storms, lambda s: s.cost.wire_bytes)
+        print(f"n{n}_restart_storm_wire_bytes_ratio: {after / before:.3f}")
+        slowest = [(b.seconds, a.seconds) for b, a in zip(f.storms_before, f.storms, strict=True)]
+        print(
+            f"n{n}_restart_storm_all_programmed_s_before_after: "
+            + ", ".join(f"{b:.1f}/{a:.1f}" for b, a in slowest)
         )
-        storm = median(f.storms, lambda s: s.cost.wire_bytes)
-        print(f"n{n}_resume_saves_wire_bytes: {saved:.0f} ({saved / storm:.2f} of the storm)")
 
     print(f"--- extrapolated to {TARGET} nodes")
     change = max(sizes)
@@ -214,19 +369,20 @@ def main() -> int:
     cpu_per_event = median(results[change].changes, lambda s: s.cost.cpu_seconds) / change
     print(f"extrapolated_{TARGET}_lease_change_etcd_cpu_s: {cpu_per_event * TARGET:.2f}")
     if len(sizes) < 2:
-        return 0
+        return
     metrics: dict[str, Callable[[Sample], float]] = {
         "wire_bytes": lambda s: s.cost.wire_bytes,
+        # What etcd's gRPC server sent its gateway: the same without TCP's framing, acks and
+        # retransmissions, which vary with the machine's load.
+        "grpc_bytes": lambda s: s.cost.grpc_bytes,
         "etcd_cpu_s": lambda s: s.cost.cpu_seconds,
     }
     for name, metric in metrics.items():
-        for scenario in ("storms", "listing", "resume"):
+        for scenario in storms:
             a, b = fit({n: median(getattr(f, scenario), metric) for n, f in results.items()})
             at = a * TARGET + b * TARGET**2
             print(f"{scenario}_{name}(N) = {a:.4g} * N + {b:.4g} * N^2")
             print(f"extrapolated_{TARGET}_{scenario}_{name}: {at:.3e}")
-    print(f"end: {load()}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,19 +1,20 @@
 """One pyflanneld (vxlan) with the Kubernetes datastore against 5 000 realistic nodes: programming
 time, event latency during a burst of node updates, steady state under kubelet heartbeats,
-memory, and what each heartbeat costs the agent. The etcd equivalent is
-bench_agent_scale.py, whose peers (subnets /29, VTEP MACs, public IPs) and measurements this
-reuses.
+memory, and what each heartbeat costs the agent; the agent of a git revision ("before",
+--baseline) and of this tree ("after") side by side, taking turns in each round. The etcd
+equivalent is bench_agent_scale.py, whose peers (subnets /29, VTEP MACs, public IPs) and
+measurements this reuses.
 
 Lab: an AgentLab with one host and the Node API test double (tests/fakes/kube_api.py) in the
 underlay, serving 5 000 nodes shaped like a real cluster's (bench/realistic_node.py: kubeadm
 labels, ~25 images, managed fields; ~10 KB of JSON each) with flannel's annotations and a
 podCIDR each; the host's own node has 10.244.0.8/29.
 
-Figures:
+Figures, for each agent in each round:
   * full programming: subnet.env written -> the last of the 15 000 entries in the kernel (and
     from agent start), over `ip -batch` + `bridge -batch` writing the same entries right
-    before, the median over 3 cold starts;
-  * a burst of 1 000 node updates written back to back: every other one a new VTEP MAC (a
+    before (a cold start: no flannel.1);
+  * a burst of --updates node updates written back to back: every other one a new VTEP MAC (a
     restarted flanneld's; its neighbour, FDB entry and route are rewritten), the others
     kubelet heartbeats; event -> kernel latency from each MAC change's write to its
     neighbour's RTM_NEWNEIGH;
@@ -22,10 +23,13 @@ Figures:
     (measured on its watch; beside them, the size of one heartbeat's watch event whole and as
     PartialObjectMetadata);
   * agent RSS (VmRSS) with 5 000 peers programmed.
+Once: the whole NodeList decoded by json.loads and by the agent's decoder (decode.py), each in
+a bare interpreter, over `ip -batch`. --pages runs this tree with other page sizes too.
 
-Finishes with `metric: value` lines. Needs root, and the repository on the import path for
-the test double:
-    PYTHONPATH=. python bench/bench_kube_scale.py [--nodes 5000] [--updates 1000]
+Finishes with `metric: value` lines (the median over the rounds, their range in brackets).
+Needs root, and the repository on the import path for the test double:
+    PYTHONPATH=. python bench/bench_kube_scale.py [--nodes 5000] [--updates 1000] [--rounds 1]
+        [--baseline cc7e5ca] [--pages 25,100]
 """
 
 from __future__ import annotations
@@ -39,9 +43,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import cast
 
 import realistic_node
+from baseline import baseline_tree
 from bench_agent_scale import (
     KernelMonitor,
     cold_start,
@@ -54,8 +62,8 @@ from bench_agent_scale import (
 )
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_controller.lab.churn import OWN_SUBNET
-from pyflannel_controller.lab.netns_agents import AgentLab
+from pyflannel_lab.churn import OWN_SUBNET
+from pyflannel_lab.netns_agents import AGENT_PROGRAM, AgentLab
 from pyflannel_runtime.wire.lease import Lease
 from pyflannel_runtime.wire.vxlan_data import parse_vxlan_backend_data
 
@@ -64,10 +72,19 @@ try:
 except ImportError:
     sys.exit("run from the repository's root as PYTHONPATH=. python bench/bench_kube_scale.py")
 
-COLD_STARTS = 3
+ROUNDS = 1
+# "before": the agent as it was before it decoded only what it reads (json.loads of whole
+# Nodes, pages of 25).
+BASELINE = "cc7e5ca"
 HEARTBEATS_PER_SECOND = 100
 STEADY_SECONDS = 20
 DECODES = 3
+# This tree's agent with another page size (node_pages' default argument).
+PAGES_PROGRAM = (
+    "import sys; from pyflannel_runtime.subnet.kube import kube; "
+    "kube.NodeApi.node_pages.__defaults__ = ({},); "
+    "from pyflannel_runtime.agent.main import main; sys.exit(main())"
+)
 
 
 def node_name(n: int) -> str:
@@ -82,11 +99,15 @@ def load_nodes(api: FakeKubeApi, peers: list[Lease]) -> None:
         )
 
 
-def new_mac(n: int) -> str:
-    return f"0a:59:{n >> 16 & 0xFF:02x}:{n >> 8 & 0xFF:02x}:{n & 0xFF:02x}:00"
+def new_mac(n: int, burst_no: int) -> str:
+    """Node n's VTEP MAC after burst `burst_no` (from 1): one of the peers' MACs
+    (bench_agent_scale.peer_change), none of whose first ones (peer_leases) end in 01."""
+    return f"0a:58:{burst_no & 0xFF:02x}:{n >> 8 & 0xFF:02x}:{n & 0xFF:02x}:01"
 
 
-def burst(api: FakeKubeApi, peers: list[Lease], updates: int) -> list[tuple[float, str]]:
+def burst(
+    api: FakeKubeApi, peers: list[Lease], updates: int, burst_no: int
+) -> list[tuple[float, str]]:
     """`updates` writes back to back: MAC changes of nodes 0, 2, 4, ... and heartbeats of 1, 3,
     ...; returns (when written, the neighbour's IP) of each MAC change.
 
@@ -101,7 +122,7 @@ def burst(api: FakeKubeApi, peers: list[Lease], updates: int) -> list[tuple[floa
         if i % 2:
             node = api.update_node(node_name(i), realistic_node.heartbeat)
         else:
-            data = f'{{"VNI":1,"VtepMAC":"{new_mac(i)}"}}'
+            data = f'{{"VNI":1,"VtepMAC":"{new_mac(i, burst_no)}"}}'
             node = api.annotate(node_name(i), {key: data})
             lease = peers[i]
             assert lease.subnet is not None
@@ -125,22 +146,34 @@ def burst_latencies(monitor: KernelMonitor, changed: list[tuple[float, str]]) ->
     return [seen[ip] - at for at, ip in changed]
 
 
-def list_decode_floor(api: FakeKubeApi) -> tuple[float, float]:
-    """The whole NodeList's size (MB) and the best of DECODES json.loads of it, each in a
-    fresh interpreter."""
+DECODE_FLOORS = {
+    "json": "import json; decode = json.loads",
+    "msgspec": (
+        "from pyflannel_runtime.subnet.kube.annotations import Annotations; "
+        "from pyflannel_runtime.subnet.kube.decode import NodeDecoder; "
+        "decode = NodeDecoder(Annotations.for_prefix()).page"
+    ),
+}
+
+
+def list_decode_floors(api: FakeKubeApi) -> tuple[float, dict[str, float]]:
+    """The whole NodeList's size (MB), and the best of DECODES decodings of it by each decoder
+    (json.loads; the agent's, decode.py), each in a fresh interpreter."""
     with tempfile.NamedTemporaryFile(suffix=".json") as body:
         body.write(api.node_list_json())
         body.flush()
-        timer = (
-            "import json, sys, time; data = open(sys.argv[1], 'rb').read(); "
-            "t = time.perf_counter(); json.loads(data); print(time.perf_counter() - t)"
-        )
-        argv = [sys.executable, "-c", timer, body.name]
-        times = [
-            float(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
-            for _ in range(DECODES)
-        ]
-        return os.path.getsize(body.name) / 1e6, min(times)
+        floors = {}
+        for name, setup in DECODE_FLOORS.items():
+            timer = (
+                f"import sys, time; {setup}; data = open(sys.argv[1], 'rb').read(); "
+                "t = time.perf_counter(); decode(data); print(time.perf_counter() - t)"
+            )
+            argv = [sys.executable, "-c", timer, body.name]
+            floors[name] = min(
+                float(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+                for _ in range(DECODES)
+            )
+        return os.path.getsize(body.name) / 1e6, floors
 
 
 def heartbeat_event_sizes(api: FakeKubeApi) -> tuple[int, int]:
@@ -154,109 +187,185 @@ def heartbeat_event_sizes(api: FakeKubeApi) -> tuple[int, int]:
     return line({"kind": "Node", "apiVersion": "v1", **obj}), line(partial(obj))
 
 
+# How an agent runs: the interpreter's arguments, and its working directory (a tree of another
+# revision: None, this one).
+Variant = tuple[Sequence[str], Path | None]
+
+
+@dataclass
+class Figures:
+    """One variant's measurements, one of each per round."""
+
+    full: list[float] = field(default_factory=list)  # subnet.env -> last entry, / ip -batch
+    from_start: list[float] = field(default_factory=list)  # agent start -> last entry, / ip
+    p50_ms: list[float] = field(default_factory=list)
+    p99_ms: list[float] = field(default_factory=list)
+    max_ms: list[float] = field(default_factory=list)
+    burst_rate: list[float] = field(default_factory=list)
+    steady_writes: list[float] = field(default_factory=list)
+    heartbeat_bytes: list[float] = field(default_factory=list)
+    heartbeat_cpu_ms: list[float] = field(default_factory=list)
+    rss_mib: list[float] = field(default_factory=list)
+
+
+def span(values: list[float], fmt: str) -> str:
+    """The median, and the range of the runs."""
+    low, mid, high = (format(v, fmt) for v in (min(values), statistics.median(values), max(values)))
+    return mid if len(values) == 1 else f"{mid} ({low}-{high})"
+
+
+def measure(
+    lab: AgentLab,
+    api: FakeKubeApi,
+    monitor: KernelMonitor,
+    peers: list[Lease],
+    variant: Variant,
+    updates: int,
+    start_no: int,
+    figures: Figures,
+) -> None:
+    """A cold start, a burst of `updates`, a steady state and the RSS of one agent, into
+    `figures`. `start_no`: the agent's start count on this host so far."""
+    host = lab.net.hosts[0]
+    nodes = len(peers)
+    if host.n in lab.agents:
+        lab.stop_agent(host)
+        lab.net.ip(host.ns, "link", "del", "flannel.1")
+    ip_time = ip_batch_time(peers)
+    full, writes, since_start = cold_start(lab, host, monitor, nodes, start_no, *variant)
+    figures.full.append(full / ip_time)
+    figures.from_start.append(since_start / ip_time)
+    print(
+        f"  cold start: ip -batch + bridge -batch {ip_time:.3f} s; agent start -> "
+        f"{3 * nodes} entries {since_start:.3f} s (x{since_start / ip_time:.2f}); subnet.env "
+        f"written -> all entries {full:.3f} s (x{full / ip_time:.2f}); first -> last peer "
+        f"entry {writes:.3f} s",
+        flush=True,
+    )
+    agent = lab.agents[host.n]
+
+    monitor.take()
+    started = time.monotonic()
+    changed = burst(api, peers, updates, start_no)
+    seconds = time.monotonic() - started
+    lat = burst_latencies(monitor, changed)
+    figures.p50_ms.append(statistics.median(lat) * 1e3)
+    figures.p99_ms.append(percentile(lat, 0.99) * 1e3)
+    figures.max_ms.append(max(lat) * 1e3)
+    figures.burst_rate.append(updates / seconds)
+    print(
+        f"  burst of {updates} node updates in {seconds:.2f} s ({updates / seconds:.0f}/s; "
+        f"{len(changed)} VTEP MAC changes): event -> kernel p50 {figures.p50_ms[-1]:.1f} ms, "
+        f"p99 {figures.p99_ms[-1]:.1f} ms, max {figures.max_ms[-1]:.1f} ms",
+        flush=True,
+    )
+
+    time.sleep(2)
+    monitor.take()
+    watch_bytes = api.bytes_sent("watch")
+    cpu_before = cpu_seconds(agent.process.pid)[0]
+    beats = 0
+    started = time.monotonic()
+    while time.monotonic() - started < STEADY_SECONDS:
+        api.update_node(node_name(beats % nodes), realistic_node.heartbeat)
+        beats += 1
+        time.sleep(max(0.0, started + beats / HEARTBEATS_PER_SECOND - time.monotonic()))
+    time.sleep(2)  # the last events
+    cpu = cpu_seconds(agent.process.pid)[0] - cpu_before
+    figures.heartbeat_bytes.append((api.bytes_sent("watch") - watch_bytes) / beats)
+    figures.heartbeat_cpu_ms.append(cpu / beats * 1e3)
+    figures.steady_writes.append(len([c for c in monitor.take() if peer_change(c)]))
+    figures.rss_mib.append(rss_kib(agent.process.pid) / 1024)
+    print(
+        f"  {beats} heartbeats over {STEADY_SECONDS} s: {figures.steady_writes[-1]:.0f} kernel "
+        f"changes; the agent received {figures.heartbeat_bytes[-1]:.0f} bytes and spent "
+        f"{figures.heartbeat_cpu_ms[-1]:.3f} ms of CPU per heartbeat; VmRSS with {nodes} peers "
+        f"{figures.rss_mib[-1]:.1f} MiB",
+        flush=True,
+    )
+
+
 def main() -> None:
     interrupt_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--updates", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--baseline", default=BASELINE, help="git revision of 'before'")
+    parser.add_argument(
+        "--pages", default="", help="page sizes to run this tree with too, e.g. 25,100"
+    )
     args = parser.parse_args()
     peers = peer_leases(args.nodes, first=2)  # after OWN_SUBNET
-    entries = 3 * args.nodes
 
-    with AgentLab(
-        {"Type": "vxlan"}, hosts=1, prefix="pkbs", ip_masq=False, kube_api=FakeKubeApi
-    ) as lab:
-        api = cast(FakeKubeApi, lab.kube)
-        host = lab.net.hosts[0]
+    with baseline_tree(args.baseline) as old:
+        variants: dict[str, Variant] = {
+            "before": (AGENT_PROGRAM, old),
+            "after": (AGENT_PROGRAM, None),
+        }
+        for size in filter(None, args.pages.split(",")):
+            variants[f"pages_of_{size}"] = (("-c", PAGES_PROGRAM.format(int(size))), None)
+        figures = {name: Figures() for name in variants}
+        with AgentLab(
+            {"Type": "vxlan"}, hosts=1, prefix="pkbs", ip_masq=False, kube_api=FakeKubeApi
+        ) as lab:
+            api = cast(FakeKubeApi, lab.kube)
+            host = lab.net.hosts[0]
 
-        def own_cidr(obj: dict[str, object]) -> None:
-            obj["spec"] = {"podCIDR": str(OWN_SUBNET), "podCIDRs": [str(OWN_SUBNET)]}
+            def own_cidr(obj: dict[str, object]) -> None:
+                obj["spec"] = {"podCIDR": str(OWN_SUBNET), "podCIDRs": [str(OWN_SUBNET)]}
 
-        api.update_node(host.ns, own_cidr)
-        start = time.perf_counter()
-        load_nodes(api, peers)
-        # The test double serves from this process: without this, a collection of its ~5 000
-        # whole nodes' millions of objects stalls its watch for ~1 s in the burst, which a bare
-        # watch client sees too; the real API server has no such pause to lend the agent.
-        gc.freeze()
-        print(f"{args.nodes} realistic nodes in the API in {time.perf_counter() - start:.1f} s")
-        whole, metadata = heartbeat_event_sizes(api)
+            api.update_node(host.ns, own_cidr)
+            start = time.perf_counter()
+            load_nodes(api, peers)
+            # The test double serves from this process: without this, a collection of its
+            # ~5 000 whole nodes' millions of objects stalls its watch for ~1 s in the burst,
+            # which a bare watch client sees too; the real API server has no such pause.
+            gc.freeze()
+            print(f"{args.nodes} realistic nodes in the API in {time.perf_counter() - start:.1f} s")
+            whole, metadata = heartbeat_event_sizes(api)
+            body_mb, floors = list_decode_floors(api)
+            monitor = KernelMonitor(host.ns)
+            try:
+                starts = 0
+                for round_no in range(1, args.rounds + 1):
+                    for name, variant in variants.items():
+                        starts += 1
+                        print(f"round {round_no}, {name}: {load()}", flush=True)
+                        measure(
+                            lab, api, monitor, peers, variant, args.updates, starts, figures[name]
+                        )
+            finally:
+                monitor.close()
 
-        monitor = KernelMonitor(host.ns)
-        try:
-            full_ratios, start_ratios, ip_times = [], [], []
-            for start_no in range(1, COLD_STARTS + 1):
-                if start_no > 1:
-                    lab.stop_agent(host)
-                    lab.net.ip(host.ns, "link", "del", "flannel.1")
-                ip_time = ip_batch_time(peers)
-                ip_times.append(ip_time)
-                full, writes, since_start = cold_start(lab, host, monitor, args.nodes, start_no)
-                full_ratios.append(full / ip_time)
-                start_ratios.append(since_start / ip_time)
-                print(
-                    f"cold start {start_no}: ip -batch + bridge -batch {ip_time:.3f} s; agent "
-                    f"start -> {entries} entries {since_start:.3f} s (x{start_ratios[-1]:.2f}); "
-                    f"subnet.env written -> all entries {full:.3f} s (x{full_ratios[-1]:.2f}); "
-                    f"first -> last peer entry {writes:.3f} s"
-                )
-            agent = lab.agents[host.n]
-            body_mb, decode = list_decode_floor(api)
-            floor_ratio = decode / statistics.median(ip_times)
-            print(
-                f"decoding the NodeList alone ({body_mb:.1f} MB of JSON, json.loads in a bare "
-                f"interpreter, best of {DECODES}): {decode:.3f} s, x{floor_ratio:.2f} of "
-                "ip -batch: the floor of any CPython agent that lists whole Nodes"
-            )
-
-            monitor.take()
-            burst_started = time.monotonic()
-            changed = burst(api, peers, args.updates)
-            burst_seconds = time.monotonic() - burst_started
-            lat = burst_latencies(monitor, changed)
-            print(
-                f"burst of {args.updates} node updates in {burst_seconds:.2f} s "
-                f"({args.updates / burst_seconds:.0f}/s; {len(changed)} VTEP MAC changes): event "
-                f"-> kernel p50 {statistics.median(lat) * 1e3:.1f} ms, p99 "
-                f"{percentile(lat, 0.99) * 1e3:.1f} ms, max {max(lat) * 1e3:.1f} ms"
-            )
-
-            time.sleep(2)
-            monitor.take()
-            watch_bytes = api.bytes_sent("watch")
-            cpu_before = cpu_seconds(agent.process.pid)[0]
-            beats = 0
-            started = time.monotonic()
-            while time.monotonic() - started < STEADY_SECONDS:
-                api.update_node(node_name(beats % args.nodes), realistic_node.heartbeat)
-                beats += 1
-                time.sleep(max(0.0, started + beats / HEARTBEATS_PER_SECOND - time.monotonic()))
-            time.sleep(2)  # the last events
-            cpu = cpu_seconds(agent.process.pid)[0] - cpu_before
-            per_beat = (api.bytes_sent("watch") - watch_bytes) / beats
-            steady = [c for c in monitor.take() if peer_change(c)]
-            print(
-                f"{beats} heartbeats over {STEADY_SECONDS} s: {len(steady)} kernel changes; the "
-                f"agent received {per_beat:.0f} bytes and spent {cpu / beats * 1e3:.2f} ms of CPU "
-                f"per heartbeat; one heartbeat's watch event is {whole} bytes with the whole "
-                f"Node, {metadata} as PartialObjectMetadata ({whole / metadata:.1f}x less)"
-            )
-            rss = rss_kib(agent.process.pid)
-            print(f"agent VmRSS with {args.nodes} peers: {rss / 1024:.1f} MiB")
-        finally:
-            monitor.close()
-
-    print(f"kube_programming_ratio_full: {statistics.median(full_ratios):.2f}")
-    print(f"kube_programming_ratio_from_start: {statistics.median(start_ratios):.2f}")
-    print(f"kube_list_decode_floor_ratio: {floor_ratio:.2f}")
-    print(f"kube_event_latency_p99_ms: {percentile(lat, 0.99) * 1e3:.1f}")
-    print(f"kube_burst_updates_per_s: {args.updates / burst_seconds:.0f}")
-    print(f"kube_steady_state_writes: {len(steady)}")
-    print(f"kube_agent_rss_mib: {rss / 1024:.1f}")
-    print(f"kube_bytes_per_heartbeat: {per_beat:.0f}")
-    print(f"kube_cpu_ms_per_heartbeat: {cpu / beats * 1e3:.3f}")
+    ip_time = statistics.median(ip_batch_time(peers) for _ in range(3))
+    print(
+        f"decoding the NodeList alone ({body_mb:.1f} MB of JSON, in a bare interpreter, best of "
+        f"{DECODES}): json.loads {floors['json']:.3f} s (x{floors['json'] / ip_time:.2f} of "
+        f"ip -batch), the agent's decoder {floors['msgspec']:.3f} s "
+        f"(x{floors['msgspec'] / ip_time:.2f}); one heartbeat's watch event is {whole} bytes "
+        f"with the whole Node, {metadata} as PartialObjectMetadata"
+    )
+    print(f"end: {load()}")
+    for name, f in figures.items():
+        print(f"kube_programming_ratio_full_{name}: {span(f.full, '.2f')}")
+        print(f"kube_programming_ratio_from_start_{name}: {span(f.from_start, '.2f')}")
+        print(f"kube_event_latency_p50_ms_{name}: {span(f.p50_ms, '.1f')}")
+        print(f"kube_event_latency_p99_ms_{name}: {span(f.p99_ms, '.1f')}")
+        print(f"kube_event_latency_max_ms_{name}: {span(f.max_ms, '.1f')}")
+        print(f"kube_burst_updates_per_s_{name}: {span(f.burst_rate, '.0f')}")
+        print(f"kube_steady_state_writes_{name}: {span(f.steady_writes, '.0f')}")
+        print(f"kube_bytes_per_heartbeat_{name}: {span(f.heartbeat_bytes, '.0f')}")
+        print(f"kube_cpu_ms_per_heartbeat_{name}: {span(f.heartbeat_cpu_ms, '.3f')}")
+        print(f"kube_agent_rss_mib_{name}: {span(f.rss_mib, '.1f')}")
+    for name, seconds in floors.items():
+        print(f"kube_list_decode_floor_ratio_{name}: {seconds / ip_time:.2f}")
     print(f"heartbeat_event_bytes_whole: {whole}")
     print(f"heartbeat_event_bytes_metadata: {metadata}")
+
+
+def load() -> str:
+    return "load " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
 """site.yml on a fresh 3-host lab: the first run, the idempotent re-run, and how many modules
 the re-run starts on each host.
 
-Lab: ``pyflannel_controller.lab`` podman hosts reached over SSH (the image cache is reused when
+Lab: ``pyflannel_lab`` podman hosts reached over SSH (the image cache is reused when
 present; the wheelhouse cache too, so the first run measures provisioning, not pip wheel).
 Modules per host are counted from the ssh commands Ansible starts (with pipelining, one per
 module run on that host; controller-side work such as certificate generation is not counted).
 
 Goals: re-run <= 20 s for 3 hosts, <= 15 modules per host on the re-run.
-Needs root:  python bench/bench_site.py [--keep]
+Needs root:  PYTHONPATH=. python bench/bench_site.py [--keep]
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import sys
 
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_controller.lab import hosts
-from pyflannel_controller.lab.playbook import run_playbook
+from pyflannel_lab import hosts
+from pyflannel_lab.playbook import run_playbook
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 """site.yml at 3, 10 and 20 lab hosts: the first run and the re-run, wall time and the
 controller's CPU, and where the time goes.
 
-For each size a fresh lab (pyflannel_controller.lab podman hosts over SSH, the image and wheelhouse
+For each size a fresh lab (pyflannel_lab podman hosts over SSH, the image and wheelhouse
 caches reused) is booted, site.yml run twice, and the lab removed. Controller CPU is
 getrusage(RUSAGE_CHILDREN) around each ansible-playbook run: ansible-playbook, its forks and the
 ssh clients they start (everything the controller spends on the run). ansible.posix's
@@ -16,7 +16,7 @@ of their mean.
 Goals: a re-run with changed=0 <= 5x the ping floor at every size and <= 30 s at 20 hosts; the
 first run <= 3 min at 20 hosts; cost growing no worse than linearly (seconds per host not
 growing with the size).
-Needs root:  python bench/bench_site_scale.py [--sizes 3,10,20] [--top 8] [--reruns 1]
+Needs root:  PYTHONPATH=. python bench/bench_site_scale.py [--sizes 3,10,20] [--top 8] [--reruns 1]
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from pathlib import Path
 
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_controller.lab import hosts
-from pyflannel_controller.lab.errors import LabError
-from pyflannel_controller.lab.playbook import LAB_INVENTORY, PlaybookRun, run_ping, run_playbook
+from pyflannel_lab import hosts
+from pyflannel_lab.errors import LabError
+from pyflannel_lab.playbook import LAB_INVENTORY, PlaybookRun, run_ping, run_playbook
 
 # Every lab host's systemd, logind and dbus hold 7 inotify instances, and every rootful
 # container counts against root's fs.inotify.max_user_instances (128 here): past ~17 hosts the

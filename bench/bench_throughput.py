@@ -1,7 +1,7 @@
 """Pod-to-pod TCP throughput through the agent-programmed datapath vs the same topology
 programmed by hand, for vxlan and host-gw.
 
-  * agent: an AgentLab (pyflannel_controller/lab/netns_agents.py): real etcd, pyflanneld on both
+  * agent: an AgentLab (pyflannel_lab/netns_agents.py): real etcd, pyflanneld on both
     hosts (no --ip-masq, as flanneld's default), which install flannel's FORWARD accept rules;
   * by hand: a plain NetLab programmed with the `ip` / `bridge` commands flanneld's backends
     amount to (docs/compatibility.md, "VXLAN device and per-peer entries" and "host-gw
@@ -28,7 +28,7 @@ and range, and how busy the other CPU was (the agents, etcd, this script and any
 the VM: 3-8 % with nothing else running); it finishes with `throughput_ratio: <the lower
 median>`. Needs root:
 
-    python bench/bench_throughput.py [--seconds 3] [--rounds 20] [--backend vxlan|host-gw]
+    PYTHONPATH=. python bench/bench_throughput.py [--seconds 3] [--rounds 20] [--backend vxlan|host-gw]
                                      [--bare-by-hand]
 """
 
@@ -44,8 +44,8 @@ import time
 
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_controller.lab.netns_agents import AgentLab
-from pyflannel_controller.lab.netns_lab import NetLab
+from pyflannel_lab.netns_agents import AgentLab
+from pyflannel_lab.netns_lab import NetLab
 
 MTU = {"vxlan": 1450, "host-gw": 1500}
 CPUS = (0, 1)

@@ -1,14 +1,14 @@
 """udp backend throughput vs a C per-packet TUN<->UDP forwarder (socat) and vs kernel vxlan,
 pod to pod.
 
-Topology (pyflannel_controller/lab/netns_lab.py): 2 netns hosts on a bridge underlay (MTU 1500),
+Topology (pyflannel_lab/netns_lab.py): 2 netns hosts on a bridge underlay (MTU 1500),
 one pod each behind cni0. Setups (`--setups A B` measures A / B):
 
   * ours: pyflannel's udp backend, flannel's framing on UDP 8285 (a send and a receive worker
     process per queue; TSO + UDP GSO/GRO when numpy is importable, plain per-packet
     forwarding otherwise); pod MTU 1472;
   * ours-super: the same with the `SuperPackets` option on both hosts, so the two negotiate
-    pyflannel's super-packet framing (backend/udp_superpacket.py): TCP super-packets cross
+    pyflannel's super-packet framing (backend/udp/superpacket.py): TCP super-packets cross
     whole, not cut into MSS-sized packets; pod MTU 1472;
   * socat: socat TUN:<subnet>/16 <-> UDP:<peer>:8285 per host; one read/sendto and one
     recvfrom/write per packet, the design of flannel's C proxy (proxy_amd64.c); pod MTU 1472;
@@ -60,7 +60,7 @@ pair also as `udp_throughput_ratio`). With the default 40 rounds (about 2 minute
 of ours / socat read 2.02, 2.08, 2.16 and 2.15 before super-packets existed.
 Needs root:
 
-    python bench/bench_udp.py [--seconds 3] [--rounds 40] [--queues N] [--offload|--no-offload]
+    PYTHONPATH=. python bench/bench_udp.py [--seconds 3] [--rounds 40] [--queues N] [--offload|--no-offload]
                               [--setups ours socat]
                               [--mode head-to-head|solo|both]
 """
@@ -83,13 +83,13 @@ from pathlib import Path
 from bench_throughput import program_by_hand
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_controller.lab.netns_lab import (
+from pyflannel_lab.netns_lab import (
     LabHost,
     NetLab,
     close_udp_network,
     external_interface,
 )
-from pyflannel_runtime.backend.udp import UdpBackend, UdpNetwork
+from pyflannel_runtime.backend.udp.udp import UdpBackend, UdpNetwork
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
 from pyflannel_runtime.wire.netconf import check_network_config, parse_config
 
@@ -119,7 +119,7 @@ class Setup:
     networks: list[UdpNetwork] = field(default_factory=list)  # ours: to read their counters
 
     def forwarder_counters(self) -> dict[str, int]:
-        """Our forwarders' non-zero counters (udp_worker.Counter, socket drops), both hosts."""
+        """Our forwarders' non-zero counters (backend/udp/worker.py Counter, socket drops), both hosts."""
         total: dict[str, int] = {}
         for network in self.networks:
             for name, count in network.counters().items():

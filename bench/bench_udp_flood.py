@@ -4,7 +4,7 @@ sends them.
 
 Lab: an AgentLab with two hosts running pyflanneld with the udp backend (real etcd), the pods'
 MTU at FLANNEL_MTU (1472), and an outside namespace on the underlay bridge at 192.0.2.99, which
-no lease names (pyflannel_controller/lab/flood.py). Each datagram is a valid inner IPv4/UDP packet
+no lease names (pyflannel_lab/flood.py). Each datagram is a valid inner IPv4/UDP packet
 for pod 2, so only its outer source tells it from a peer's; host 2's udp backend drops and
 counts every one (its socket filter in the kernel; the forwarder for any that get by).
 
@@ -24,7 +24,7 @@ any reached the pod (its Udp counters).
 Goal (issue 25): the stream keeps >= 80 % of its rate. Finishes with `metric: value` lines.
 Needs root:
 
-    python bench/bench_udp_flood.py [--rounds 8] [--seconds 5]
+    PYTHONPATH=. python bench/bench_udp_flood.py [--rounds 8] [--seconds 5]
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from ipaddress import IPv4Address
 
 from sigterm import interrupt_on_sigterm
 
-from pyflannel_controller.lab.flood import Flood, Outsider, flooding, inner_packet, outsider
-from pyflannel_controller.lab.netns_agents import AgentLab
+from pyflannel_lab.flood import Flood, Outsider, flooding, inner_packet, outsider
+from pyflannel_lab.netns_agents import AgentLab
 from pyflannel_runtime.connectivity.snmp import UDP_BUFFER_ERRORS, read_counters
 
 POD_MTU = 1472

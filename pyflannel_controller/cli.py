@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from pyflannel_runtime.cli import CommandError, Subparsers, add_command, run
+from pyflannel_runtime.cli.main import CommandError, Subparsers, add_command, run
 
 
 def _read_model_file(path: str) -> str:

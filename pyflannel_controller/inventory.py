@@ -42,6 +42,8 @@ from pydantic import SecretStr
 from pyflannel_controller.model.cluster import ClusterModel, ClusterModelError, load_model
 from pyflannel_controller.model.cluster_plan import ClusterPlan, NodePlan, plan_cluster
 from pyflannel_controller.model.model_file import ModelFileError, parse_model_text
+from pyflannel_controller.rolling import VARIABLE as RESTART_BATCH
+from pyflannel_controller.rolling import BatchSizeError, batch_size
 from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.netdev.selection import select_on_view
 from pyflannel_runtime.netdev.types import (
@@ -52,8 +54,6 @@ from pyflannel_runtime.netdev.types import (
     Link,
     RouteHop,
 )
-from pyflannel_runtime.ops.rolling import VARIABLE as RESTART_BATCH
-from pyflannel_runtime.ops.rolling import BatchSizeError, batch_size
 
 # Inventory variable -> the model's per-node field. The first five are also cluster-wide
 # settings in the model; here a host's own value always wins, so they are taken per node.

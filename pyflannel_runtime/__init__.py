@@ -1,6 +1,6 @@
 """pyflannel runtime: flannel-compatible network model, agent, backends and CNI plugin."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # Where flanneld writes its lease and the flannel CNI plugin reads it (flanneld's
 # --subnet-file and the plugin's subnetFile both default to it). Kept here, where every

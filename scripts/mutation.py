@@ -2,7 +2,8 @@
 
 Each mutant runs only the unit tests that executed the function it changes (mutmut records
 which test calls which function in one traced run first), in a process forked from one that
-has already imported everything, so a mutant costs a fraction of a second. Equivalent mutants
+has already imported everything, so a mutant costs a fraction of a second. Besides mutmut's own
+mutations, each `and`/`or` loses one operand in turn (`drop_operand`). Equivalent mutants
 (no test can tell them apart from the original) are listed with the reason in
 ``scripts/mutation-equivalents.toml`` and left out of the score.
 
@@ -28,10 +29,11 @@ import shutil
 import sys
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 EQUIVALENTS = ROOT / "scripts" / "mutation-equivalents.toml"
@@ -107,6 +109,28 @@ def select(modules: list[str], fragments: list[str]) -> list[str]:
 # --- running mutmut --------------------------------------------------------------------------
 
 
+def drop_operand(node: Any) -> Iterable[Any]:
+    """`a and b` as `a`, then as `b` (likewise `or`): a guard that lost one of its conditions.
+    mutmut swaps `and` for `or`, which tests tell apart from the original while still missing
+    a condition whose own case none of them tries (such as a guard's `not same(old, new)`).
+    The operand keeps the operation's parentheses: a line break inside may need them."""
+    for operand in (node.left, node.right):
+        yield operand.with_changes(
+            lpar=[*node.lpar, *operand.lpar], rpar=[*operand.rpar, *node.rpar]
+        )
+
+
+def add_operators() -> None:
+    """Give mutmut `drop_operand`; before any mutant is made (mutmut forks its workers, which
+    inherit it)."""
+    import libcst as cst
+    from mutmut.mutation import file_mutation
+
+    operators = list(file_mutation.mutation_operators)
+    if (cst.BooleanOperation, drop_operand) not in operators:
+        file_mutation.mutation_operators = [*operators, (cst.BooleanOperation, drop_operand)]
+
+
 @contextmanager
 def output_to(log: Path) -> Iterator[None]:
     """mutmut and its forked workers write progress to fds 1 and 2; keep it in a file."""
@@ -162,6 +186,7 @@ def run_mutmut(paths: list[str], workers: int, resume: bool, everything: bool) -
     from mutmut.__main__ import cli
     from mutmut.configuration import config
 
+    add_operators()
     config().only_mutate = paths
     # Same examples every run, so a verdict does not depend on the draw (tests/conftest.py).
     os.environ["HYPOTHESIS_PROFILE"] = "mutation"
@@ -223,6 +248,7 @@ def ensure_mutated(path: str) -> None:
     if "__mutmut_orig" not in (WORK / path).read_text():
         from mutmut.__main__ import create_mutants_for_file
 
+        add_operators()
         (WORK / path).unlink()  # a newer plain copy would pass for already mutated
         create_mutants_for_file(Path(path), WORK / path)
 

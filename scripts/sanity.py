@@ -1,9 +1,9 @@
 """``ansible-test sanity`` on the collection as it ships (scripts/sanity runs this).
 
-The collection tarball is built and unpacked at ansible_collections/pyflannel/network in a
-temporary directory (ansible-test wants that path), with this repository's tests/sanity (the
-ignore files, each entry with its reason) beside it, and ansible-test runs there with Python
-3.11 in its own virtualenvs (``--venv``).
+The collection tarball is built (or taken from ``--tarball PATH``) and unpacked at
+ansible_collections/pyflannel/network in a temporary directory (ansible-test wants that path),
+and ansible-test runs there, on exactly what the tarball holds (its tests/sanity ignore files
+too), with Python 3.11 in its own virtualenvs (``--venv``).
 
 ansible-test bootstraps pip into each virtualenv with a script it downloads from a host this
 machine cannot reach, unless ``~/.ansible/test/cache/get_pip_<version>.py`` exists. When it does
@@ -11,12 +11,13 @@ not, this writes a stand-in there: it installs ansible-test's pip version from a
 fetches here from the package index, beside the stand-in. Every other requirement ansible-test
 installs itself, from the package index.
 
-Exit status: ansible-test's. Extra arguments go to ``ansible-test sanity`` (``--test pylint``).
+Exit status: ansible-test's. Arguments besides ``--tarball`` go to ``ansible-test sanity``
+(``--test pylint``).
 """
 
 from __future__ import annotations
 
-import shutil
+import argparse
 import subprocess
 import sys
 import tarfile
@@ -71,8 +72,7 @@ def write_stand_in() -> None:
     temp.replace(script)
 
 
-def collection_tree(scratch: Path) -> Path:
-    """The built collection unpacked where ansible-test wants it, with tests/sanity."""
+def build(scratch: Path) -> Path:
     built = scratch / "built"
     subprocess.run(
         [
@@ -87,19 +87,29 @@ def collection_tree(scratch: Path) -> Path:
         stdout=subprocess.DEVNULL,
     )
     (tarball,) = built.glob("pyflannel-network-*.tar.gz")
+    return tarball
+
+
+def collection_tree(scratch: Path, tarball: Path) -> Path:
+    """The tarball unpacked where ansible-test wants it, and nothing added."""
     tree = scratch / "ansible_collections" / "pyflannel" / "network"
     tree.mkdir(parents=True)
     with tarfile.open(tarball) as archive:
         archive.extractall(tree, filter="data")
-    shutil.copytree(ROOT / "tests" / "sanity", tree / "tests" / "sanity")
     return tree
 
 
-def main(args: list[str]) -> int:
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        description="ansible-test sanity on the collection as it ships", allow_abbrev=False
+    )
+    parser.add_argument("--tarball", type=Path, help="a built collection tarball to test")
+    ours, args = parser.parse_known_args(argv)
     started = time.monotonic()
     write_stand_in()
     with tempfile.TemporaryDirectory(prefix="pyflannel-sanity-") as scratch:
-        tree = collection_tree(Path(scratch))
+        tarball = ours.tarball.resolve() if ours.tarball else build(Path(scratch))
+        tree = collection_tree(Path(scratch), tarball)
         done = subprocess.run(
             [str(BIN / "ansible-test"), "sanity", "--venv", "--python", PYTHON, "--color", "no",
              *args],

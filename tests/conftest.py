@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from tests import parallel
 
 settings.register_profile(
     "pyflannel",
@@ -23,3 +26,11 @@ settings.register_profile(
     "mutation", parent=settings.get_profile("pyflannel"), derandomize=True, database=None
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "pyflannel"))
+
+parallel.configure_worker_lab()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """./scripts/test's workers take whole modules, the longest first (tests/parallel.py)."""
+    return parallel.make_scheduler(config, log)

@@ -12,7 +12,7 @@ name: restart_batches
 short_description: The batches in which the agent role restarts agents
 version_added: 0.2.0
 description:
-  - Orders agent restarts (pyflannel_runtime.ops.rolling). Every host whose agent is C(down) comes
+  - Orders agent restarts (pyflannel_controller.rolling). Every host whose agent is C(down) comes
     first, all in one batch, since restarting those stops nothing that runs. Then the C(outdated)
     ones (their agent runs another runtime, other settings or another network config) in batches
     of O(batch) hosts. C(current) hosts are left out.
@@ -53,16 +53,16 @@ _value:
 
 def restart_batches(states: Mapping[str, str], batch: Any, hosts: int) -> list[list[str]]:
     try:
-        from pyflannel_runtime.ops.rolling import (
+        from pyflannel_controller.rolling import (
             VARIABLE,
             AgentState,
             BatchSizeError,
             batch_size,
         )
-        from pyflannel_runtime.ops.rolling import restart_batches as batches
+        from pyflannel_controller.rolling import restart_batches as batches
     except ImportError as why:
         raise AnsibleFilterError(
-            f"pyflannel.network needs the pyflannel_runtime package on the controller: {why}"
+            f"pyflannel.network needs the pyflannel_controller package on the controller: {why}"
         ) from why
     try:
         size = batch_size(batch, int(hosts))

@@ -23,8 +23,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from pyflannel_runtime.backend import tx_offload
-from pyflannel_runtime.backend_spec import specs
+from pyflannel_runtime.backend_spec import specs, tx_offload
 from pyflannel_runtime.backend_spec.options import Option, UdpOptions, VxlanOptions
 
 _SAFE_PATH = re.compile(r"/[A-Za-z0-9._@+/-]*")

@@ -117,6 +117,8 @@ class ClusterSettings(BaseModel):
     flannel_net_conf_path: AbsPath = "/etc/kube-flannel/net-conf.json"
     flannel_healthz_ip: AnyAddress = IPv4Address("0.0.0.0")
     flannel_healthz_port: Annotated[StrictInt, Field(ge=0, le=65535)] = 8081
+    # pyflanneld's --metrics: /metrics on the health port (flanneld has none).
+    flannel_metrics_enabled: StrictBool = True
 
     # datastore
     flannel_datastore: Literal["kubernetes", "etcd"] = "kubernetes"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 
 from pyflannel_runtime.backend.base import Network
 from pyflannel_runtime.memory import release_free_memory
@@ -18,18 +20,33 @@ class DatapathLoop:
     """The watch never waits for the kernel: batches queue up (unbounded) while the backend
     works, and whatever has queued meanwhile is applied in one go. One writer to the kernel at
     a time: watch events and periodic reconciles share a lock, which a periodic check takes
-    once its dump is read. Only leases inside `scope` reach the backend."""
+    once its dump is read. Only leases inside `scope` reach the backend.
+
+    `observe`, when given, is told for each lease event the seconds from its batch's arrival
+    from the store to the kernel's acknowledgement of its writes (the backend's return)."""
 
     def __init__(
-        self, sm: SubnetManager, network: Network, scope: LeaseScope, reconcile_interval: float
+        self,
+        sm: SubnetManager,
+        network: Network,
+        scope: LeaseScope,
+        reconcile_interval: float,
+        observe: Callable[[float], None] | None = None,
     ) -> None:
         self._sm = sm
         self._network = network
         self._interval = reconcile_interval
+        self._observe = observe
         self._watcher = LeaseWatcher(network.lease, scope)
         self._lock = asyncio.Lock()
         self._synced = asyncio.Event()
-        self._queue: asyncio.Queue[LeaseWatchBatch | None] = asyncio.Queue()
+        # Each batch with the time it arrived, for `observe`.
+        self._queue: asyncio.Queue[tuple[LeaseWatchBatch, float] | None] = asyncio.Queue()
+
+    @property
+    def watcher(self) -> LeaseWatcher:
+        """The peers' leases as this node sees them."""
+        return self._watcher
 
     async def run(self) -> None:
         receiver = asyncio.create_task(self._receive(), name="lease-watch")
@@ -45,13 +62,13 @@ class DatapathLoop:
     async def _receive(self) -> None:
         try:
             async for batch in self._sm.watch_leases():
-                self._queue.put_nowait(batch)
+                self._queue.put_nowait((batch, time.monotonic()))
         finally:
             self._queue.put_nowait(None)
 
-    async def _next_batches(self) -> list[LeaseWatchBatch]:
+    async def _next_batches(self) -> list[tuple[LeaseWatchBatch, float]]:
         """What queued since the last call; empty once the watch has ended."""
-        batches: list[LeaseWatchBatch] = []
+        batches: list[tuple[LeaseWatchBatch, float]] = []
         item = await self._queue.get()
         while item is not None:
             batches.append(item)
@@ -62,11 +79,15 @@ class DatapathLoop:
             self._queue.put_nowait(None)  # the end came after these: report it next time
         return batches
 
-    async def _apply(self, batches: list[LeaseWatchBatch]) -> None:
+    async def _apply(self, batches: list[tuple[LeaseWatchBatch, float]]) -> None:
         events: list[LeaseEvent] = []
         full_view = False
-        for batch in batches:
-            events += self._watcher.apply(batch)
+        arrivals: list[float] = []  # one per lease event (a listing is not one)
+        for batch, arrived in batches:
+            found = self._watcher.apply(batch)
+            events += found
+            if batch.snapshot is None:
+                arrivals += [arrived] * len(found)
             full_view |= batch.snapshot is not None
         async with self._lock:
             if full_view:
@@ -78,6 +99,10 @@ class DatapathLoop:
                 release_free_memory()
             elif events:
                 await self._network.handle_events(events)
+        if self._observe is not None and arrivals:
+            done = time.monotonic()
+            for arrived in arrivals:
+                self._observe(done - arrived)
 
     async def _reconcile_forever(self) -> None:
         if self._interval <= 0:

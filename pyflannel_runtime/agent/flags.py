@@ -22,10 +22,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pyflannel_runtime import DEFAULT_SUBNET_FILE, PyflannelError
-from pyflannel_runtime.backend import tx_offload
+from pyflannel_runtime.backend_spec import tx_offload
 from pyflannel_runtime.gojson.strconv import go_quote
-from pyflannel_runtime.subnet.annotations import normalize_prefix
 from pyflannel_runtime.subnet.endpoint_url import split_http_url
+from pyflannel_runtime.subnet.kube.annotations import normalize_prefix
 
 
 class FlagError(PyflannelError, ValueError):
@@ -68,6 +68,7 @@ class Options:
     subnet_lease_ttl: int = 86400
     reconcile_interval: int = 10
     vxlan_tx_checksum_offload: str = tx_offload.DEFAULT_MODE
+    metrics: bool = True
     help: bool = field(default=False, compare=False)
 
     @property
@@ -294,6 +295,10 @@ FLAGS: tuple[Flag, ...] = (
         "pyflannel: tx checksum offload on the vxlan devices: on (the kernel's default), off, or "
         "auto (off once the connectivity suite saw UDP checksums fail through them)",
         check=tx_offload.check_mode,
+    ),
+    Flag(
+        "metrics",
+        "pyflannel: serve Prometheus metrics on /metrics of the healthz server (false: 404 there)",
     ),
 )
 _BY_NAME = {flag.name: flag for flag in FLAGS}

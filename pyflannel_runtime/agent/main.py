@@ -15,7 +15,7 @@ import stat
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyflannel_runtime import __version__
 from pyflannel_runtime.agent import sdnotify
@@ -36,17 +36,22 @@ from pyflannel_runtime.memory import tune_heap
 from pyflannel_runtime.netdev.kernel import select_external_interface
 from pyflannel_runtime.netdev.types import ExternalInterface, InterfaceError
 from pyflannel_runtime.subnet.allocation import OutOfSubnets
+from pyflannel_runtime.subnet.backoff import Backoff
 from pyflannel_runtime.subnet.manager import LeaseRevoked, LeaseTaken, SubnetManager
 from pyflannel_runtime.subnet.watcher import LeaseScope
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
 from pyflannel_runtime.wire.netconf import ConfigError, NetworkConfig, ip_stack
 from pyflannel_runtime.wire.subnet_env import PreviousSubnets, SubnetEnv
 
+if TYPE_CHECKING:
+    from pyflannel_runtime.agent.metrics import AgentMetrics
+
 log = logging.getLogger("pyflannel.agent")
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+CONFIG_RETRY_SECONDS = 1.0  # flanneld's getConfig: how often the network config is asked for
 
 _BR_NETFILTER = {
     4: "/proc/sys/net/bridge/bridge-nf-call-iptables",
@@ -168,6 +173,7 @@ class Agent:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._health: HealthServer | None = None
+        self._metrics: AgentMetrics | None = None
         self._pid_file: str | None = None  # written once the subnet file's directory is known
 
     def _on_signal(self, signum: int) -> None:
@@ -180,13 +186,18 @@ class Agent:
             signal.signal(sig, signal.SIG_DFL)
 
     async def _get_config(self, sm: SubnetManager) -> NetworkConfig | None:
+        """The network config, asked for until it comes: the agent's first request to the
+        datastore. flanneld asks every second; here each wait is drawn from [0, 2 s] (full
+        jitter, a second on average), so that agents started together while the datastore
+        cannot be reached (a restart storm) do not ask together."""
+        backoff = Backoff(2 * CONFIG_RETRY_SECONDS, 2 * CONFIG_RETRY_SECONDS)
         while not self._stop.is_set():
             try:
                 return await sm.get_network_config()
             except Exception as err:
                 log.error("Couldn't fetch network config: %s", err)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=1)
+                await asyncio.wait_for(self._stop.wait(), timeout=backoff.next_delay())
         return None
 
     def _check_br_netfilter(self, config: NetworkConfig) -> None:
@@ -254,15 +265,29 @@ class Agent:
         opts = self.opts
         if opts.healthz_port > 0:
             self._health = HealthServer(opts.healthz_ip, opts.healthz_port)
+            if opts.metrics:
+                self._serve_metrics(self._health, sm)
             await self._health.start()
         config = await self._get_config(sm)
         if config is None:
             return EXIT_OK
+        if self._metrics is not None:
+            self._metrics.state.backend = config.backend_type
+            self._metrics.state.config = config
         spec, stack = resolve_backend(config)
         self._check_br_netfilter(config)
         ext = await self._choose_interface(sm, stack)
         network = await self._register(sm, spec, config, ext, previous)
         return await self._supervise(sm, config, network)
+
+    def _serve_metrics(self, health: HealthServer, sm: SubnetManager) -> None:
+        # Imported here: prometheus-client costs an agent that serves no metrics nothing.
+        from pyflannel_runtime.agent.metrics import AgentMetrics
+
+        metrics = self._metrics = AgentMetrics()
+        metrics.state.ready = lambda: health.ready
+        metrics.state.store = sm.stats
+        health.routes["/metrics"] = metrics.answer
 
     async def _choose_interface(
         self, sm: SubnetManager, stack: tuple[bool, bool]
@@ -315,7 +340,11 @@ class Agent:
         lease = network.lease
         self._note(renumbered_note(previous, lease), problem=False)
 
-        self._tasks += await install_traffic_rules(opts, config, lease, previous)
+        rules = await install_traffic_rules(opts, config, lease, previous)
+        self._tasks += rules.keepers
+        if self._metrics is not None:
+            self._metrics.state.traffic = rules.manager
+            self._metrics.state.network = network
 
         write_subnet_file(opts.subnet_file, config, lease, network.mtu, opts.ip_masq)
         if self._health is not None:
@@ -333,9 +362,12 @@ class Agent:
         failure of either (1)."""
         opts = self.opts
         scope = LeaseScope.of(config, check_lengths=not opts.kube_subnet_mgr)
-        datapath = asyncio.create_task(
-            DatapathLoop(sm, network, scope, opts.reconcile_interval).run(), name="datapath"
-        )
+        metrics = self._metrics
+        observe = None if metrics is None else metrics.event_to_kernel.observe
+        loop = DatapathLoop(sm, network, scope, opts.reconcile_interval, observe)
+        if metrics is not None:
+            metrics.state.leases = loop.watcher
+        datapath = asyncio.create_task(loop.run(), name="datapath")
         sdnotify.notify("READY=1")
 
         complete = asyncio.create_task(sm.complete_lease(network.lease), name="complete-lease")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 from pyflannel_runtime.agent.flags import Options
@@ -12,8 +13,8 @@ from pyflannel_runtime.subnet.manager import SubnetManager
 from pyflannel_runtime.wire.subnet_env import PreviousSubnets, read_previous_subnets
 
 if TYPE_CHECKING:
-    from pyflannel_runtime.subnet.etcd import EtcdSettings
-    from pyflannel_runtime.subnet.kube import KubeSettings
+    from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
+    from pyflannel_runtime.subnet.kube.kube import KubeSettings
 
 log = logging.getLogger("pyflannel.agent")
 
@@ -33,18 +34,21 @@ def previous_subnets(path: str) -> PreviousSubnets:
 
 async def build_subnet_manager(opts: Options, previous: PreviousSubnets) -> SubnetManager:
     if opts.kube_subnet_mgr:
-        from pyflannel_runtime.subnet.kube import KubeSubnetManager
+        from pyflannel_runtime.subnet.kube.kube import KubeSubnetManager
 
         return await KubeSubnetManager.create(kube_settings(opts))
 
-    from pyflannel_runtime.subnet.etcd import EtcdSubnetManager
+    from pyflannel_runtime.subnet.etcd.etcd import EtcdSubnetManager
+    from pyflannel_runtime.subnet.etcd.resume import STATE_FILE_NAME
 
-    return EtcdSubnetManager(etcd_settings(opts, previous=previous))
+    # Beside subnet.env: a node's own state, gone with it (a reboot empties /run).
+    state_file = os.path.join(os.path.dirname(opts.subnet_file) or ".", STATE_FILE_NAME)
+    return EtcdSubnetManager(etcd_settings(opts, previous=previous, watch_state_file=state_file))
 
 
 def kube_settings(opts: Options, **extra: Any) -> KubeSettings:
     """The Kubernetes API settings flanneld's flags describe."""
-    from pyflannel_runtime.subnet.kube import KubeSettings
+    from pyflannel_runtime.subnet.kube.kube import KubeSettings
 
     return KubeSettings(
         api_url=opts.kube_api_url,
@@ -58,7 +62,7 @@ def kube_settings(opts: Options, **extra: Any) -> KubeSettings:
 
 def etcd_settings(opts: Options, **extra: Any) -> EtcdSettings:
     """The etcd connection and lease settings flanneld's flags describe."""
-    from pyflannel_runtime.subnet.etcd import EtcdSettings
+    from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
 
     return EtcdSettings(
         endpoints=tuple(opts.etcd_endpoint_list),

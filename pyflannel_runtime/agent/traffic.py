@@ -12,7 +12,7 @@ from pyflannel_runtime.agent.errors import StartupError
 from pyflannel_runtime.agent.flags import Options
 from pyflannel_runtime.firewall.blackhole import keep_blackhole_routes
 from pyflannel_runtime.firewall.command import FirewallError
-from pyflannel_runtime.firewall.manager import start_traffic_manager
+from pyflannel_runtime.firewall.manager import TrafficManager, start_traffic_manager
 from pyflannel_runtime.wire.lease import Lease
 from pyflannel_runtime.wire.netconf import NetworkConfig
 from pyflannel_runtime.wire.subnet_env import PreviousSubnets
@@ -39,10 +39,16 @@ def _families(config: NetworkConfig, lease: Lease, previous: PreviousSubnets) ->
     return out
 
 
+@dataclass(frozen=True)
+class TrafficRules:
+    manager: TrafficManager
+    keepers: list[asyncio.Task[None]]  # the background tasks that keep them (resync, blackhole)
+
+
 async def install_traffic_rules(
     opts: Options, config: NetworkConfig, lease: Lease, previous: PreviousSubnets
-) -> list[asyncio.Task[None]]:
-    """Install the rules; returns the background tasks that keep them (resync, blackhole)."""
+) -> TrafficRules:
+    """Install the rules, and start what keeps them in place."""
     families = _families(config, lease, previous)
     try:
         manager = await start_traffic_manager(
@@ -67,4 +73,4 @@ async def install_traffic_rules(
         keepers.append(manager.resync(opts.iptables_resync))
     if opts.ip_blackhole_route:
         keepers.append(keep_blackhole_routes([f.subnet for f in families], opts.iptables_resync))
-    return [asyncio.create_task(k) for k in keepers]
+    return TrafficRules(manager, [asyncio.create_task(k) for k in keepers])

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from pyflannel_runtime import PyflannelError
-from pyflannel_runtime.backend.tx_offload import AUTO_VERDICT_FILE, DEFAULT_MODE
+from pyflannel_runtime.backend_spec.tx_offload import AUTO_VERDICT_FILE, DEFAULT_MODE
 from pyflannel_runtime.netdev.types import ExternalInterface
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.wire.netconf import NetworkConfig
@@ -51,6 +51,22 @@ class Network(Protocol):
 
     async def close(self) -> None:
         """Stop watchers. The datapath stays in place, as flannel leaves it on shutdown."""
+
+    def programmed_peers(self) -> int:
+        """How many peers the datapath carries traffic to now, as far as it knows."""
+
+    def repairs(self) -> Mapping[str, int]:
+        """What the datapath put back after someone else deleted or changed it, by kind
+        (route, neighbour, fdb, device): each kind it can repair, from 0."""
+
+
+@runtime_checkable
+class CountsDrops(Protocol):
+    """A network whose datapath forwards in userspace (the udp forwarder) and counts what it
+    drops."""
+
+    def counters(self) -> Mapping[str, int]:
+        """What was dropped since the datapath started, by reason."""
 
 
 @runtime_checkable

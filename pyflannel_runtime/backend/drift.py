@@ -86,6 +86,16 @@ class Wanted:
         return len(self.routes) + len(self.neighs) + len(self.fdbs)
 
 
+# The kinds of entries a repair puts back, as the agent's metrics name them.
+REPAIR_KINDS = ("route", "neighbour", "fdb")
+
+
+def repair_kind(entry: Entry) -> str:
+    if isinstance(entry, Route):
+        return "route"
+    return "neighbour" if isinstance(entry, Neigh) else "fdb"
+
+
 def kernel_key(entry: Entry) -> tuple[type, object]:
     """An entry's kernel key, told apart by kind."""
     return type(entry), entry.key

@@ -23,12 +23,19 @@ import errno
 import logging
 import socket
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from pyroute2 import IPRoute
 
-from pyflannel_runtime.backend.drift import KernelSurvey, Wanted, kernel_key, repairs
+from pyflannel_runtime.backend.drift import (
+    REPAIR_KINDS,
+    KernelSurvey,
+    Wanted,
+    kernel_key,
+    repair_kind,
+    repairs,
+)
 from pyflannel_runtime.backend.peers import PeerSkipped
 from pyflannel_runtime.memory import release_free_memory
 from pyflannel_runtime.netlink.batch import BatchSender, OpFailure
@@ -92,6 +99,10 @@ class PeerProgrammer(abc.ABC):
         self._monitor: socket.socket | None = None
         self._changes: list[RouteEvent | NeighEvent] = []
         self._repairer: asyncio.Task[None] | None = None
+        # Writes that put back what someone else changed, by kind (`drift.repair_kind`).
+        self.repaired = dict.fromkeys(REPAIR_KINDS, 0)
+        # The peers rolled back after a failed write, until they are written again.
+        self._unprogrammed: set[str] = set()
 
     # --- what a backend supplies -----------------------------------------------------------
 
@@ -159,6 +170,16 @@ class PeerProgrammer(abc.ABC):
 
     # --- Network API -----------------------------------------------------------------------
 
+    def programmed_peers(self) -> int:
+        """The peers whose entries were written, less those rolled back after a failed write
+        (a skipped peer has none): a count, not a look at each entry, as a scrape of 5 000
+        peers' metrics would make one."""
+        failed = self._unprogrammed
+        return sum(1 for key, entries in self._entries.items() if entries and key not in failed)
+
+    def repairs(self) -> Mapping[str, int]:
+        return self.repaired
+
     async def handle_events(self, events: Sequence[LeaseEvent]) -> None:
         """Write only what these events change: a handful of messages per peer, whatever the
         cluster size."""
@@ -170,6 +191,7 @@ class PeerProgrammer(abc.ABC):
             in_place: set[Entry] = set()
             for event in events:
                 key = event.lease.key()
+                self._unprogrammed.discard(key)  # written again, or gone
                 self._peers.pop(key, None)
                 old = self._entries.pop(key, ())
                 new: tuple[Entry, ...] = ()
@@ -233,7 +255,7 @@ class PeerProgrammer(abc.ABC):
         async with self._lock:
             if survey is None and self._kernel_unchanged():
                 return 0
-            writes = await self._reconcile(peers, survey)
+            writes = await self._reconcile(peers, survey, repairing=True)
         # Its dump of the whole datapath is garbage now, but glibc keeps such heap in the
         # process: without this each period's full reconcile left ~8 MiB more RSS at 5 000
         # peers (bench/bench_churn.py), as the start-up sync would without its own trim.
@@ -249,7 +271,11 @@ class PeerProgrammer(abc.ABC):
             and time.monotonic() - self._last_full < FULL_RECONCILE_PERIOD
         )
 
-    async def _reconcile(self, peers: Sequence[Lease], survey: KernelSurvey | None = None) -> int:
+    async def _reconcile(
+        self, peers: Sequence[Lease], survey: KernelSurvey | None = None, *, repairing: bool = False
+    ) -> int:
+        """Make the kernel hold these peers' entries; `repairing`: what it writes puts back
+        what someone else changed (counted in `repaired`), not what the leases changed."""
         fresh = {lease.key(): lease for lease in peers}
         await self.prepare(list(fresh.values()))
         reusable = self.entries_are_stable()
@@ -261,6 +287,7 @@ class PeerProgrammer(abc.ABC):
             else:
                 entries[key] = self.peer_entries_or_none(lease)
         self._peers, self._entries = fresh, entries
+        self._unprogrammed = set()  # every peer is written again
         self._wanted = Wanted.of(e for group in self._entries.values() for e in group)
         desired = self._wanted.state()
         self._last_full = time.monotonic()
@@ -270,11 +297,11 @@ class PeerProgrammer(abc.ABC):
                 # In sync unless something cast doubt since the dump began (or a write below
                 # fails).
                 self._in_sync = survey.doubts == self._doubts
-                return await self._send_with_rollback(survey.ops(desired))
+                return await self._send_with_rollback(survey.ops(desired), repairing=repairing)
         # No survey, or the devices it read were recreated since.
         self._in_sync = True  # unless a write below fails, or a notification is lost
         actual = await self.owned_kernel_state()
-        return await self._send_with_rollback(diff_ops(desired, actual))
+        return await self._send_with_rollback(diff_ops(desired, actual), repairing=repairing)
 
     def forget_entries(self) -> None:
         """Drop the computed entries, e.g. when a device they point at was recreated."""
@@ -351,7 +378,7 @@ class PeerProgrammer(abc.ABC):
                     continue
                 ops = repairs(self._wanted, changes, self.ownership())
                 if ops:
-                    writes = await self._send_with_rollback(ops)
+                    writes = await self._send_with_rollback(ops, repairing=True)
                     log.warning(
                         "Put back %d kernel entries someone else deleted or changed (%d writes)",
                         len(ops),
@@ -380,7 +407,10 @@ class PeerProgrammer(abc.ABC):
             self._written_since_survey.update(kernel_key(op.entry) for op in ops)
         return await self._send(ops)
 
-    async def _send_with_rollback(self, ops: list[Op]) -> int:
+    async def _send_with_rollback(self, ops: list[Op], *, repairing: bool = False) -> int:
+        if repairing:
+            for op in ops:
+                self.repaired[repair_kind(op.entry)] += 1
         failures = await self._write(ops)
         if failures:
             self._distrust()  # the next periodic check retries in full
@@ -433,6 +463,7 @@ class PeerProgrammer(abc.ABC):
         for key, entries in self._entries.items():
             if failed.intersection(entries):
                 log.error("Failed to program peer %s; retrying at the next reconcile", key)
+                self._unprogrammed.add(key)
                 undo.extend(e for e in entries if e not in failed)
                 for entry in entries:  # not in the kernel now, on purpose
                     self._wanted.discard(entry)

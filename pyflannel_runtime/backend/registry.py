@@ -13,18 +13,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyflannel_runtime.backend.host import (
-    HostDatapath,
-    inspect_hostgw,
-    inspect_udp,
-    inspect_vxlan,
-)
-from pyflannel_runtime.backend.peers import (
-    PeerSkipped,
-    hostgw_peer_entries,
-    udp_peer_route,
-    vxlan_peer_entries,
-)
+from pyflannel_runtime.backend.host import HostDatapath
+from pyflannel_runtime.backend.hostgw.inspection import inspect_hostgw
+from pyflannel_runtime.backend.hostgw.peers import hostgw_peer_entries
+from pyflannel_runtime.backend.peers import PeerSkipped
+from pyflannel_runtime.backend.udp.inspection import inspect_udp
+from pyflannel_runtime.backend.udp.peers import udp_peer_route
+from pyflannel_runtime.backend.vxlan.inspection import inspect_vxlan
+from pyflannel_runtime.backend.vxlan.peers import vxlan_peer_entries
 from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.backend_spec.specs import BackendSpec
 from pyflannel_runtime.netlink.entries import Entry, IPAddress, IPNetwork
@@ -59,19 +55,19 @@ class BackendRuntime:
 
 
 def _vxlan(netns: str | None, settings: DeviceSettings | None) -> Backend:
-    from pyflannel_runtime.backend.vxlan import VxlanBackend
+    from pyflannel_runtime.backend.vxlan.vxlan import VxlanBackend
 
     return VxlanBackend(netns, settings)
 
 
 def _hostgw(netns: str | None, settings: DeviceSettings | None) -> Backend:
-    from pyflannel_runtime.backend.hostgw import HostGwBackend
+    from pyflannel_runtime.backend.hostgw.hostgw import HostGwBackend
 
     return HostGwBackend(netns)
 
 
 def _udp(netns: str | None, settings: DeviceSettings | None) -> Backend:
-    from pyflannel_runtime.backend.udp import UdpBackend
+    from pyflannel_runtime.backend.udp.udp import UdpBackend
 
     return UdpBackend(netns)
 

@@ -168,7 +168,7 @@ class UdpOptions(BackendOptions):
         # Every node sends to the port it listens on itself, so 0 (any port) cannot work.
         Option("Port", "port", int, 1, _PORT_MAX),
         Option("Queues", "queues", int, 1, _MAX_TUN_QUEUES),  # pyflannel's: flannel0's queues
-        # pyflannel's: offer TCP super-packets whole to pyflannel peers (backend/udp_superpacket)
+        # pyflannel's: offer TCP super-packets whole to pyflannel peers (backend/udp/superpacket.py)
         Option("SuperPackets", "super_packets", bool),
     )
 

@@ -11,10 +11,10 @@ The agent's current lease, per backend, as the kernel holds it:
 
 * vxlan: ``flannel.<VNI>`` carries the lease's network address as a /32, and
   ``flannel-v6.<VNI>`` as a /128 (flannel's ``backend/vxlan/vxlan.go``, ``RegisterNetwork``;
-  ``pyflannel_runtime/backend/vxlan.py``). The agent sets it when it acquires the lease, before
+  ``pyflannel_runtime/backend/vxlan/vxlan.py``). The agent sets it when it acquires the lease, before
   it writes subnet.env, so an agent that re-leased and then failed leaves exactly this mismatch.
 * udp: ``flannel0`` carries the lease's network address as a /32
-  (``pyflannel_runtime/backend/udp.py``), set at the same point.
+  (``pyflannel_runtime/backend/udp/udp.py``), set at the same point.
 * host-gw: the agent creates no device and no kernel object names its own subnet (its routes
   are the peers'), so subnet.env, written by the agent as soon as it holds the lease, is the
   only record of it and is taken as it is.

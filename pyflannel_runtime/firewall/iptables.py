@@ -73,6 +73,7 @@ class IPTablesManager:
         self._modern: dict[int, bool] = {}
         # What resync keeps in place, keyed by (IP version, table); a new setup replaces it.
         self._rule_sets: dict[tuple[int, str], list[Rule]] = {}
+        self.rules_repaired = 0  # rule sets `ensure` re-created (the agent's metrics)
 
     # --- the TrafficManager interface ---------------------------------------------------
 
@@ -172,6 +173,7 @@ class IPTablesManager:
                         continue
                     log.info("Some iptables rules are missing; deleting and recreating rules")
                     await self._bootstrap(version, rules)
+                    self.rules_repaired += 1
                     rebuilt = True
             except FirewallError as err:
                 first_error = first_error or err

@@ -15,6 +15,9 @@ log = logging.getLogger(__name__)
 
 
 class TrafficManager(Protocol):
+    # The rule sets the resync re-created after someone else removed a rule or chain.
+    rules_repaired: int
+
     async def init(self) -> None:
         """Prepare the mode (nft: create the tables). Raises FirewallError."""
 

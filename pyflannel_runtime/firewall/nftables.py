@@ -32,6 +32,7 @@ class NFTablesManager:
         self._runner = runner or CommandRunner()
         self._fully_random_disabled = fully_random_disabled
         self._fully_random_supported: bool | None = None
+        self.rules_repaired = 0  # no resync, so never more
 
     async def init(self) -> None:
         log.info("Starting flannel in nftables mode...")

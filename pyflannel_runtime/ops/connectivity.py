@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from ipaddress import IPv4Network
 from typing import Any
 
-from pyflannel_runtime.backend import tx_offload
+from pyflannel_runtime.backend.vxlan import offload_verdict
+from pyflannel_runtime.backend_spec import tx_offload
 from pyflannel_runtime.connectivity import responder, snmp
 from pyflannel_runtime.connectivity.firewall_facts import read_firewall
 from pyflannel_runtime.connectivity.run import Endpoint, Outside, SuiteRun
@@ -201,7 +202,7 @@ def _turn_offload_off(rows: Sequence[Row], device: str, verdict_file: str) -> st
     reason = "UDP checksums failed through it to " + ", ".join(
         f"{row.target} ({row.detail})" for row in failed
     )
-    tx_offload.record_auto_off(reason, verdict_file)
+    offload_verdict.record_auto_off(reason, verdict_file)
     set_tx_checksum_offload(device, False)
     return f"turned tx checksum offload off on {device} (auto): {reason}"
 

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyflannel_runtime.ops.publish import PublishError
-from pyflannel_runtime.subnet.etcd import EtcdSettings, client_tls, parse_endpoint
-from pyflannel_runtime.subnet.etcd_client import (
+from pyflannel_runtime.subnet.etcd.client import (
     EtcdClient,
     EtcdStatusError,
     EtcdUnavailable,
     prefix_range_end,
 )
+from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings, client_tls, parse_endpoint
 
 # EtcdSettings too: the action plugin builds the connection from its arguments.
 __all__ = [

@@ -14,8 +14,8 @@ unless ``release_reservation`` asks for it too; a kept reservation keeps the sub
 the peers' routes to it. Pinning makes the node's subnet a reservation (``publish``).
 
 Kubernetes: the lease is the node's podCIDR, advertised by flannel's annotations on the Node
-object (``subnet/kube.py``). The Node belongs to the cluster, so releasing removes only the
-annotations flannel writes (``subnet.annotations``); the operator's ``*-overwrite`` ones stay,
+object (``subnet/kube/kube.py``). The Node belongs to the cluster, so releasing removes only the
+annotations flannel writes (``subnet.kube.annotations``); the operator's ``*-overwrite`` ones stay,
 and so does the podCIDR, which is the cluster's to free (deleting the Node does).
 """
 
@@ -29,18 +29,18 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
 from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.ops.publish import Reservation, publish, with_client
-from pyflannel_runtime.subnet.annotations import Annotations
-from pyflannel_runtime.subnet.etcd import EtcdSettings
-from pyflannel_runtime.subnet.etcd_client import EtcdClient, KeyValue, prefix_range_end
-from pyflannel_runtime.subnet.kube import (
+from pyflannel_runtime.subnet.etcd.client import EtcdClient, KeyValue, prefix_range_end
+from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
+from pyflannel_runtime.subnet.kube.annotations import Annotations
+from pyflannel_runtime.subnet.kube.client import KubeApiError
+from pyflannel_runtime.subnet.kube.kube import (
     API_ERRORS,
     KubeSettings,
     NodeApi,
     api_error_text,
     build_api_client,
 )
-from pyflannel_runtime.subnet.kube_client import KubeApiError
-from pyflannel_runtime.subnet.kube_nodes import node_annotations
+from pyflannel_runtime.subnet.kube.nodes import node_annotations
 from pyflannel_runtime.wire.lease import LeaseAttrs, LeaseError, parse_subnet_key
 
 _NO_IPV4 = IPv4Network("0.0.0.0/0")
@@ -202,7 +202,8 @@ def release_kube(settings: KubeSettings, node_name: str, *, check: bool) -> Rele
         raise LeaseOpError("node_name: required with the kubernetes datastore")
     keys = Annotations.for_prefix(settings.annotation_prefix)
     api = NodeApi(
-        build_api_client(settings.api_url, settings.kubeconfig_file, settings.request_timeout)
+        build_api_client(settings.api_url, settings.kubeconfig_file, settings.request_timeout),
+        keys,
     )
     where = f"nodes/{node_name}"
     try:

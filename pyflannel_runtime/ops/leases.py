@@ -4,29 +4,28 @@ the network the leases take: the runtime API behind the ``leases_info`` module.
 flannel answers "out of subnets" and leases left behind by gone nodes with "wait for the TTL"
 (flannel-io/flannel issues 875 and 954); this report names them. A lease belongs to the host
 that holds its public IP (IPv4, else IPv6, the addresses flanneld announces); an orphan is a
-lease whose public IP no host of the inventory holds. The utilisation counts the subnets the
-agents' allocator hands out (`subnet.allocation.free_blocks`: blocks of SubnetLen from
-SubnetMin to SubnetMax) and how many of them a lease takes.
+lease whose public IP no host of the inventory holds. The utilisation is `subnet.usage`'s:
+the subnets the agents' allocator hands out and how many of them the leases take.
 
-`leases_report`, `owner`, `with_owners` and `subnet_usage` are pure; `read_leases` reads the lease
-store.
+`leases_report`, `owner` and `with_owners` are pure; `read_leases` reads the lease store.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+from ipaddress import IPv4Address, IPv6Address
 from typing import Any
 
 from pyflannel_runtime.backend_spec import specs
 from pyflannel_runtime.ops.verify import LeaseStore, lease_order, list_leases, store_kind
 from pyflannel_runtime.subnet.manager import LeaseListing, ListedLease, UnreadableLease
+from pyflannel_runtime.subnet.usage import SubnetUsage, subnet_usage
 from pyflannel_runtime.wire.lease import Lease
-from pyflannel_runtime.wire.netconf import ConfigError, NetworkConfig, check_network_config
+from pyflannel_runtime.wire.netconf import ConfigError, NetworkConfig
 
 _NO_IPV4 = IPv4Address("0.0.0.0")
 
@@ -71,110 +70,6 @@ def with_owners(found: Mapping[str, Any], hosts: Sequence[InventoryHost]) -> dic
         )
         leases.append({**lease, "host": holder})
     return {**found, "leases": leases, "orphans": [lease for lease in leases if not lease["host"]]}
-
-
-# --- utilisation (pure) -----------------------------------------------------------------------
-
-
-def block_count(first: int, last: int, size: int) -> int:
-    """How many blocks of `size` start at `first`, `first + size`, ... up to `last`."""
-    return 0 if last < first else (last - first) // size + 1
-
-
-def used_blocks(first: int, last: int, size: int, taken: Iterable[tuple[int, int]]) -> int:
-    """How many of those blocks overlap a taken ``(start, end)`` range (inclusive ends): the
-    ones `subnet.allocation.free_blocks` never offers."""
-    count = block_count(first, last, size)
-    spans = []
-    for start, end in taken:
-        low, high = max(0, (start - first) // size), min(count - 1, (end - first) // size)
-        if low <= high:
-            spans.append((low, high))
-    used, reached = 0, -1
-    for low, high in sorted(spans):
-        if high > reached:
-            used += high - max(low, reached + 1) + 1
-            reached = high
-    return used
-
-
-@dataclass(frozen=True)
-class SubnetUsage:
-    """One address family of the network: its subnets between SubnetMin and SubnetMax, how
-    many a lease takes, and how many leases lie outside them (the agents reject those)."""
-
-    family: str  # "ipv4" or "ipv6"
-    network: IPv4Network | IPv6Network
-    subnet_len: int
-    subnet_min: IPv4Address | IPv6Address
-    subnet_max: IPv4Address | IPv6Address
-    total: int
-    used: int
-    outside: int
-
-    @property
-    def free(self) -> int:
-        return self.total - self.used
-
-
-def _usage(
-    family: str,
-    network: IPv4Network | IPv6Network,
-    subnet_len: int,
-    low: IPv4Address | IPv6Address,
-    high: IPv4Address | IPv6Address,
-    subnets: Sequence[IPv4Network | IPv6Network],
-) -> SubnetUsage:
-    first, last, size = int(low), int(high), 1 << (network.max_prefixlen - subnet_len)
-    ranges = [(int(s.network_address), int(s.broadcast_address)) for s in subnets]
-    outside = sum(1 for span in ranges if used_blocks(first, last, size, [span]) == 0)
-    return SubnetUsage(
-        family,
-        network,
-        subnet_len,
-        low,
-        high,
-        block_count(first, last, size),
-        used_blocks(first, last, size, ranges),
-        outside,
-    )
-
-
-def subnet_usage(config: NetworkConfig, leases: Sequence[Lease]) -> tuple[SubnetUsage, ...]:
-    """Each enabled family's subnets and how many the leases take, with flanneld's defaults
-    for SubnetLen, SubnetMin and SubnetMax (flannel's CheckNetworkConfig). ConfigError when
-    the network has no such range."""
-    checked = check_network_config(config)
-    found = []
-    if checked.enable_ipv4:
-        assert checked.network is not None
-        assert checked.subnet_min is not None and checked.subnet_max is not None
-        subnets = [s for s in (lease.subnet for lease in leases) if s is not None and s.prefixlen]
-        found.append(
-            _usage(
-                "ipv4",
-                checked.network,
-                checked.subnet_len,
-                checked.subnet_min,
-                checked.subnet_max,
-                subnets,
-            )
-        )
-    if checked.enable_ipv6:
-        assert checked.ipv6_network is not None
-        assert checked.ipv6_subnet_min is not None and checked.ipv6_subnet_max is not None
-        subnets6 = [lease.ipv6_subnet for lease in leases if lease.ipv6_subnet is not None]
-        found.append(
-            _usage(
-                "ipv6",
-                checked.ipv6_network,
-                checked.ipv6_subnet_len,
-                checked.ipv6_subnet_min,
-                checked.ipv6_subnet_max,
-                subnets6,
-            )
-        )
-    return tuple(found)
 
 
 # --- the report -------------------------------------------------------------------------------

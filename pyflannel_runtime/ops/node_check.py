@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pyflannel_runtime.backend import tx_offload
+from pyflannel_runtime.backend.vxlan import offload_verdict
+from pyflannel_runtime.backend_spec import tx_offload
 from pyflannel_runtime.backend_spec.options import VxlanOptions
 from pyflannel_runtime.ops.agent import AgentEndpoint, AgentHealth, AgentState, probe_agent
 from pyflannel_runtime.ops.leases import lease_fields
@@ -217,7 +218,7 @@ def read_tx_offload(
     backends)."""
     from pyflannel_runtime.netlink.ethtool import tx_checksum_offload
 
-    verdict = tx_offload.read_auto_verdict(verdict_file) if mode == "auto" else None
+    verdict = offload_verdict.read_auto_verdict(verdict_file) if mode == "auto" else None
     found = []
     for device in sorted({m.device for m in report.mtus}):
         if not re.fullmatch(VxlanOptions.DEVICES, device):

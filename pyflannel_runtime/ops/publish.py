@@ -22,8 +22,8 @@ from typing import TypeVar
 
 from pyflannel_runtime import PyflannelError
 from pyflannel_runtime.backend_spec import specs
-from pyflannel_runtime.subnet.etcd import EtcdSettings, client_tls, parse_endpoint
-from pyflannel_runtime.subnet.etcd_client import EtcdClient, EtcdUnavailable, KeyValue
+from pyflannel_runtime.subnet.etcd.client import EtcdClient, EtcdUnavailable, KeyValue
+from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings, client_tls, parse_endpoint
 from pyflannel_runtime.wire.lease import LeaseAttrs, LeaseError, make_subnet_key
 from pyflannel_runtime.wire.netconf import check_network_config, ip_stack, parse_config
 

@@ -25,7 +25,7 @@ from pyflannel_runtime.netlink.batch import BatchSender
 from pyflannel_runtime.netlink.dump import Ownership, open_dump_socket, owned_routes
 from pyflannel_runtime.netlink.entries import Action, IPNetwork, Op, Route
 from pyflannel_runtime.ops.verify import describe, read_subnet_env_text
-from pyflannel_runtime.subnet.etcd import (
+from pyflannel_runtime.subnet.etcd.etcd import (
     ETCD_ERRORS,
     EtcdSettings,
     EtcdSubnetManager,

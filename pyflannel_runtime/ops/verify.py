@@ -46,8 +46,8 @@ from pyflannel_runtime.wire.subnet_env import (
 )
 
 if TYPE_CHECKING:
-    from pyflannel_runtime.subnet.etcd import EtcdSettings
-    from pyflannel_runtime.subnet.kube import KubeSettings
+    from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
+    from pyflannel_runtime.subnet.kube.kube import KubeSettings
 
 # subnet.env is a handful of short lines; anything much larger is not one.
 _SUBNET_ENV_LIMIT = 64 * 1024
@@ -328,14 +328,14 @@ def _listed(values: Sequence[str]) -> str:
 
 def store_kind(store: LeaseStore) -> str:
     """ "etcd" or "kube"."""
-    from pyflannel_runtime.subnet.etcd import EtcdSettings
+    from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
 
     return "etcd" if isinstance(store, EtcdSettings) else "kube"
 
 
 async def list_leases(store: LeaseStore) -> tuple[NetworkConfig, LeaseListing]:
     """The network config and every lease, through the agent's own lease store managers."""
-    from pyflannel_runtime.subnet.etcd import EtcdSettings
+    from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
 
     if isinstance(store, EtcdSettings):
         return await _etcd_leases(store)
@@ -343,7 +343,7 @@ async def list_leases(store: LeaseStore) -> tuple[NetworkConfig, LeaseListing]:
 
 
 async def _etcd_leases(settings: EtcdSettings) -> tuple[NetworkConfig, LeaseListing]:
-    from pyflannel_runtime.subnet.etcd import (
+    from pyflannel_runtime.subnet.etcd.etcd import (
         ETCD_ERRORS,
         EtcdError,
         EtcdSubnetManager,
@@ -376,8 +376,8 @@ async def _etcd_leases(settings: EtcdSettings) -> tuple[NetworkConfig, LeaseList
 
 
 async def _kube_leases(settings: KubeSettings) -> tuple[NetworkConfig, LeaseListing]:
-    from pyflannel_runtime.subnet.annotations import AnnotationPrefixError
-    from pyflannel_runtime.subnet.kube import (
+    from pyflannel_runtime.subnet.kube.annotations import AnnotationPrefixError
+    from pyflannel_runtime.subnet.kube.kube import (
         API_ERRORS,
         KubeSubnetError,
         KubeSubnetManager,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -42,6 +42,28 @@ class LeaseListing:
     unreadable: tuple[UnreadableLease, ...] = ()
 
 
+@dataclass
+class StoreStats:
+    """What a lease store counts, for the agent's metrics (read when they are scraped, so
+    counting costs the store an integer addition): the renewals of the own lease and the
+    attempts that failed, the own lease's expiry as last renewed (None: it never expires, a
+    reservation or a Kubernetes lease), and the restarts of the store's watches by reason."""
+
+    watch_restarts: dict[str, int]
+    renewals: int = 0
+    renewal_failures: int = 0
+    own_lease_expiry: float | None = None
+
+    @classmethod
+    def with_reasons(cls, reasons: Iterable[str]) -> StoreStats:
+        """Every reason the store counts, at 0 from the start: a counter that appears only
+        at its first increment hides that increment from Prometheus's rate()."""
+        return cls(dict.fromkeys(reasons, 0))
+
+    def watch_restarted(self, reason: str) -> None:
+        self.watch_restarts[reason] = self.watch_restarts.get(reason, 0) + 1
+
+
 class LeaseRevoked(PyflannelError):
     """The own lease was deleted or expired: flanneld shuts down (and exits 0) to re-acquire."""
 
@@ -60,6 +82,8 @@ class Unimplemented(PyflannelError, NotImplementedError):
 
 
 class SubnetManager(Protocol):
+    stats: StoreStats
+
     async def get_network_config(self) -> NetworkConfig: ...
 
     async def acquire_lease(self, attrs: LeaseAttrs) -> Lease: ...

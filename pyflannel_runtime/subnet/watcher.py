@@ -121,10 +121,24 @@ class LeaseWatcher:
         self._scope = scope
         self._leases: dict[PeerId, Lease] = {}
         self._rejected: dict[str, str] = {}  # lease key -> why, warned about once
+        self.batches = 0  # applied so far: what is computed from the leases holds until it moves
 
     @property
     def leases(self) -> tuple[Lease, ...]:
         return tuple(self._leases.values())
+
+    @property
+    def own_lease(self) -> Lease:
+        return self._own
+
+    @property
+    def peer_count(self) -> int:
+        return len(self._leases)
+
+    @property
+    def rejected_count(self) -> int:
+        """The leases seen that this node must not program (`LeaseScope.rejection`)."""
+        return len(self._rejected)
 
     def is_own(self, lease: Lease) -> bool:
         """True when the lease shares a subnet with ours: never a peer, whichever family."""
@@ -134,6 +148,7 @@ class LeaseWatcher:
         )
 
     def apply(self, batch: LeaseWatchBatch) -> list[LeaseEvent]:
+        self.batches += 1
         if batch.snapshot is not None:
             return self.reset(batch.snapshot) + self.update(batch.events)
         return self.update(batch.events)

@@ -248,8 +248,13 @@ def masked_cidr(value: str) -> tuple[int, str]:
     prefix = int(length)
     mask = ((1 << prefix) - 1) << (bits - prefix)
     network = (int.from_bytes(packed, "big") & mask).to_bytes(bits // 8, "big")
+    if network.startswith(_IPV4_MAPPED):  # IPv6 only (an IPv4 network has 4 bytes)
+        # Go prints an IPv4-mapped network as the IPv4 one it holds, with the mask's last 32
+        # bits (net.IPNet.String, networkNumberAndMask: IP.To4 and Mask[12:]); the prefix is
+        # 96 or longer, or the mapped prefix would have been masked away.
+        return 6, f"{inet_ntop(AF_INET, network[12:])}/{prefix - 96}"
     text = inet_ntop(family, network)
-    if family == AF_INET6 and "." in text and not network.startswith(_IPV4_MAPPED):
+    if family == AF_INET6 and "." in text:
         text = _ipv6_hex(network)
     return (6 if family == AF_INET6 else 4), f"{text}/{prefix}"
 

@@ -39,7 +39,7 @@ Authorization, as RBAC enforces it: with ``tokens`` (bearer token -> a ``Subject
 and the rules its roles grant), a request without a known token is 401 Unauthorized and one its
 rules do not allow is 403 Forbidden, with the API server's Status messages. Without ``tokens``
 every request is allowed, as with an anonymous admin. ``FLANNEL_AGENT_RULES`` is the
-least-privilege ClusterRole the README gives the agents.
+least-privilege ClusterRole docs/operating.md gives the agents.
 
 A watch from a resourceVersion newer than the server's (after a ``restart`` with a lower
 history) waits briefly for it, then carries one ERROR event: 504 Timeout, "Too large resource
@@ -109,7 +109,7 @@ class Subject:
         return any(rule.allows(verb, resource) for rule in self.rules)
 
 
-# The agents' least-privilege ClusterRole (README, "Kubernetes RBAC"): read and watch the
+# The agents' least-privilege ClusterRole (docs/operating.md, "Kubernetes RBAC"): read and watch the
 # nodes, patch only their status subresource (flannel's annotations and NetworkUnavailable).
 # flannel's own manifest adds pods: get, which only an agent without NODE_NAME needs.
 FLANNEL_AGENT_RULES = (

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from ipaddress import IPv4Network
 from pathlib import Path
 
-from pyflannel_controller.lab import hosts, underlay
+from pyflannel_lab import hosts, underlay
 from pyflannel_runtime.fsutil import write_atomic
 from tests.fakes.kube_api import FakeKubeApi
 

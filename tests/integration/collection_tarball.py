@@ -11,7 +11,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from pyflannel_controller.lab.playbook import PlaybookRun, parse_recap
+from pyflannel_lab.playbook import PlaybookRun, parse_recap
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

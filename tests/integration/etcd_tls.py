@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from pyflannel_controller.lab.etcd_server import EtcdTLS
+from pyflannel_lab.etcd_server import EtcdTLS
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> str:

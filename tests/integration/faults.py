@@ -11,8 +11,8 @@ from ipaddress import IPv4Network
 
 import pytest
 
-from pyflannel_controller.lab.netns_agents import AgentLab
-from pyflannel_controller.lab.netns_lab import LabHost
+from pyflannel_lab.netns_agents import AgentLab
+from pyflannel_lab.netns_lab import LabHost
 
 HANG_GUARD = 60.0  # a guard against hangs, never a measurement
 
@@ -51,21 +51,31 @@ def routes_to(lab: AgentLab, host: LabHost, subnet: IPv4Network) -> bool:
 
 
 @contextlib.contextmanager
-def kernel_deletions(lab: AgentLab, host: LabHost) -> Iterator[list[str]]:
-    """The route, neighbour and FDB deletions `host`'s kernel announces meanwhile (filled in
-    when the block exits)."""
+def kernel_changes(lab: AgentLab, host: LabHost) -> Iterator[list[str]]:
+    """Every route, neighbour and FDB change `host`'s kernel announces meanwhile, as `ip
+    monitor` prints it (filled in when the block exits): what the agent wrote there."""
     monitor = subprocess.Popen(
         ["ip", "-n", host.ns, "monitor", "route", "neigh"], stdout=subprocess.PIPE, text=True
     )
-    deleted: list[str] = []
+    changes: list[str] = []
     try:
         time.sleep(0.2)  # the monitor subscribes before anything happens
-        yield deleted
+        yield changes
         time.sleep(0.5)
     finally:
         monitor.terminate()
         out, _ = monitor.communicate(timeout=10)
-        deleted += [line for line in out.splitlines() if line.startswith("Deleted")]
+        changes += out.splitlines()
+
+
+@contextlib.contextmanager
+def kernel_deletions(lab: AgentLab, host: LabHost) -> Iterator[list[str]]:
+    """The route, neighbour and FDB deletions `host`'s kernel announces meanwhile (filled in
+    when the block exits)."""
+    deleted: list[str] = []
+    with kernel_changes(lab, host) as changes:
+        yield deleted
+    deleted += [line for line in changes if line.startswith("Deleted")]
 
 
 def wait_routed(lab: AgentLab, host: LabHost, subnet: IPv4Network, routed: bool = True) -> float:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -26,6 +27,7 @@ import pytest
 from pyflannel_runtime.cni.install import install_plugin
 
 IMAGE = "localhost/pcni-bbx:1"
+LAB_HOST_LINK = re.compile(r"plab[0-9a-f]{6}")
 
 
 def _need(tool: str) -> None:
@@ -34,11 +36,14 @@ def _need(tool: str) -> None:
 
 
 def root_namespace_state() -> dict[str, str]:
+    """What this lab must leave as it found it. The links of lab hosts (their names carry
+    ``plab`` and their token) are left out: another test's lab may come or go meanwhile."""
     tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=True)
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True)
+    names = (line.split(":")[1].strip() for line in links.stdout.splitlines())
     return {
         "tables": tables.stdout,
-        "links": "\n".join(line.split(":")[1].strip() for line in links.stdout.splitlines()),
+        "links": "\n".join(name for name in names if not LAB_HOST_LINK.match(name)),
         "ip_forward": Path("/proc/sys/net/ipv4/ip_forward").read_text(),
     }
 

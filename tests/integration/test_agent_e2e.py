@@ -9,13 +9,19 @@ import os
 import signal
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from ipaddress import IPv4Address, IPv4Network
 
 import pytest
 
-from pyflannel_controller.lab.netns_agents import AgentLab
-from pyflannel_controller.lab.netns_lab import LabHost
+from pyflannel_lab.netns_agents import HEALTHZ_PORT, PREFIX, AgentLab
+from pyflannel_lab.netns_lab import LabHost
+from pyflannel_runtime import __version__
+from pyflannel_runtime.wire.lease import LeaseAttrs, make_subnet_key
+from tests.integration.faults import kernel_changes
+from tests.integration.scrape import promtool_problems, samples
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 
@@ -155,6 +161,65 @@ def test_removed_peer_is_withdrawn_everywhere(lab: AgentLab) -> None:
     assert lab.net.ping(lab.net.hosts[0].pod_ns, lab.net.hosts[1].pod_ip)
 
 
+def forwarder_routes(lab: AgentLab, host: LabHost) -> dict[str, str]:
+    """The udp forwarder's routes on `host` (peer subnet -> "public IP:port"), from /statusz."""
+    url = f"http://127.0.0.1:{HEALTHZ_PORT}/statusz"
+    probe = (
+        f"import urllib.request; print(urllib.request.urlopen({url!r}, timeout=5).read().decode())"
+    )
+    shown = json.loads(lab.net.run(host.ns, sys.executable, "-c", probe).stdout)
+    routes: dict[str, str] = shown["udp"]["routes"]
+    return routes
+
+
+def test_peers_renewing_their_leases_withdraw_and_write_nothing(lab: AgentLab) -> None:
+    """A renewal puts the same value under a new etcd lease (pyflanneld's and flanneld's
+    alike): the kernel keeps every peer entry as it is (no change announced), and udp's
+    forwarders keep their routes (no "Removing route"). A peer put into etcd after the
+    renewals marks when the agent has handled them."""
+    host, peers = lab.net.hosts[0], lab.net.hosts[1:]
+    udp = lab.backend["Type"] == "udp"
+    agent = lab.agents[host.n]
+
+    def programmed(subnet: IPv4Network) -> bool:
+        if udp:  # udp's routes live in the agent's forwarders, shown on its /statusz
+            return str(subnet) in forwarder_routes(lab, host)
+        return f"{subnet} " in lab.net.ip(host.ns, "route", "show")
+
+    for peer in peers:
+        assert wait_for(lambda p=peer: programmed(p.subnet))
+    marker = IPv4Network("10.244.250.0/24")
+    mac = "0e:00:00:00:00:fa"
+    attrs = LeaseAttrs(
+        public_ip=IPv4Address("192.0.2.250"),
+        backend_type="" if udp else lab.backend["Type"],  # flannel's udp writes none
+        backend_data=f'{{"VNI":1,"VtepMAC":"{mac}"}}' if lab.backend["Type"] == "vxlan" else None,
+    )
+    removals = agent.log().count("Removing route to")
+    with kernel_changes(lab, host) as changes:
+        for peer in peers:
+            granted = lab.etcdctl("lease", "grant", "3600").split()[1]  # "lease <id> granted..."
+            lab.etcdctl("put", f"--lease={granted}", lab.lease_key(peer), lab.lease_value(peer))
+        lab.etcdctl("put", f"{PREFIX}/subnets/{make_subnet_key(marker, None)}", attrs.to_json())
+        assert wait_for(lambda: programmed(marker))
+    for peer in peers:  # renewed: held by an etcd lease now
+        assert '"lease":' in lab.etcdctl("get", lab.lease_key(peer), "-w", "json")
+    assert agent.log().count("Removing route to") == removals, agent.log()
+    # Routes (both kernel backends) and vxlan's neighbours and FDB entries; not the pods' ARP,
+    # nor what the kernel adds itself (a new device's IPv6 link-local routes).
+    written = [
+        line
+        for line in changes
+        if ("flannel.1" in line or "/24 " in line) and "proto kernel" not in line
+    ]
+    if not udp:
+        assert written, changes  # the marker's entries: the monitor saw the agent write
+    others = [
+        line for line in written if str(marker.network_address) not in line and mac not in line
+    ]
+    assert others == [], changes
+
+
 def test_peer_removed_while_agent_down_is_cleaned_at_start(lab: AgentLab) -> None:
     per_peer_routes(lab)
     down, gone = lab.net.hosts[0], lab.net.hosts[2]
@@ -218,6 +283,91 @@ def test_golden_iptables_rules_hold_while_traffic_flows(lab: AgentLab) -> None:
         '-A FLANNEL-FWD -d 10.244.0.0/16 -m comment --comment "flanneld forward" -j ACCEPT\n'
     )
     assert " 0% packet loss" in out, out
+
+
+# A peer lease put by hand: a node at this address, as a pyflannel node of the lab's backend
+# would advertise it.
+EXTRA_PEER = ("10.244.250.0/24", "192.0.2.250", "02:00:00:00:00:fa")
+UDP_PORT = 8285
+# A repair is made within a reconcile interval (1 s in the lab), an iptables rule set within
+# --iptables-resync (5 s); this is a safety net on a loaded machine.
+REPAIRED_WITHIN = 30.0
+
+
+def extra_peer(lab: AgentLab) -> tuple[str, str]:
+    """The key and value of EXTRA_PEER, copied from a lab host's lease."""
+    subnet, public_ip, mac = EXTRA_PEER
+    value = json.loads(lab.lease_value(lab.net.hosts[2]))
+    value["PublicIP"] = public_ip
+    if isinstance(value.get("BackendData"), dict) and "VtepMAC" in value["BackendData"]:
+        value["BackendData"]["VtepMAC"] = mac
+    return f"{PREFIX}/subnets/{subnet.replace('/', '-')}", json.dumps(value)
+
+
+def test_metrics_tell_what_the_agent_holds_and_counts_what_it_does(lab: AgentLab) -> None:
+    backend = lab.backend["Type"]
+    host, peer = lab.net.hosts[0], lab.net.hosts[1]
+    text = lab.metrics(host)
+    assert promtool_problems(text) == ""
+    found = samples(text)
+    assert found[f'pyflannel_build_info{{backend="{backend}",version="{__version__}"}}'] == 1
+    assert found["pyflannel_ready"] == 1
+    assert (found["pyflannel_leases"], found["pyflannel_peers"]) == (3, 2)
+    assert (found["pyflannel_peers_programmed"], found["pyflannel_leases_rejected"]) == (2, 0)
+    assert found['pyflannel_subnets_free{family="ipv4"}'] == 255 - 3
+    # The lab's subnets are reservations (etcd keys without a lease): nothing expires.
+    assert "pyflannel_own_lease_expiry_timestamp_seconds" not in found
+    events = found["pyflannel_event_to_kernel_seconds_count"]
+
+    key, value = extra_peer(lab)
+    lab.etcdctl("put", key, value)
+    assert wait_for(lambda: samples(lab.metrics(host))["pyflannel_peers_programmed"] == 3)
+    now = samples(lab.metrics(host))
+    assert (now["pyflannel_leases"], now["pyflannel_peers"]) == (4, 3)
+    assert now["pyflannel_event_to_kernel_seconds_count"] == events + 1
+    assert now['pyflannel_subnets_free{family="ipv4"}'] == 255 - 4
+    lab.etcdctl("del", key)
+
+    # Someone else removes flannel's forward rule, and (kernel datapaths) a peer's entries.
+    lab.net.run(host.ns, "iptables", "-D", "FORWARD", "-m", "comment", "--comment",
+                "flanneld forward", "-j", "FLANNEL-FWD")  # fmt: skip
+    kinds = ["rule"]
+    if backend != "udp":
+        lab.net.ip(host.ns, "route", "del", str(peer.subnet))
+        kinds.append("route")
+    if backend == "vxlan":
+        gateway = str(peer.subnet.network_address)
+        lab.net.ip(host.ns, "neigh", "del", gateway, "dev", "flannel.1")
+        kinds.append("neighbour")
+
+    def repaired() -> bool:
+        now = samples(lab.metrics(host))
+        return all(now[f'pyflannel_drift_repairs_total{{kind="{kind}"}}'] >= 1 for kind in kinds)
+
+    assert wait_for(repaired, timeout=REPAIRED_WITHIN), lab.metrics(host)
+
+    if backend == "udp":
+        # Not IPv4, from a peer's address: a forwarding worker (another process) drops it and
+        # counts it in the page the agent reads.
+        probe = (
+            "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            f"for _ in range(3): s.sendto(bytes([0x60]) + bytes(39), ('{host.underlay_ip}', {UDP_PORT}))\n"
+        )
+        lab.net.run(peer.ns, sys.executable, "-c", probe)
+        dropped = 'pyflannel_udp_datagrams_dropped_total{reason="malformed"}'
+        assert wait_for(lambda: samples(lab.metrics(host))[dropped] == 3), lab.metrics(host)
+    else:
+        assert str(peer.subnet) in lab.net.ip(host.ns, "route", "show")
+        assert not any(name.startswith("pyflannel_udp_") for name in samples(lab.metrics(host)))
+
+
+def test_metrics_off_answers_404_and_the_rest_as_before() -> None:
+    with AgentLab({"Type": "host-gw"}, hosts=1, prefix="pag") as lab:
+        host = lab.net.hosts[0]
+        lab.start_agent(host, "--metrics=false")
+        lab.wait_ready(host)
+        assert lab.http_status(host, "/metrics") == 404
+        assert (lab.http_status(host, "/healthz"), lab.http_status(host, "/readyz")) == (200, 200)
 
 
 def test_twenty_agents_started_at_once_get_distinct_subnets() -> None:

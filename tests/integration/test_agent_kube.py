@@ -1,6 +1,7 @@
 """pyflanneld in kube mode end to end: the Node API test double, agents in host namespaces
-(docs/compatibility.md, "Node annotations"). The double enforces the README's least-privilege
-RBAC for the agents' token (get, list, watch nodes; patch nodes/status) on every request."""
+(docs/compatibility.md, "Node annotations"). The double enforces the least-privilege RBAC of
+docs/operating.md for the agents' token (get, list, watch nodes; patch nodes/status) on every
+request."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from pyflannel_controller.lab.netns_agents import AgentLab
+from pyflannel_lab.netns_agents import AgentLab
 from tests.fakes.kube_api import FLANNEL_AGENT, FakeKubeApi
+from tests.integration.scrape import promtool_problems, samples
 
 pytestmark = pytest.mark.root
 
@@ -132,3 +134,40 @@ def test_invalid_net_conf_exits_one_with_flannels_message() -> None:
         assert agent.process.wait(60) == 1
         assert "error parsing subnet config: invalid IPv4 CIDR format" in agent.log()
         assert not lab.subnet_file(host).exists()
+
+
+def test_metrics_with_the_kubernetes_datastore(lab: AgentLab) -> None:
+    """The same metrics as with etcd, without renewals or an expiry; the node watch's restarts
+    by their own reasons: a stream the API server ended, a resourceVersion it no longer has."""
+    assert lab.kube is not None
+    host = lab.net.hosts[0]
+    text = lab.metrics(host)
+    assert promtool_problems(text) == ""
+    found = samples(text)
+    assert (found["pyflannel_ready"], found["pyflannel_leases"], found["pyflannel_peers"]) == (
+        1,
+        2,
+        1,
+    )
+    assert found["pyflannel_peers_programmed"] == 1
+    assert found["pyflannel_lease_renewals_total"] == 0
+    assert "pyflannel_own_lease_expiry_timestamp_seconds" not in found
+    restarts = 'pyflannel_datastore_watch_restarts_total{reason="%s"}'
+    assert {reason: found[restarts % reason] for reason in ("closed", "expired", "error")} == {
+        "closed": 0,
+        "expired": 0,
+        "error": 0,
+    }
+    # The API server restarts on a store with a later history: the open stream ends, and the
+    # watch started again from its resourceVersion gets 410 Gone.
+    lab.kube.restart(lab.kube.resource_version + 1000)
+
+    def restarted() -> bool:
+        now = samples(lab.metrics(host))
+        return now[restarts % "closed"] >= 1 and now[restarts % "expired"] >= 1
+
+    deadline = time.monotonic() + 30
+    while not restarted() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert restarted(), lab.metrics(host)
+    assert samples(lab.metrics(host))["pyflannel_peers_programmed"] == 1

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from pyflannel_controller.lab.churn import (
+from pyflannel_lab.churn import (
     RECONCILE_INTERVAL,
     LeaseChurn,
     configure,
@@ -23,7 +23,7 @@ from pyflannel_controller.lab.churn import (
     process_facts,
     with_etcd,
 )
-from pyflannel_controller.lab.netns_agents import AgentLab
+from pyflannel_lab.netns_agents import AgentLab
 from tests.integration.faults import report, wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]

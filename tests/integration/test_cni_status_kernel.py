@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from pyflannel_controller.lab.netns_agents import AgentLab
-from pyflannel_controller.lab.netns_lab import LabHost
+from pyflannel_lab.netns_agents import AgentLab
+from pyflannel_lab.netns_lab import LabHost
 
 pytestmark = pytest.mark.root
 

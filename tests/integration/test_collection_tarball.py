@@ -3,9 +3,10 @@ empty directory, runs a module and a role by their FQCN from a playbook outside 
 (the controller-side code imports pyflannel_runtime from the controller's environment; the
 module runs with the agent's virtualenv's Python, here this project's, although the host's
 interpreter is one without the runtime). The tarball carries the runtime's source, which the
-runtime role builds the nodes' wheelhouse from, and its playbooks; not the lab harness, the
-tests or the project's tooling. (tests/integration/test_site.py provisions lab hosts with the
-installed tarball's pyflannel.network.site.)"""
+runtime role builds the nodes' wheelhouse from, its playbooks, and the sanity tests' ignore
+files (tests/sanity, for ansible-test, as collections on Galaxy ship them); not the lab
+harness, the other tests, the project's tooling or its caches. (tests/integration/test_site.py
+provisions lab hosts with the installed tarball's pyflannel.network.site.)"""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.collection_tarball import build, install, members, run_outside
+from tests.integration.collection_tarball import install, members, run_outside
 
+ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(sys.executable).parent.parent
-# The project's tooling and tests, and the in-tree wrappers of playbooks/.
-NOT_SHIPPED = {"tests", "bench", "scripts", "molecule", "inventories", "collections", ".venv"}
+# The project's tooling (molecule's settings in .config), and the in-tree wrappers of playbooks/.
+NOT_SHIPPED = {"bench", "scripts", "molecule", "inventories", "collections", ".venv", ".config"}
 NOT_SHIPPED |= {"site.yml", "reset.yml", "remove-node.yml"}
 
 PLAYBOOK = """
@@ -37,17 +39,29 @@ PLAYBOOK = """
 """
 
 
-@pytest.mark.root
-def test_the_built_tarball_installed_elsewhere_runs_a_role_and_a_module(tmp_path: Path) -> None:
-    tarball = build(tmp_path)
-    names = members(tarball)
+def test_the_tarball_ships_the_collection_and_the_sanity_ignore_files_only(
+    collection_tarball: Path,
+) -> None:
+    names = members(collection_tarball)
     top = {name.split("/")[0] for name in names}
     assert {"pyflannel_runtime", "pyproject.toml", "README.md", "playbooks"} <= top
     assert {"playbooks/site.yml", "playbooks/reset.yml", "playbooks/remove_node.yml"} <= set(names)
     assert "pyflannel_runtime/agent/main.py" in names
-    assert not [name for name in names if name.startswith("pyflannel_controller/lab")]
+    assert not [name for name in names if name.startswith("pyflannel_lab")]
     assert not top & NOT_SHIPPED
-    installed = install(tmp_path, tarball)
+    assert "changelogs/changelog.yaml" in names
+    assert "changelogs/.plugin-cache.yaml" not in names
+    ignore_files = {f"tests/sanity/{path.name}" for path in (ROOT / "tests/sanity").iterdir()}
+    assert "tests/sanity/ignore-2.19.txt" in ignore_files
+    shipped_tests = {name for name in names if name.startswith("tests/")} - {"tests/sanity"}
+    assert shipped_tests == ignore_files, "build_ignore in galaxy.yml: of tests/, only tests/sanity"
+
+
+@pytest.mark.root
+def test_the_built_tarball_installed_elsewhere_runs_a_role_and_a_module(
+    collection_tarball: Path, tmp_path: Path
+) -> None:
+    installed = install(tmp_path, collection_tarball)
     work = tmp_path / "elsewhere"
     work.mkdir()
     (work / "play.yml").write_text(PLAYBOOK)

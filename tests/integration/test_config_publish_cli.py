@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from pyflannel_controller.lab.etcd_server import EtcdServer
-from pyflannel_runtime.cli import main
+from pyflannel_lab.etcd_server import EtcdServer
+from pyflannel_runtime.cli.main import main
 from tests.integration.etcd_tls import make_tls_material
 
 pytestmark = pytest.mark.etcd

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from pyflannel_controller.lab.netns_agents import PREFIX, AgentLab
-from pyflannel_controller.lab.netns_lab import LabHost
+from pyflannel_lab.netns_agents import PREFIX, AgentLab
+from pyflannel_lab.netns_lab import LabHost
 from tests.integration.test_status_live import status
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]

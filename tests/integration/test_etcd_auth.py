@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from pyflannel_controller.lab.etcd_server import EtcdServer
+from pyflannel_lab.etcd_server import EtcdServer
 from pyflannel_runtime.ops.etcd_auth import AuthSetup, EtcdAuthError, ensure_auth
 from pyflannel_runtime.ops.lease import NodeLease, release_etcd
 from pyflannel_runtime.ops.publish import publish
-from pyflannel_runtime.subnet.etcd import EtcdSettings, EtcdSubnetManager
+from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings, EtcdSubnetManager
 from pyflannel_runtime.wire.lease import LeaseAttrs
 from tests.integration.etcd_tls import gateway_client, make_tls_material
 

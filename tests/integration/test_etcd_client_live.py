@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 import aetcd
 import pytest
 
-from pyflannel_controller.lab.etcd_server import EtcdServer, free_port
-from pyflannel_runtime.subnet.etcd_client import (
+from pyflannel_lab.etcd_server import EtcdServer, free_port
+from pyflannel_runtime.subnet.etcd.client import (
     Endpoint,
     EtcdClient,
     EtcdCompacted,

@@ -11,8 +11,9 @@ import asyncio
 import logging
 import math
 import random
+import re
 import time
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,9 +21,15 @@ from typing import Any, TypeVar
 import aetcd
 import pytest
 
-from pyflannel_controller.lab.etcd_server import EtcdServer, free_port
+from pyflannel_lab.etcd_server import EtcdServer, free_port
 from pyflannel_runtime.ops.reset import release_lease
-from pyflannel_runtime.subnet.etcd import ETCD_ERRORS, EtcdError, EtcdSettings, EtcdSubnetManager
+from pyflannel_runtime.subnet import backoff
+from pyflannel_runtime.subnet.etcd.etcd import (
+    ETCD_ERRORS,
+    EtcdError,
+    EtcdSettings,
+    EtcdSubnetManager,
+)
 from pyflannel_runtime.subnet.manager import (
     LeaseListing,
     LeaseRevoked,
@@ -386,6 +393,40 @@ def test_renewals_go_on_after_the_first(configured: tuple[EtcdServer, str]) -> N
     assert len(run(body())) >= 4  # the first etcd lease and at least three renewals
 
 
+def test_renewals_their_failures_and_watch_restarts_are_counted(etcd_factory: Any) -> None:
+    """What the agent's metrics read: renewals, failed ones while etcd is down, the own key's
+    watch restarts, and the expiry of the last renewal."""
+    server: EtcdServer = etcd_factory()
+    prefix = "/coreos.com/network"
+    server.etcdctl("put", f"{prefix}/config", CONFIG)
+    short = {"subnet_lease_ttl": 4, "renew_margin_seconds_override": 2.0}
+
+    async def until(predicate: Callable[[], bool]) -> None:
+        while not predicate():
+            await asyncio.sleep(0.05)
+
+    async def body() -> None:
+        manager = EtcdSubnetManager(settings(server, prefix, **short))
+        stats = manager.stats
+        try:
+            lease = await manager.acquire_lease(attrs("192.0.2.1"))
+            completing = asyncio.create_task(manager.complete_lease(lease))
+            assert stats.watch_restarts == {"closed": 0, "compacted": 0, "error": 0}
+            await until(lambda: stats.renewals >= 1)
+            assert stats.renewal_failures == 0
+            assert stats.own_lease_expiry is not None and stats.own_lease_expiry > time.time()
+            await asyncio.to_thread(server.kill)
+            await until(lambda: stats.renewal_failures >= 1 and stats.watch_restarts["error"] >= 1)
+            renewed = stats.renewals
+            await asyncio.to_thread(server.spawn)
+            await until(lambda: stats.renewals > renewed)
+            await still_running(completing)
+        finally:
+            await manager.close()
+
+    run(body())
+
+
 def test_a_key_that_ran_out_is_taken_back_with_the_same_subnet(
     configured: tuple[EtcdServer, str], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -619,6 +660,7 @@ def test_watch_relists_after_compaction(etcd_factory: Any) -> None:
                 )
                 (added,) = (await next_batch(watch)).events
                 assert added.lease.subnet == IPv4Network("10.244.3.0/24")
+            assert manager.stats.watch_restarts["compacted"] == 1
         finally:
             await watch.aclose()
             await manager.close()
@@ -626,9 +668,26 @@ def test_watch_relists_after_compaction(etcd_factory: Any) -> None:
     run(body())
 
 
-def test_watch_resumes_where_it_left_off_after_etcd_restarts(etcd_factory: Any) -> None:
+def test_watch_resumes_where_it_left_off_after_etcd_restarts(
+    etcd_factory: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """...reconnecting after jittered waits (up to 0.1 s, doubling with each failure in a
+    row), each logged as it is slept."""
     server: EtcdServer = etcd_factory()
     prefix = "/coreos.com/network"
+    draws: list[float] = []
+    slept: list[float] = []
+    real_sleep = asyncio.sleep
+
+    def draw() -> float:
+        draws.append(random.random())
+        return draws[-1]
+
+    async def sleep(delay: float) -> None:
+        slept.append(delay)
+        await real_sleep(delay)
+
+    monkeypatch.setattr(backoff, "jitter_source", draw)
 
     async def body() -> None:
         manager = EtcdSubnetManager(settings(server, prefix))
@@ -639,15 +698,28 @@ def test_watch_resumes_where_it_left_off_after_etcd_restarts(etcd_factory: Any) 
             (one,) = (await next_batch(watch)).events
             assert one.lease.subnet == IPv4Network("10.244.1.0/24")
             pending = asyncio.ensure_future(next_batch(watch))
-            await asyncio.to_thread(server.restart)
-            server.etcdctl("put", f"{prefix}/subnets/10.244.2.0-24", attrs("192.0.2.2").to_json())
-            (two,) = (await pending).events
+            with monkeypatch.context() as patch:
+                patch.setattr(asyncio, "sleep", sleep)
+                await asyncio.to_thread(server.restart)
+                server.etcdctl(
+                    "put", f"{prefix}/subnets/10.244.2.0-24", attrs("192.0.2.2").to_json()
+                )
+                (two,) = (await pending).events
             assert two.lease.subnet == IPv4Network("10.244.2.0/24")
         finally:
             await watch.aclose()
             await manager.close()
 
-    run(body())
+    with caplog.at_level(logging.WARNING, logger="pyflannel_runtime.subnet.etcd"):
+        run(body())
+    assert slept, "the watch broke and was opened again"
+    assert slept == [min(5.0, 0.1 * 2**n) * d for n, d in enumerate(draws)]
+    logged = [
+        m.group(1)
+        for r in caplog.records
+        if (m := re.search(r"(?:reconnecting|retrying) in (\d+\.\d)s", r.getMessage()))
+    ]
+    assert logged == [f"{delay:.1f}" for delay in slept]
 
 
 # --- TLS and auth ---------------------------------------------------------------------------

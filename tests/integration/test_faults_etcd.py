@@ -29,11 +29,11 @@ from ipaddress import IPv4Network, ip_interface
 
 import pytest
 
-from pyflannel_controller.lab.netns_agents import PREFIX, AgentLab
-from pyflannel_controller.lab.netns_lab import LabHost
+from pyflannel_lab.netns_agents import PREFIX, AgentLab
+from pyflannel_lab.netns_lab import LabHost
 from pyflannel_runtime.netlink.netns import run_in_netns
 from pyflannel_runtime.ops.lease import NodeLease, release_etcd
-from pyflannel_runtime.subnet.etcd import EtcdSettings
+from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
 from pyflannel_runtime.wire.lease import LeaseAttrs, make_subnet_key
 from tests.integration.faults import (
     HANG_GUARD,
@@ -45,6 +45,7 @@ from tests.integration.faults import (
     wait_routed,
     wait_until,
 )
+from tests.integration.scrape import samples
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 
@@ -151,6 +152,10 @@ def test_a_node_cut_off_longer_than_its_lease_takes_the_same_subnet_back(
         assert "had expired; took the same subnet again" in lab.agents[h1.n].log()
         assert lab.net.ping(pod1, lab.add_cni_pod(h2, "pod3"))
         assert status(lab, h1).returncode == 0, status(lab, h1).stdout
+        # The renewal that took the subnet back counts, and the expiry is ahead again.
+        found = samples(lab.metrics(h1))
+        assert found["pyflannel_lease_renewals_total"] >= 1, found
+        assert found["pyflannel_own_lease_expiry_timestamp_seconds"] > time.time(), found
 
 
 def test_a_node_whose_subnet_was_taken_meanwhile_shuts_down_and_says_why() -> None:
@@ -326,6 +331,9 @@ def test_a_watch_revision_compacted_while_disconnected_is_listed_again(
         assert sorted(deleted) == sorted(line for line in deleted if "201" in line), deleted
         assert len(deleted) == 3, deleted  # the leaver's route, neighbour and FDB entry
         assert_in_sync(lab, h1, leases=4)
+        restarts = samples(lab.metrics(h1))
+        reason = 'pyflannel_datastore_watch_restarts_total{reason="%s"}'
+        assert restarts[reason % "compacted"] >= 1 and restarts[reason % "error"] >= 1, restarts
         report(
             capsys,
             f"watch revision compacted while disconnected: converged {done - healed:.1f} s "

@@ -4,7 +4,7 @@ middle of an event, answers one with 410 Gone, or restarts on another resourceVe
 (lower or higher than the agents' cursor). After each the agents converge on the nodes as they
 are, and the peers that stayed are never withdrawn: no REMOVED for them, no kernel deletion.
 
-The double enforces the README's least-privilege RBAC for the agents' token throughout.
+The double enforces the agents' least-privilege RBAC (docs/operating.md) for their token throughout.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ipaddress import IPv4Network
 
 import pytest
 
-from pyflannel_controller.lab.netns_agents import AgentLab
+from pyflannel_lab.netns_agents import AgentLab
 from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data
 from tests.fakes.kube_api import FLANNEL_AGENT, FakeKubeApi
 from tests.integration.faults import (

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pyflannel_controller.lab.netns_lab import (
+from pyflannel_lab.netns_lab import (
     NetLab,
     added,
     close_all,

@@ -10,13 +10,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from pyflannel_controller.lab.netns_agents import PREFIX, AgentLab
-from pyflannel_controller.lab.netns_lab import LabHost
+from pyflannel_lab.netns_agents import PREFIX, AgentLab
+from pyflannel_lab.netns_lab import LabHost
 from tests.integration.test_agent_e2e import wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 
-RUN_CLI = "import sys; from pyflannel_runtime.cli import main; sys.exit(main(sys.argv[1:]))"
+RUN_CLI = "import sys; from pyflannel_runtime.cli.main import main; sys.exit(main(sys.argv[1:]))"
 # A peer that only exists in etcd: once every agent has programmed it, the writes before it
 # in the watch (the hostile ones) have been handled too.
 MARKER = "10.244.60.0-24"

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import urllib3
 
-from pyflannel_controller.lab.etcd_server import EtcdTLS
-from pyflannel_runtime.subnet import kube_client
-from pyflannel_runtime.subnet.kube_client import (
+from pyflannel_lab.etcd_server import EtcdTLS
+from pyflannel_runtime.subnet.kube import client as kube_client
+from pyflannel_runtime.subnet.kube.client import (
     KubeApiError,
     KubeClient,
     KubeConfigError,

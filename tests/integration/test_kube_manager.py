@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -15,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from pyflannel_runtime.subnet.kube import (
+from pyflannel_runtime.subnet import backoff
+from pyflannel_runtime.subnet.kube.kube import (
     LIST_PAGE,
     KubeSettings,
     KubeSubnetError,
@@ -202,6 +204,33 @@ def test_a_failed_patch_is_retried_with_the_same_body(api, net_conf) -> None:
     asyncio.run(scenario())
     first, second = api.requests("PATCH", STATUS_PATH)
     assert first.body == second.body
+
+
+def test_failed_patches_are_retried_after_jittered_waits(
+    api, net_conf, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each wait is drawn from [0, 2 x retry_interval]: nodes started together (a restart
+    storm) do not ask the API server together."""
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+    api.fail_next("PATCH", STATUS_PATH, 500, times=3)
+    draws = iter([0.5, 0.125, 1.0])
+    monkeypatch.setattr(backoff, "jitter_source", lambda: next(draws))
+    slept: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(delay: float) -> None:
+        slept.append(delay)
+        await real_sleep(delay)
+
+    async def scenario() -> None:
+        async with manager(api, net_conf) as sm:
+            with monkeypatch.context() as patch:
+                patch.setattr(asyncio, "sleep", sleep)
+                await sm.acquire_lease(ATTRS)
+
+    asyncio.run(scenario())
+    assert len(api.requests("PATCH", STATUS_PATH)) == 4
+    assert slept == [0.1 * 0.5, 0.1 * 0.125, 0.1 * 1.0]  # retry_interval 0.05
 
 
 def test_an_unknown_node_times_out_with_flannels_message(api, net_conf) -> None:
@@ -613,6 +642,37 @@ def test_a_malformed_annotation_skips_that_node_and_keeps_the_others(
     assert 'Error turning node "c" to lease: annotation' in caplog.text
 
 
+def test_a_node_with_a_field_of_the_wrong_type_is_skipped_and_keeps_the_others(
+    api, net_conf, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server's answer whose Node has a number where flannel's annotation is: the page is
+    decoded again node by node (listed), or the event dropped (watched); that node keeps its
+    last good lease and no other is withdrawn."""
+    api.add_node(NODE, pod_cidr="10.244.1.0/24")
+    add_peer(api, "b", 2)
+    add_peer(api, "c", 3)
+    api.add_node_object(
+        {
+            "metadata": {"name": "typed", "uid": "u-typed", "annotations": {P + "public-ip": 7}},
+            "spec": {"podCIDR": "10.244.5.0/24", "podCIDRs": "10.244.5.0/24"},
+        }
+    )
+
+    async def body(peers: Peers) -> None:
+        assert peers.subnets() == {"10.244.2.0/24", "10.244.3.0/24"}
+        api.update_node("c", lambda n: n["metadata"]["annotations"].update({P + "public-ip": 9}))
+        add_peer(api, "marker", 4)
+        await peers.until(lambda: "10.244.4.0/24" in peers.subnets())
+        assert peers.subnets() == {"10.244.2.0/24", "10.244.3.0/24", "10.244.4.0/24"}
+        assert peers.lease_of("10.244.3.0/24").attrs.public_ip == IPv4Address("192.0.2.3")
+        assert all(e.type is EventType.ADDED for e in peers.events)
+
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(watching(api, net_conf, body))
+    assert 'Error reading node "typed": Expected `str | null`, got `int`' in caplog.text
+    assert "Skipped a node watch event that cannot be read: Expected `str | null`" in caplog.text
+
+
 def test_the_watch_never_waits_for_the_consumer(api, net_conf) -> None:
     api.add_node(NODE, pod_cidr="10.244.1.0/24")
     add_peer(api, "b", 2)
@@ -629,9 +689,19 @@ def test_the_watch_never_waits_for_the_consumer(api, net_conf) -> None:
     asyncio.run(watching(api, net_conf, body))
 
 
-def test_a_failed_watch_resumes_from_the_last_resource_version(api, net_conf) -> None:
+def test_a_failed_watch_resumes_from_the_last_resource_version(
+    api, net_conf, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """...after jittered waits: up to 0.1 s, doubling with each failure in a row."""
     api.add_node(NODE, pod_cidr="10.244.1.0/24")
     add_peer(api, "b", 2)
+    draws: list[float] = []
+
+    def draw() -> float:
+        draws.append(random.random())
+        return draws[-1]
+
+    monkeypatch.setattr(backoff, "jitter_source", draw)
 
     async def body(peers: Peers) -> None:
         await asyncio.to_thread(api.wait_for_watches, 1)
@@ -645,6 +715,15 @@ def test_a_failed_watch_resumes_from_the_last_resource_version(api, net_conf) ->
     watches = [r for r in api.requests("GET", "/api/v1/nodes") if "watch" in r.query]
     assert len(watches) >= 3  # the first stream, two refused attempts, the resumed one
     assert len({r.query["resourceVersion"][0] for r in watches}) == 1
+    waits = [
+        float(m.group(1))
+        for r in caplog.records
+        if (m := re.search(r"Node watch failed \(retrying in (\d+\.\d)s\)", r.getMessage()))
+    ]
+    # The two refusals, after the stream that ended (a failure too when it ended within a
+    # second of its start, with nothing in it): one failure after another.
+    assert len(waits) == len(draws) in (2, 3)
+    assert waits == [round(0.1 * 2**n * d, 1) for n, d in enumerate(draws)]
 
 
 def test_a_kubeconfig_file_is_used_and_the_api_url_overrides_its_server(

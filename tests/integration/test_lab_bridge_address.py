@@ -12,11 +12,12 @@ import secrets
 import subprocess
 import sys
 from ipaddress import IPv4Network
+from pathlib import Path
 
 import pytest
 
-from pyflannel_controller.lab.netns_lab import NetLab
-from pyflannel_controller.lab.underlay import gateway, host_mac
+from pyflannel_lab.netns_lab import NetLab
+from pyflannel_lab.underlay import gateway, host_mac
 
 pytestmark = [pytest.mark.root]
 
@@ -55,8 +56,9 @@ def test_the_podman_labs_bridge_keeps_its_address() -> None:
         subprocess.run(
             ["ip", "netns", "exec", ns, sys.executable, "-c",
              "from ipaddress import IPv4Network\n"
-             "from pyflannel_controller.lab.underlay import create_bridge\n"
+             "from pyflannel_lab.underlay import create_bridge\n"
              f"create_bridge('plabtest', IPv4Network('{slot}'))"],
+            cwd=Path(__file__).resolve().parents[2],  # the lab runs from the checkout
             check=True,
         )  # fmt: skip
         join_a_low_port(ns, "plabtest")

@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 import yaml
 
-from pyflannel_controller.lab import hosts, underlay
-from pyflannel_controller.lab.errors import LabError
-from pyflannel_controller.lab.paths import LabPaths, cache_dir
-from pyflannel_controller.lab.podman import Podman
-from pyflannel_controller.lab.rootns import nsdelegate_mounts
+from pyflannel_lab import hosts, underlay
+from pyflannel_lab.errors import LabError
+from pyflannel_lab.paths import LabPaths, cache_dir
+from pyflannel_lab.podman import Podman
+from pyflannel_lab.rootns import nsdelegate_mounts
 
 # The first run builds the host image (about a minute or two); the timeout is a hang guard.
 pytestmark = [pytest.mark.root, pytest.mark.podman, pytest.mark.timeout(1200)]
@@ -247,9 +247,11 @@ def test_a_failed_start_takes_down_what_it_made(
 
 
 def test_no_free_underlay_range_is_a_clear_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    paths = LabPaths(tmp_path / "state", tmp_path / "hosts.yml")
+    # A short name: SSH's control sockets go under the state directory.
+    scratch = tmp_path_factory.mktemp("labnone")
+    paths = LabPaths(scratch / "state", scratch / "hosts.yml")
     taken = [IPv4Network("198.51.100.0/24"), IPv4Network("203.0.113.0/24")]
     monkeypatch.setattr(underlay, "root_routes", lambda: taken)
     with pytest.raises(LabError, match=r"no free /26 .* 198\.51\.100\.0/24, 203\.0\.113\.0/24"):

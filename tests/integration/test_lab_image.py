@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from pyflannel_controller.lab import rootfs
-from pyflannel_controller.lab.aptsources import MIRROR_ENV
-from pyflannel_controller.lab.podman import Podman
+from pyflannel_lab import rootfs
+from pyflannel_lab.aptsources import MIRROR_ENV
+from pyflannel_lab.podman import Podman
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 

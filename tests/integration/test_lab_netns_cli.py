@@ -18,7 +18,9 @@ import pytest
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]
 
-NETNS_LAB = [sys.executable, "-m", "pyflannel_controller.lab", "netns"]
+# The lab runs from the checkout: no wheel installs it.
+ROOT = Path(__file__).resolve().parents[2]
+NETNS_LAB = [sys.executable, "-m", "pyflannel_lab", "netns"]
 SUMMARY = "3 leases, 2 peers programmed, 0 missing, 0 stale; agent ready"
 
 
@@ -42,7 +44,9 @@ def _alive(pid: int, marker: str) -> bool:
 def test_lab_up_prints_status_and_reachability_then_down_cleans_up(tmp_path: Path) -> None:
     state_file = tmp_path / "state.json"
     env = dict(os.environ, PYFLANNEL_NETNS_LAB_STATE=str(state_file))
-    up = subprocess.run([*NETNS_LAB, "up"], env=env, capture_output=True, text=True, timeout=300)
+    up = subprocess.run(
+        [*NETNS_LAB, "up"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     state = json.loads(state_file.read_text()) if state_file.exists() else None
     try:
         assert up.returncode == 0, up.stdout + up.stderr
@@ -64,12 +68,13 @@ def test_lab_up_prints_status_and_reachability_then_down_cleans_up(tmp_path: Pat
         assert pasted.returncode == 0, pasted.stdout + pasted.stderr
         assert pasted.stdout.endswith(f"\n{SUMMARY}\n")
         again = subprocess.run(
-            [*NETNS_LAB, "up"], env=env, capture_output=True, text=True, timeout=60
+            [*NETNS_LAB, "up"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
         )
         assert again.returncode == 1 and "already up" in again.stderr
     finally:
         down = subprocess.run(
             [*NETNS_LAB, "down"],
+            cwd=ROOT,
             env=env,
             capture_output=True,
             text=True,

@@ -23,11 +23,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pyflannel_controller.lab.etcd_server import EtcdServer, start_etcd
+from pyflannel_lab.etcd_server import EtcdServer, start_etcd
 from pyflannel_runtime.netlink.netns import run_in_netns
 from pyflannel_runtime.ops.verify import Datapath, Host, verify
-from pyflannel_runtime.subnet.etcd import EtcdSettings
-from pyflannel_runtime.subnet.etcd_client import Endpoint, EtcdClient
+from pyflannel_runtime.subnet.etcd.client import Endpoint, EtcdClient
+from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
 from tests.unit.plugins.conftest import run_module_main
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]

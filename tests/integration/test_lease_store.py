@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from ansible_collections.pyflannel.network.plugins.modules import lease as lease_module
 
-from pyflannel_controller.lab.etcd_server import EtcdServer
+from pyflannel_lab.etcd_server import EtcdServer
 from pyflannel_runtime.ops.lease import LeaseOpError, NodeLease, release_etcd
-from pyflannel_runtime.subnet.annotations import Annotations
-from pyflannel_runtime.subnet.etcd import EtcdSettings
-from pyflannel_runtime.subnet.kube_nodes import NodeLeaseTracker
+from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
+from pyflannel_runtime.subnet.kube.annotations import Annotations
+from pyflannel_runtime.subnet.kube.nodes import NodeLeaseTracker
 from pyflannel_runtime.wire.lease import EventType
 from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data
 from tests.fakes.kube_api import FakeKubeApi

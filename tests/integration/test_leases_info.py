@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from pyflannel_controller.lab.etcd_server import EtcdServer
-from pyflannel_controller.lab.playbook import run_playbook
+from pyflannel_lab.etcd_server import EtcdServer
+from pyflannel_lab.playbook import run_playbook
 from pyflannel_runtime.ops.leases import InventoryHost, read_leases, report_dict
-from pyflannel_runtime.subnet.etcd import EtcdSettings
-from pyflannel_runtime.subnet.kube import KubeSettings
+from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
+from pyflannel_runtime.subnet.kube.kube import KubeSettings
 from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data
 from tests.fakes.kube_api import FakeKubeApi
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pyflannel_controller.lab import hosts
-from pyflannel_controller.lab.paths import LabPaths
+from pyflannel_lab import hosts
+from pyflannel_lab.paths import LabPaths
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 

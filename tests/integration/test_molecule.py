@@ -116,7 +116,7 @@ def test_backend_scenarios_on_shared_hosts(capsys: pytest.CaptureFixture[str]) -
             check=True,
         )
         subprocess.run(
-            [sys.executable, "-m", "pyflannel_controller.lab", "hosts", "down"],
+            [sys.executable, "-m", "pyflannel_lab", "hosts", "down"],
             cwd=ROOT,
             env=dict(molecule_env(), PYFLANNEL_LAB_STATE=str(MOLECULE_LAB_STATE)),
             check=True,

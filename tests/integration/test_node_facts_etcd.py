@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from ansible_collections.pyflannel.network.plugins.modules import node_facts
 
-from pyflannel_controller.lab.etcd_server import EtcdServer
+from pyflannel_lab.etcd_server import EtcdServer
 from tests.integration.etcd_tls import make_tls_material
 from tests.unit.plugins.conftest import RunModule, run_module_main
 

@@ -10,12 +10,12 @@ from ipaddress import ip_address
 
 import pytest
 
-from pyflannel_controller.lab.netns_agents import AgentLab
-from pyflannel_controller.lab.netns_lab import LabHost
+from pyflannel_lab.netns_agents import AgentLab
+from pyflannel_lab.netns_lab import LabHost
 from pyflannel_runtime.netlink.entries import Action, Fdb, Neigh, Op, Route
 from pyflannel_runtime.ops.repair import RepairError, apply_repair, plan_repair
 from pyflannel_runtime.ops.verify import Datapath, Host, VerifyReport, verify
-from pyflannel_runtime.subnet.etcd import EtcdSettings
+from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
 from tests.integration.test_agent_e2e import wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.etcd]

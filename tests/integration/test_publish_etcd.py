@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from pyflannel_controller.lab.etcd_server import EtcdServer
+from pyflannel_lab.etcd_server import EtcdServer
 from pyflannel_runtime.ops.publish import PublishError, Reservation, publish
-from pyflannel_runtime.subnet.etcd import EtcdSettings
+from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
 from tests.integration.etcd_tls import make_tls_material
 
 pytestmark = pytest.mark.etcd
@@ -104,7 +104,7 @@ def test_a_new_reservation_over_tls_with_client_certificates(
 def test_pyflannel_config_publish_dry_run_then_publish(
     etcd_server: EtcdServer, etcd_prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pyflannel_runtime.cli import main
+    from pyflannel_runtime.cli.main import main
 
     net_conf = tmp_path / "net-conf.json"
     net_conf.write_text(CONFIG)

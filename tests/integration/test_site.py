@@ -1,9 +1,11 @@
-"""site.yml against real systemd hosts over SSH (the podman lab of pyflannel_controller.lab): etcd
+"""site.yml against real systemd hosts over SSH (the podman lab of pyflannel_lab): etcd
 with TLS, the CNI plugin and pyflanneld (vxlan), then the checks an operator relies on.
 
 One lab serves the whole module, in this order: bad inventories and check mode first (on
-untouched hosts, so "nothing changed" is strict), then the first run and the idempotent re-run,
-the same cluster from a kubespray INI inventory, the installed collection tarball's modules from
+untouched hosts, so "nothing changed" is strict), then the first run and the idempotent re-run
+(with the agents' file_sd document for Prometheus), a real Prometheus scraping every agent
+through it (each metric, the dashboard's queries, the agent-down alert of a stopped agent), the
+same cluster from a kubespray INI inventory, the installed collection tarball's modules from
 a playbook outside the repository, route drift, a host restart, the unit's sandbox score, a VNI
 switch given as `-e key=value`, a backend switch, reset.yml and a run that brings the nodes back,
 and last the installed tarball's own playbooks from outside the repository: its reset, its site
@@ -15,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import math
 import re
 import shlex
 import shutil
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,20 +31,22 @@ from typing import Any
 import pytest
 import yaml
 
-from pyflannel_controller.lab.playbook import (
+from pyflannel_lab.playbook import (
     LAB_INVENTORY,
     WHEELHOUSE_CACHE,
     PlaybookRun,
     run_playbook,
 )
-from pyflannel_runtime.subnet.etcd import EtcdSettings, EtcdSubnetManager
-from tests.integration.collection_tarball import build, install, play_outside, run_outside
+from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings, EtcdSubnetManager
+from tests.integration.collection_tarball import install, play_outside, run_outside
+from tests.integration.prometheus_server import Prometheus, dashboard_queries, prometheus_for
+from tests.integration.scrape import promtool_problems
 from tests.integration.site_lab import SNAPSHOT, assert_converged, lab_hosts
 from tests.integration.site_lab import on_host as ssh
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 
-hosts_api = pytest.importorskip("pyflannel_controller.lab.hosts")
+hosts_api = pytest.importorskip("pyflannel_lab.hosts")
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +56,17 @@ def lab() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def tarball(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The collection tarball, built once for the tests that install it."""
-    return build(tmp_path_factory.mktemp("tarball"))
+def file_sd(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where site.yml writes the agents' file_sd document (flannel_prometheus_file_sd_path)."""
+    return tmp_path_factory.mktemp("file-sd") / "pyflannel-nodes.json"
+
+
+@pytest.fixture(scope="module")
+def prometheus(
+    lab: Any, file_sd: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Prometheus]:
+    with prometheus_for(file_sd, tmp_path_factory.mktemp("prometheus")) as server:
+        yield server
 
 
 def report(capsys: pytest.CaptureFixture[str], line: str) -> None:
@@ -93,9 +107,7 @@ def test_bad_inventories_fail_in_preflight_and_change_nothing(lab: Any, tmp_path
     for case, (extra_vars, host_vars, named) in BAD_INVENTORIES.items():
         extra = tmp_path / f"{case.replace(' ', '-')}.yml"
         extra.write_text(json.dumps({"all": {"hosts": host_vars}}))
-        run = run_playbook(
-            "site.yml", inventories=[Path("inventories/lab"), extra], extra_vars=extra_vars
-        )
+        run = run_playbook("site.yml", inventories=[LAB_INVENTORY, extra], extra_vars=extra_vars)
         assert run.returncode != 0, f"{case}: {run.explain()}"
         assert re.search(named, run.output), f"{case}: {run.explain()}"
         assert "TASK [pyflannel.network.etcd" not in run.output, f"{case}: {run.explain()}"
@@ -103,12 +115,13 @@ def test_bad_inventories_fail_in_preflight_and_change_nothing(lab: Any, tmp_path
 
 
 def test_check_mode_on_new_hosts_says_what_it_would_do_and_changes_nothing(
-    lab: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    lab: Any, tmp_path: Path, file_sd: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A brand-new inventory: no runtime on the hosts, no etcd CA on the controller yet."""
     before = snapshot(lab)
     pki = tmp_path / "etcd-pki"
-    run = run_playbook("site.yml", "--check", extra_vars={"flannel_etcd_pki_dir": str(pki)})
+    settings = {"flannel_etcd_pki_dir": str(pki), "flannel_prometheus_file_sd_path": str(file_sd)}
+    run = run_playbook("site.yml", "--check", extra_vars=settings)
     assert run.returncode == 0 and not run.failed_hosts(), run.explain()
     assert all(changed > 0 for changed in run.changed().values()), run.explain()
     for said in (
@@ -120,6 +133,8 @@ def test_check_mode_on_new_hosts_says_what_it_would_do_and_changes_nothing(
         assert said in " ".join(run.output.split()), run.explain()
     assert snapshot(lab) == before
     assert not pki.exists()
+    assert "TASK [pyflannel.network.agent : Agent | Write the Prometheus file_sd" in run.output
+    assert not file_sd.exists()
     report(capsys, f"site.yml --check on new hosts: {run.seconds:.0f} s")
 
 
@@ -133,14 +148,22 @@ RERUN_MODULES_ONCE = 2
 
 
 @pytest.mark.timeout(900)
-def test_site_converges_and_the_rerun_changes_nothing(lab: Any) -> None:
-    first = run_playbook("site.yml")
+def test_site_converges_and_the_rerun_changes_nothing(lab: Any, file_sd: Path) -> None:
+    sd = {"flannel_prometheus_file_sd_path": str(file_sd)}
+    first = run_playbook("site.yml", extra_vars=sd)
     assert_converged(first, lab.names())
     for name in lab.names():
         assert ssh(lab, name, "systemctl is-active pyflanneld").strip() == "active"
         assert "FLANNEL_SUBNET=10.244." in ssh(lab, name, "cat /run/flannel/subnet.env")
+    # One target per node, where Ansible reaches it, on the health port.
+    labels = {"backend": "vxlan", "network": "10.244.0.0/16"}
+    assert json.loads(file_sd.read_text()) == [
+        {"targets": [f"{host.address}:8081"], "labels": {"node": host.name, **labels}}
+        for host in lab.hosts
+    ]
+    assert oct(file_sd.stat().st_mode & 0o777) == "0o644"
     addresses = {host.name: str(host.address) for host in lab.hosts}
-    again = run_playbook("site.yml", count_modules=addresses)
+    again = run_playbook("site.yml", extra_vars=sd, count_modules=addresses)
     # Nothing changed and every node checked clean: the connectivity suite is left out.
     assert_converged(again, lab.names(), suite=False)
     assert again.changed() == dict.fromkeys(lab.names(), 0), again.explain()
@@ -149,6 +172,137 @@ def test_site_converges_and_the_rerun_changes_nothing(lab: Any) -> None:
     assert sum(modules.values()) <= RERUN_MODULES_PER_HOST * len(modules) + RERUN_MODULES_ONCE
     # Every host's datapath was still checked, by the preflight.
     assert again.output.count("0 missing, 0 stale; agent ready") == len(lab.names())
+
+
+# docs/metrics.md's metrics an etcd and vxlan agent serves (udp's: test_site_kube_udp.py).
+METRICS = (
+    "pyflannel_build_info",
+    "pyflannel_ready",
+    "pyflannel_leases",
+    "pyflannel_peers",
+    "pyflannel_peers_programmed",
+    "pyflannel_leases_rejected",
+    "pyflannel_own_lease_expiry_timestamp_seconds",
+    "pyflannel_lease_renewals_total",
+    "pyflannel_lease_renewal_failures_total",
+    "pyflannel_datastore_watch_restarts_total",
+    "pyflannel_event_to_kernel_seconds_bucket",
+    "pyflannel_event_to_kernel_seconds_count",
+    "pyflannel_drift_repairs_total",
+    "pyflannel_subnets_free",
+    "pyflannel_subnet_pool_size",
+)
+# A peer's lease put by hand and deleted again: two lease events for every agent.
+EXTRA_LEASE = (
+    "/coreos.com/network/subnets/10.244.250.0-24",
+    json.dumps({"PublicIP": "203.0.113.250", "BackendType": "vxlan",
+                "BackendData": {"VNI": 1, "VtepMAC": "02:00:00:00:00:fa"}}),
+)  # fmt: skip
+
+
+def by_node(prometheus: Prometheus, expr: str) -> dict[str, float]:
+    """An instant query's value for each node."""
+    return {r["metric"]["node"]: float(r["value"][1]) for r in prometheus.query(expr)}
+
+
+def a_peer_comes_and_goes(lab: Any, prometheus: Prometheus) -> None:
+    """Two lease events on every agent: a peer's lease put, programmed, deleted, withdrawn."""
+    names = sorted(lab.names())
+    key, value = EXTRA_LEASE
+    etcdctl(lab, "put", key, value)
+    prometheus.wait(
+        "every agent programs the third peer",
+        lambda: by_node(prometheus, "pyflannel_peers_programmed") == dict.fromkeys(names, 3),
+    )
+    etcdctl(lab, "del", key)
+    prometheus.wait(
+        "every agent withdraws it",
+        lambda: by_node(prometheus, "pyflannel_peers_programmed") == dict.fromkeys(names, 2),
+    )
+
+
+def test_prometheus_scrapes_every_agent_through_the_file_sd_document(
+    lab: Any, prometheus: Prometheus, capsys: pytest.CaptureFixture[str]
+) -> None:
+    names = sorted(lab.names())
+    prometheus.wait(
+        "up == 1 for every node", lambda: sorted(by_node(prometheus, "up == 1")) == names
+    )
+    targets = [r["metric"] for r in prometheus.query('up{job="pyflannel"}')]
+    assert {(m["backend"], m["network"]) for m in targets} == {("vxlan", "10.244.0.0/16")}
+    a_peer_comes_and_goes(lab, prometheus)
+    for metric in METRICS:
+        assert sorted({r["metric"]["node"] for r in prometheus.query(metric)}) == names, metric
+    assert by_node(prometheus, "pyflannel_ready") == dict.fromkeys(names, 1)
+    assert by_node(prometheus, "pyflannel_leases") == dict.fromkeys(names, 3)
+    assert by_node(prometheus, "pyflannel_peers") == dict.fromkeys(names, 2)
+    assert all(
+        n >= 2 for n in by_node(prometheus, "pyflannel_event_to_kernel_seconds_count").values()
+    )
+    left = by_node(prometheus, "pyflannel_own_lease_expiry_timestamp_seconds - time()")
+    assert all(0 < seconds <= 24 * 3600 for seconds in left.values()), left
+
+    # The agent's own answer, as Prometheus reads it.
+    url = f"http://{lab.host('node1').address}:8081/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        content_type, text = answer.headers["Content-Type"], answer.read().decode()
+    assert content_type == "text/plain; version=0.0.4; charset=utf-8"
+    assert promtool_problems(text) == ""
+    report(capsys, f"GET {url} (promtool check metrics: no problem):\n{text}")
+
+
+# The dashboard's variables as Grafana fills them in: every node, and a rate window that holds
+# several of the lab's 1 s scrapes.
+DASHBOARD_VARIABLES = {"$__rate_interval": "1m", "$node": ".*"}
+# Panels that show something in any running cluster (udp's drops, repairs, restarts and
+# failures are empty until something happens).
+CORE_PANELS = {
+    "Agents up and ready",
+    "Leases",
+    "Peers programmed",
+    "Own lease expires in",
+    "Lease event to kernel latency",
+}
+
+
+def test_every_dashboard_query_answers_and_the_core_panels_show_every_node(
+    lab: Any, prometheus: Prometheus
+) -> None:
+    queries = dashboard_queries(DASHBOARD_VARIABLES)
+    assert {title for title, _ in queries} >= CORE_PANELS
+    a_peer_comes_and_goes(lab, prometheus)  # events inside the latency panel's window
+    for title, expr in queries:
+        result = prometheus.query(expr)  # an error fails here
+        if title in CORE_PANELS:
+            values = {r["metric"].get("node"): float(r["value"][1]) for r in result}
+            assert sorted(values) == sorted(lab.names()), (title, expr, result)
+            assert all(math.isfinite(v) for v in values.values()), (title, expr, result)
+
+
+def firing(prometheus: Prometheus) -> set[tuple[str, str]]:
+    """The alerts that fire: (name, node)."""
+    found = prometheus.query('ALERTS{alertstate="firing"}')
+    return {(r["metric"]["alertname"], r["metric"].get("node", "")) for r in found}
+
+
+def test_a_stopped_agent_fires_its_agent_down_alert(lab: Any, prometheus: Prometheus) -> None:
+    """With the shipped rules, their waits 0 s (prometheus_server.rules_without_waits: the
+    durations are tests/prometheus/pyflannel.rules.test.yml's)."""
+    assert firing(prometheus) == set()
+    ssh(lab, "node3", "systemctl stop pyflanneld")
+    try:
+        prometheus.wait(
+            "PyflannelAgentDown fires for node3",
+            lambda: ("PyflannelAgentDown", "node3") in firing(prometheus),
+        )
+        assert firing(prometheus) == {("PyflannelAgentDown", "node3")}
+    finally:
+        ssh(lab, "node3", "systemctl start pyflanneld")
+    prometheus.wait(
+        "node3 is scraped and ready again",
+        lambda: by_node(prometheus, "pyflannel_ready == 1") == dict.fromkeys(lab.names(), 1),
+    )
+    prometheus.wait("no alert fires", lambda: firing(prometheus) == set())
 
 
 def kubespray_ini(lab_inventory: Path) -> str:
@@ -245,9 +399,9 @@ OUTSIDE_PLAYBOOK = """
 
 
 def test_the_installed_collections_modules_need_no_options_on_a_provisioned_node(
-    lab: Any, tarball: Path, tmp_path: Path
+    lab: Any, collection_tarball: Path, tmp_path: Path
 ) -> None:
-    installed = install(tmp_path, tarball)
+    installed = install(tmp_path, collection_tarball)
     work = tmp_path / "elsewhere"
     work.mkdir()
     (work / "play.yml").write_text(OUTSIDE_PLAYBOOK)
@@ -528,13 +682,13 @@ def test_reset_removes_ours_and_only_ours_and_site_converges_again(
 
 @pytest.mark.timeout(900)  # a reset, a first run and a re-run, on a busy machine
 def test_the_installed_tarballs_playbooks_provision_the_lab_from_outside(
-    lab: Any, tarball: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    lab: Any, collection_tarball: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """From a directory holding only the installed tarball and the lab's inventory (with the etcd
     CA beside it, where the etcd role keeps it for any inventory): no ansible.cfg, no checkout."""
     work = tmp_path / "elsewhere"
     work.mkdir()
-    installed = install(work, tarball, into="collections")
+    installed = install(work, collection_tarball, into="collections")
     shutil.copytree(LAB_INVENTORY, work / "inventory")
     shutil.copytree(
         Path(f"{LAB_INVENTORY}-credentials") / "etcd-pki",

@@ -4,7 +4,8 @@ offload (off and auto) and nothing left behind.
 
 One lab serves the module, in this order: a healthy first run; the suite skipped, alone and
 timed; a broken UDP checksum path (tests/integration/csum_fault.py on node1's underlay) that
-fails its row, naming the offload; ``flannel_vxlan_tx_checksum_offload: off`` (off after the
+fails its row, naming the offload, each failing node's diagnostics bundle fetched to the
+controller; ``flannel_vxlan_tx_checksum_offload: off`` (off after the
 agent's start, its restart and the device's deletion by hand; the broken path then passes);
 ``auto`` (the broken path turns node1's offload off, with the reason in the summary); a
 FORWARD policy of DROP without flannel's forward rules (named), and with them (harmless).
@@ -16,16 +17,20 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
+import stat
 import subprocess
+import tarfile
 import textwrap
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from pyflannel_controller.lab.playbook import PlaybookRun, run_playbook
+from pyflannel_lab.playbook import LAB_INVENTORY, PlaybookRun, run_playbook
 from tests.integration.csum_fault import COMMENT, fault_on_host
 from tests.integration.site_lab import assert_converged, lab_hosts
 from tests.integration.site_lab import on_host as ssh
@@ -38,6 +43,8 @@ VERIFY = ("--tags", "flannel_preflight,flannel_verify,flannel_connectivity")
 SUITE_ALONE = ("--tags", "flannel_preflight,flannel_connectivity")
 PYFLANNEL = "/opt/pyflannel/venv/bin/pyflannel"
 VERDICT_FILE = "/var/lib/pyflannel/vxlan-tx-checksum-offload"
+# Where the verify role sends a failing node's diagnostics bundle (flannel_bundle_dir's default).
+BUNDLES = Path(f"{LAB_INVENTORY}-bundles")
 OFFLOAD_CAUSE = (
     "UDP from node1 arrives with bad checksums (the receivers count UdpInCsumErrors): node1's "
     "flannel.1 sends with tx checksum offload on, the VXLAN checksum offload fault (flannel "
@@ -157,12 +164,61 @@ def test_the_suite_can_be_skipped_and_run_alone(lab: Any, timings: dict[str, flo
     timings["the suite alone (with the preflight)"] = alone.seconds
 
 
+def fetched_bundle(run: PlaybookRun, node: str) -> Path:
+    """The diagnostics bundle the verify role's failure of a node names (the callback folds
+    its message over lines)."""
+    for block in run.output.split(f"fatal: [{node}]: FAILED! =>")[1:]:
+        message = " ".join(block.split("\n\n", 1)[0].split())
+        found = re.search(r"diagnostics bundle: (/\S+?\.tar\.gz)", message)
+        if found is not None:
+            return Path(found.group(1))
+    raise AssertionError(f"no failure of {node} names a bundle:\n{run.explain()}")
+
+
+def bundle_files(path: Path) -> dict[str, bytes]:
+    """The files of a bundle, by their path inside its directory."""
+    with tarfile.open(path, "r:gz") as tar:
+        return {
+            member.name.split("/", 1)[1]: handle.read()
+            for member in tar.getmembers()
+            if member.isfile() and (handle := tar.extractfile(member)) is not None
+        }
+
+
 def test_a_broken_checksum_path_fails_its_row_and_names_the_offload(
     lab: Any, capsys: pytest.CaptureFixture[str], timings: dict[str, float]
 ) -> None:
+    shutil.rmtree(BUNDLES, ignore_errors=True)
     with fault_on_host(container_pid(lab, "node1")):
         broken = run_playbook("site.yml", *VERIFY)
     assert broken.returncode != 0 and "node1" in broken.failed_hosts(), broken.explain()
+    # Every node that failed (the others' UDP to node1 breaks too) fetched its own bundle.
+    bundles = {name: fetched_bundle(broken, name) for name in broken.failed_hosts()}
+    assert sorted(p.name for p in BUNDLES.iterdir()) == sorted(p.name for p in bundles.values())
+    bundle = bundles["node1"]
+    assert bundle.parent == BUNDLES and bundle.name.startswith("node1-"), bundle
+    assert stat.S_IMODE(bundle.stat().st_mode) == 0o600
+    assert stat.S_IMODE(BUNDLES.stat().st_mode) == 0o700
+    files = bundle_files(bundle)
+    with capsys.disabled():
+        print(f"\n--- node1's diagnostics bundle, {bundle.stat().st_size} bytes: {bundle}")
+        print("\n".join(f"  {name} ({len(data)} bytes)" for name, data in files.items()))
+    manifest = json.loads(files["manifest.json"])
+    assert manifest["node"] == "node1" and manifest["complete"] is True, files["errors.txt"]
+    assert {"status.json", "ipam.json", "leases.json", "network-config.json",
+            "files/subnet.env", "files/10-flannel.conflist", "files/pyflanneld.env",
+            "kernel/devices.json", "kernel/routes.json", "kernel/neighbours.json",
+            "kernel/fdb.json", "firewall/iptables-save.txt", "systemd/pyflanneld.service",
+            "systemd/journal.txt", "versions.json"} <= set(files)  # fmt: skip
+    assert json.loads(files["status.json"])["agent"]["state"] == "ready"
+    assert b"ExecStart=/opt/pyflannel/venv/bin/pyflanneld" in files["systemd/pyflanneld.service"]
+    assert b"pyflanneld" in files["systemd/journal.txt"]
+    keyfile = ssh(lab, "node1", ". /etc/pyflannel/pyflanneld.env && echo $FLANNELD_ETCD_KEYFILE")
+    key = ssh(lab, "node1", f"cat {keyfile.strip()}")
+    key_lines = [line for line in key.splitlines() if line and not line.startswith("-----")]
+    everything = b"\n".join(files.values())
+    assert key_lines and not [line for line in key_lines if line.encode() in everything]
+    assert f"FLANNELD_ETCD_KEYFILE={keyfile.strip()}".encode() in files["files/pyflanneld.env"]
     lines = summary(broken)
     report(capsys, "broken UDP checksum path on node1's underlay, offload on", broken)
     checksums = cross(matrix(lines), "UDP checksums, 200-datagram burst")
@@ -254,6 +310,7 @@ def test_a_forward_drop_policy_is_named_without_forward_rules_and_harmless_with_
         lines = summary(dropped)
         report(capsys, "FORWARD policy DROP on node2, forward rules off", dropped)
         assert dropped.returncode != 0, dropped.explain()
+        assert all(fetched_bundle(dropped, name).is_file() for name in dropped.failed_hosts())
         icmp = cross(matrix(lines), "pod→pod ICMP")
         assert icmp == {"1→2": "FAIL", "1→3": "ok", "2→1": "FAIL", "2→3": "FAIL", "3→1": "ok",
                         "3→2": "FAIL"}, lines  # fmt: skip

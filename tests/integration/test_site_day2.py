@@ -19,22 +19,24 @@ out and ends at its last, so a Network alone holds 2^n - 1 leases: a /22 three, 
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 import shlex
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pyflannel_controller.lab.playbook import ROOT, PlaybookRun, run_playbook
+from pyflannel_lab.playbook import LAB_INVENTORY, PlaybookRun, run_playbook
 from tests.integration.site_lab import ASK_FOR_THE_SUITE, SNAPSHOT, assert_converged, lab_hosts
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 
-hosts_api = pytest.importorskip("pyflannel_controller.lab.hosts")
+hosts_api = pytest.importorskip("pyflannel_lab.hosts")
 
 NETWORK = {
     "flannel_network": "10.244.0.0/21",
@@ -43,7 +45,7 @@ NETWORK = {
 }
 LEASES = [ipaddress.ip_network(f"10.244.{n}.0/24") for n in range(4, 8)]
 PREFIX = "/coreos.com/network"
-PKI = ROOT / "inventories" / "lab-credentials" / "etcd-pki"
+PKI = Path(f"{LAB_INVENTORY}-credentials") / "etcd-pki"
 # The removal's bound, from the issue; the measured time is printed.
 FORGET_WITHIN = 10.0
 # The bound for a refused node to take a released subnet by itself (issue 25), printed too.
@@ -54,6 +56,13 @@ TAKE_WITHIN = 10.0
 def lab() -> Iterator[Any]:
     with lab_hosts(3) as state:
         yield state
+
+
+@pytest.fixture(scope="module")
+def file_sd(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The agents' file_sd document for Prometheus, as an extra var of site.yml."""
+    path = tmp_path_factory.mktemp("file-sd") / "pyflannel-nodes.json"
+    return {"flannel_prometheus_file_sd_path": str(path)}
 
 
 def current() -> Any:
@@ -135,18 +144,25 @@ def assert_matrix(played: PlaybookRun, names: list[str]) -> None:
     assert "every pod reaches every other pod; every scenario passed" in summary, summary
 
 
-def test_site_converges_on_a_network_with_room_for_four_leases(lab: Any) -> None:
-    played = site()
+def test_site_converges_on_a_network_with_room_for_four_leases(
+    lab: Any, file_sd: dict[str, str]
+) -> None:
+    played = site(**file_sd)
     assert_converged(played, lab.names())
     assert {subnet_of(name) for name in lab.names()} <= set(LEASES)
 
 
-def test_a_limited_rerun_and_check_change_nothing_and_check_every_pod(lab: Any) -> None:
+def test_a_limited_rerun_and_check_change_nothing_and_check_every_pod(
+    lab: Any, file_sd: dict[str, str]
+) -> None:
     others = snapshots(["node1", "node3"])
     # A run that changes nothing runs the connectivity suite only when asked.
-    played = site("--limit", "node2", **ASK_FOR_THE_SUITE)
+    played = site("--limit", "node2", **ASK_FOR_THE_SUITE, **file_sd)
     assert_converged(played, ["node2"])
+    # Nothing changed, the file_sd document included: it still lists every node.
     assert played.changed() == {"node2": 0}, played.explain()
+    document = json.loads(Path(file_sd["flannel_prometheus_file_sd_path"]).read_text())
+    assert [group["labels"]["node"] for group in document] == ["node1", "node2", "node3"]
     # The whole cluster was checked: the other nodes' pods joined the matrix.
     assert_matrix(played, ["node1", "node2", "node3"])
     checked = site("--check", "--limit", "node2")
@@ -224,7 +240,7 @@ def test_a_new_node_joins_with_a_limited_run(
     agents = {name: agent_process(name) for name in ("node1", "node2", "node3")}
     (node4,) = hosts_api.add()
     assert node4.name == "node4"
-    assert "node4:" in (ROOT / "inventories" / "lab" / "hosts.yml").read_text()
+    assert "node4:" in (LAB_INVENTORY / "hosts.yml").read_text()
     monkeypatch.setenv("ANSIBLE_CALLBACKS_ENABLED", "ansible.posix.profile_tasks")
 
     played = site("--limit", "node4")

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from pyflannel_controller.lab.playbook import LAB_INVENTORY, run_playbook
+from pyflannel_lab.playbook import LAB_INVENTORY, run_playbook
 from tests.integration.site_lab import assert_converged, lab_hosts, on_host
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]

@@ -8,8 +8,9 @@ kubeconfig is a controller file (flannel_kubeconfig_src) the agent role copies t
 
 One lab serves the module, in this order: a kubeconfig the nodes lack fails in preflight; the
 kube datastore converges (vxlan) and its re-run changes nothing; then the udp backend (same
-datastore) converges, its re-run changes nothing and its unit keeps the sandbox; last, reset.yml
-removes the copied kubeconfig.
+datastore) converges, its re-run changes nothing and its unit keeps the sandbox, and a real
+Prometheus reads the udp forwarder's and the Kubernetes datastore's metrics through the agents'
+file_sd document; last, reset.yml removes the copied kubeconfig.
 """
 
 from __future__ import annotations
@@ -17,19 +18,22 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
 
-from pyflannel_controller.lab.playbook import run_playbook
+from pyflannel_lab.playbook import run_playbook
 from tests.fakes.kube_api import FLANNEL_AGENT, FakeKubeApi
+from tests.integration.prometheus_server import Prometheus, prometheus_for
+from tests.integration.scrape import promtool_problems, samples
 from tests.integration.site_lab import assert_converged, lab_hosts, on_host
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 
-underlay = pytest.importorskip("pyflannel_controller.lab.underlay")
+underlay = pytest.importorskip("pyflannel_lab.underlay")
 
 PREFIX = "flannel.alpha.coreos.com"
 KUBECONFIG_ON_NODES = "/etc/pyflannel/kubeconfig"
@@ -51,12 +55,19 @@ def lab() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def kube_api(lab: Any) -> Iterator[FakeKubeApi]:
     """The TEST DOUBLE of the Node API, where the hosts reach the controller; the kubeconfig's
-    token may do what the agents' ClusterRole allows (README, "Kubernetes RBAC") and no more."""
+    token may do what the agents' ClusterRole allows (docs/operating.md, "Kubernetes RBAC") and
+    no more."""
     tokens = {TOKEN: FLANNEL_AGENT}
     with FakeKubeApi(host=str(underlay.gateway(lab.network)), tokens=tokens) as api:
         for name in lab.names():
             api.add_node(name, pod_cidr=pod_cidr(name), annotations=KUBELET_ANNOTATION)
         yield api
+
+
+@pytest.fixture(scope="module")
+def file_sd(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where site.yml writes the agents' file_sd document (flannel_prometheus_file_sd_path)."""
+    return tmp_path_factory.mktemp("file-sd") / "pyflannel-nodes.json"
 
 
 class Kube(NamedTuple):
@@ -166,10 +177,14 @@ def test_the_kubernetes_datastore_converges_and_the_rerun_changes_nothing(
 
 
 def test_the_udp_backend_under_systemd(
-    lab: Any, kube: Kube, capsys: pytest.CaptureFixture[str]
+    lab: Any, kube: Kube, file_sd: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     kube_api, kube_vars = kube
-    udp = {**kube_vars, "flannel_backend_type": "udp"}
+    udp = {
+        **kube_vars,
+        "flannel_backend_type": "udp",
+        "flannel_prometheus_file_sd_path": str(file_sd),
+    }
     switch = run_playbook("site.yml", extra_vars=udp)
     assert_converged(switch, lab.names())
     # udp forwards in user space: each peer is checked against the routes the agent's forwarder
@@ -186,7 +201,7 @@ def test_the_udp_backend_under_systemd(
         unit = on_host(lab, name, "systemctl show pyflanneld -p DeviceAllow")
         assert "DeviceAllow=/dev/net/tun rw" in unit, unit
         workers = on_host(lab, name, "systemd-cgls --no-pager --unit pyflanneld.service")
-        assert workers.count("pyflannel_runtime.backend.udp_worker") == 2, workers
+        assert workers.count("pyflannel_runtime.backend.udp.worker") == 2, workers
         # flannel's udp backend leaves BackendType unset: the annotation is empty, its data null.
         assert flannel_annotations(kube_api, name) == {
             "backend-data": "null",
@@ -208,6 +223,50 @@ def test_the_udp_backend_under_systemd(
         f"systemd-analyze security pyflanneld.service: {score[1]} {score[2]}",
     )
     assert float(score[1]) < 5.0, security
+
+
+UDP_DROP_REASONS = (
+    "foreign_source",
+    "malformed",
+    "no_route",
+    "send_errors",
+    "socket_drops",
+    "super_packets_dropped",
+    "ttl_exceeded",
+)
+
+
+def test_prometheus_reads_the_udp_forwarder_and_the_kubernetes_datastore(
+    lab: Any, kube: Kube, file_sd: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    names = sorted(lab.names())
+    assert {group["labels"]["backend"] for group in json.loads(file_sd.read_text())} == {"udp"}
+    with prometheus_for(file_sd, tmp_path / "prometheus") as prometheus:
+        prometheus.wait("up == 1 for every node", lambda: up(prometheus) == names)
+        dropped = prometheus.query("pyflannel_udp_datagrams_dropped_total")
+        assert sorted({(r["metric"]["node"], r["metric"]["reason"]) for r in dropped}) == [
+            (name, reason) for name in names for reason in UDP_DROP_REASONS
+        ]
+        restarts = prometheus.query("pyflannel_datastore_watch_restarts_total")
+        assert {r["metric"]["reason"] for r in restarts} == {"closed", "expired", "error"}
+        assert nodes_of(prometheus, 'pyflannel_build_info{backend="udp"}') == names
+        assert nodes_of(prometheus, "pyflannel_peers_programmed == 2") == names
+        assert nodes_of(prometheus, "pyflannel_lease_renewals_total == 0") == names
+        assert prometheus.query("pyflannel_own_lease_expiry_timestamp_seconds") == []
+    url = f"http://{lab.host('node1').address}:8081/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    assert promtool_problems(text) == ""
+    assert samples(text)['pyflannel_udp_datagrams_dropped_total{reason="malformed"}'] == 0
+    report(capsys, f"node1's /metrics, udp and the Kubernetes datastore:\n{text}")
+
+
+def up(prometheus: Prometheus) -> list[str]:
+    return nodes_of(prometheus, 'up{job="pyflannel"} == 1')
+
+
+def nodes_of(prometheus: Prometheus, expr: str) -> list[str]:
+    return sorted(r["metric"]["node"] for r in prometheus.query(expr))
 
 
 def test_switching_away_from_udp_and_back_converges(lab: Any, kube: Kube) -> None:

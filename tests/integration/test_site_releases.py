@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from pyflannel_controller.lab import hosts
-from pyflannel_controller.lab.playbook import run_playbook
+from pyflannel_lab import hosts
+from pyflannel_lab.playbook import run_playbook
 from tests.integration.site_lab import assert_converged, lab_hosts
 from tests.integration.site_lab import on_host as ssh
 

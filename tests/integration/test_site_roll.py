@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from pyflannel_controller.lab.playbook import ROOT, PlaybookRun, run_playbook
+from pyflannel_lab.playbook import ROOT, PlaybookRun, run_playbook
 from pyflannel_runtime import __version__
 from tests.integration.site_lab import assert_converged, lab_hosts, on_host
 

@@ -22,15 +22,15 @@ from typing import Any
 
 import pytest
 
-from pyflannel_controller.lab.etcd_server import free_port
-from pyflannel_controller.lab.netns_agents import AgentLab
-from pyflannel_controller.lab.netns_lab import LabHost
+from pyflannel_lab.etcd_server import free_port
+from pyflannel_lab.netns_agents import AgentLab
+from pyflannel_lab.netns_lab import LabHost
 from pyflannel_runtime import __version__
-from pyflannel_runtime.cli import main
+from pyflannel_runtime.cli.main import main
 from pyflannel_runtime.netlink.netns import run_in_netns
 from tests.fakes.kube_api import FakeKubeApi
 
-RUN_CLI = "import sys; from pyflannel_runtime.cli import main; sys.exit(main(sys.argv[1:]))"
+RUN_CLI = "import sys; from pyflannel_runtime.cli.main import main; sys.exit(main(sys.argv[1:]))"
 P = "flannel.alpha.coreos.com/"
 
 
@@ -106,10 +106,11 @@ def test_a_route_deleted_by_hand_shows_missing_until_the_agent_repairs_it(lab: A
     finally:
         lab.start_agent(host)
         lab.wait_ready(host)
-    deadline = time.monotonic() + 20
-    while status(lab, host).returncode != 0 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert status(lab, host).returncode == 0, "the agent's reconcile repairs both"
+    repaired = status(lab, host, "--wait", "20")
+    assert repaired.returncode == 0, "the agent's reconcile repairs both: " + repaired.stdout
+    assert repaired.stdout.endswith(
+        "3 leases, 2 peers programmed, 0 missing, 0 stale; agent ready\n"
+    )
 
 
 @pytest.mark.root
@@ -151,6 +152,11 @@ def test_a_stopped_agent_is_down_and_fails_the_status_though_its_datapath_stays(
         )
         report = json.loads(status(lab, host, "-o", "json").stdout)
         assert report["agent"]["state"] == "down" and report["ok"] is False
+        # Waited for, it stays down: the last check is shown when the time is up.
+        waited = status(lab, host, "--wait", "1")
+        assert waited.returncode == 1, waited.stdout + waited.stderr
+        assert waited.stdout == done.stdout
+        assert waited.stderr.endswith("pyflannel status: not healthy after 1s\n"), waited.stderr
         # Asked as for an agent with no health server: no pid file (a clean exit removes it)
         # and no agent process in the host's namespace.
         healthz_off = status(lab, host, "--healthz-port=0")
@@ -162,6 +168,33 @@ def test_a_stopped_agent_is_down_and_fails_the_status_though_its_datapath_stays(
     finally:
         lab.start_agent(host)
         lab.wait_ready(host)
+
+
+@pytest.mark.root
+@pytest.mark.etcd
+def test_status_wait_returns_once_a_stopped_agent_is_back(lab: AgentLab) -> None:
+    host = lab.net.hosts[1]
+    lab.stop_agent(host)
+    assert lab.etcd is not None
+    try:
+        waiting = subprocess.Popen(
+            ["ip", "netns", "exec", host.ns, sys.executable, "-c", RUN_CLI, "status",
+             f"--etcd-endpoints={lab.etcd.endpoint}", f"--subnet-file={lab.subnet_file(host)}",
+             "--healthz-port=8081", "--agent-env=", "--wait=120", "-o", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert waiting.stderr is not None
+        first = waiting.stderr.readline()  # said once the first check found the agent down
+        assert first.startswith("pyflannel status: waiting, ") and first.endswith(
+            ": 3 leases, 2 peers programmed, 0 missing, 0 stale; agent down\n"
+        ), first
+    finally:
+        lab.start_agent(host)
+        lab.wait_ready(host)
+    out, rest = waiting.communicate(timeout=150)
+    assert waiting.returncode == 0, first + rest
+    report = json.loads(out)
+    assert report["ok"] is True and report["agent"]["state"] == "ready"
 
 
 def pid_file(lab: AgentLab, host: LabHost) -> Path:

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from pyflannel_controller.lab.flood import inner_packet
-from pyflannel_controller.lab.netns_lab import (
+from pyflannel_lab.flood import inner_packet
+from pyflannel_lab.netns_lab import (
     LabHost,
     NetLab,
     close_udp_network,
     external_interface,
     host_lease,
 )
-from pyflannel_runtime.backend import udp_filter
-from pyflannel_runtime.backend.udp import UdpBackend, UdpNetwork
+from pyflannel_runtime.backend.udp import socket_filter
+from pyflannel_runtime.backend.udp.udp import UdpBackend, UdpNetwork
 from pyflannel_runtime.netlink.netns import run_in_netns
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
 from pyflannel_runtime.wire.netconf import check_network_config, parse_config
@@ -201,7 +201,7 @@ def test_datagram_from_a_non_peer_is_dropped_and_counted(
     assert cluster[0].counters()["foreign_source"] == 0
     assert _tun_rx_packets(lab, host.ns) == before
     # Too many peers for the filter: the forwarder drops and counts them itself.
-    monkeypatch.setattr(udp_filter, "MAX_FILTERED_PEERS", 0)
+    monkeypatch.setattr(socket_filter, "MAX_FILTERED_PEERS", 0)
     peers = [host_lease(h) for h in lab.hosts[1:]]
     assert asyncio.run(cluster[0].reconcile(peers[1:])) == 1  # a change refilters
     assert asyncio.run(cluster[0].reconcile(peers)) == 1

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from pyflannel_controller.lab.flood import flooding, inner_packet, outsider
-from pyflannel_controller.lab.netns_agents import AgentLab
+from pyflannel_lab.flood import flooding, inner_packet, outsider
+from pyflannel_lab.netns_agents import AgentLab
 from pyflannel_runtime.connectivity.snmp import UDP_BUFFER_ERRORS, read_counters
 from tests.integration.faults import report, status, wait_until
 

@@ -11,7 +11,7 @@ from ipaddress import IPv4Address, IPv4Network
 
 import pytest
 
-from pyflannel_runtime.backend.host import inspect_udp
+from pyflannel_runtime.backend.udp.inspection import inspect_udp
 from pyflannel_runtime.netlink.netns import iproute
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
 from pyflannel_runtime.wire.netconf import check_network_config, parse_config

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from pyflannel_controller.lab.netns_lab import (
+from pyflannel_lab.netns_lab import (
     NetLab,
     added,
     close_all,
@@ -21,7 +21,7 @@ from pyflannel_controller.lab.netns_lab import (
 )
 from pyflannel_runtime.backend import registry
 from pyflannel_runtime.backend.base import Network
-from pyflannel_runtime.backend.vxlan import VxlanNetwork
+from pyflannel_runtime.backend.vxlan.vxlan import VxlanNetwork
 from pyflannel_runtime.wire.lease import EventType, LeaseEvent
 from pyflannel_runtime.wire.vxlan_data import parse_vxlan_backend_data
 

@@ -111,3 +111,15 @@ def test_events_are_programmed_while_the_periodic_checks_dump_is_read() -> None:
     loop = DatapathLoop(Manager(), network, SCOPE, reconcile_interval=0.001)  # type: ignore[arg-type]
     asyncio.run(asyncio.wait_for(loop.run(), 10))
     assert network.calls[:3] == [("reconcile", 1), ("events while surveying", 1), ("recheck", 2)]
+
+
+def test_each_lease_event_reports_its_time_to_the_kernel_and_a_listing_none() -> None:
+    network = RecordingNetwork()
+    seen: list[float] = []
+    batches = [LeaseWatchBatch(snapshot=(lease(1), lease(2))), added(3, 4), added(5)]
+    loop = DatapathLoop(ScriptedManager(batches), network, SCOPE, 0, seen.append)  # type: ignore[arg-type]
+    asyncio.run(loop.run())
+    assert len(seen) == 3  # the listing's peer 2 is no event
+    # Each waited at least for the backend's 50 ms (RecordingNetwork.handle_events).
+    assert all(seconds >= 0.05 for seconds in seen), seen
+    assert loop.watcher.peer_count == 4

@@ -24,7 +24,7 @@ from pyflannel_runtime.agent.flags import (
     validate,
 )
 from pyflannel_runtime.agent.main import main, write_subnet_file
-from pyflannel_runtime.cli import main as pyflannel
+from pyflannel_runtime.cli.main import main as pyflannel
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
 from pyflannel_runtime.wire.netconf import check_network_config, parse_config
 
@@ -41,6 +41,13 @@ def test_defaults_match_flanneld() -> None:
     assert opts.iptables_forward_rules and opts.set_node_network_unavailable
     assert not opts.ip_masq and not opts.kube_subnet_mgr
     assert opts.healthz_ip == "0.0.0.0"
+
+
+def test_metrics_are_served_unless_turned_off_by_flag_or_variable() -> None:
+    assert parse_flags([], environ={}).metrics
+    assert not parse_flags(["--metrics=false"], environ={}).metrics
+    assert not parse_flags([], environ={"FLANNELD_METRICS": "false"}).metrics
+    assert parse_flags(["-metrics"], environ={"FLANNELD_METRICS": "false"}).metrics
 
 
 def test_the_manifest_arguments() -> None:

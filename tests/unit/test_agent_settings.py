@@ -10,8 +10,8 @@ import pytest
 from pyflannel_runtime.agent.cli_flags import AgentFlagsError
 from pyflannel_runtime.agent.flags import Options
 from pyflannel_runtime.ops.agent_settings import agent_settings, lease_store, module_flags
-from pyflannel_runtime.subnet.etcd import EtcdSettings
-from pyflannel_runtime.subnet.kube import KubeSettings
+from pyflannel_runtime.subnet.etcd.etcd import EtcdSettings
+from pyflannel_runtime.subnet.kube.kube import KubeSettings
 
 
 def test_module_options_become_the_agents_flags() -> None:

@@ -7,12 +7,12 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
 import pytest
 
-from pyflannel_runtime.subnet.annotations import (
+from pyflannel_runtime.subnet.kube.annotations import (
     AnnotationPrefixError,
     Annotations,
     normalize_prefix,
 )
-from pyflannel_runtime.subnet.kube_nodes import is_flannel_node, node_to_lease
+from pyflannel_runtime.subnet.kube.nodes import is_flannel_node, node_to_lease
 from pyflannel_runtime.wire.lease import LeaseAttrs
 
 

@@ -9,13 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyflannel_runtime.backend.peers import (
-    PeerSkipped,
-    VxlanDevices,
-    hostgw_peer_entries,
-    udp_peer_route,
-    vxlan_peer_entries,
-)
+from pyflannel_runtime.backend.hostgw.peers import hostgw_peer_entries
+from pyflannel_runtime.backend.peers import PeerSkipped, VxlanDevices
+from pyflannel_runtime.backend.udp.peers import udp_peer_route
+from pyflannel_runtime.backend.vxlan.peers import vxlan_peer_entries
 from pyflannel_runtime.netlink.dump import Ownership, RouteFacts, owns_route
 from pyflannel_runtime.netlink.entries import Fdb, Neigh, Route
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
@@ -222,3 +219,35 @@ def test_the_udp_forwarder_routes_a_peers_ipv4_subnet_to_its_public_ip_and_nothi
     v6 = ip_network("fd00:10:244:2::/64")
     assert udp_peer_route(Lease(None, v6, attrs, enable_ipv4=False, enable_ipv6=True)) is None
     assert udp_peer_route(Lease(subnet, v6, attrs, enable_ipv4=False, enable_ipv6=True)) is None
+
+
+# A Lease's flags default to IPv4 on: a lease can say a family is on without a subnet in it, or
+# hold a subnet its flags say is off. Only a family that is both on and has a subnet is a route.
+V4, V6 = ip_network("10.244.2.0/24"), ip_network("fd00:10:244:2::/64")
+BOTH_IPS = (IPv4Address("192.0.2.12"), IPv6Address("2001:db8::12"))
+
+
+def flagged(backend: str, subnet: Any, ipv6_subnet: Any, **flags: bool) -> Lease:
+    data = vxlan_backend_data(1, MAC) if backend == "vxlan" else None
+    attrs = LeaseAttrs(*BOTH_IPS, backend, data, data)
+    return Lease(subnet, ipv6_subnet, attrs, **flags)
+
+
+@pytest.mark.parametrize(
+    ("subnet", "ipv6_subnet", "flags", "routed"),
+    [
+        (None, V6, {"enable_ipv6": True}, [V6]),  # IPv4 on (the default) without a subnet
+        (V4, None, {"enable_ipv6": True}, [V4]),  # IPv6 on without a subnet
+        (V4, V6, {}, [V4]),  # an IPv6 subnet with IPv6 off
+        (V4, V6, {"enable_ipv4": False, "enable_ipv6": True}, [V6]),
+    ],
+)
+def test_a_family_is_routed_only_when_the_lease_both_enables_it_and_holds_its_subnet(
+    subnet: Any, ipv6_subnet: Any, flags: dict[str, bool], routed: list[Any]
+) -> None:
+    hostgw = hostgw_peer_entries(flagged("host-gw", subnet, ipv6_subnet, **flags), 2, True, True)
+    assert [entry.dst for entry in hostgw] == routed
+    vxlan = vxlan_peer_entries(flagged("vxlan", subnet, ipv6_subnet, **flags), VxlanDevices(4, 5))
+    assert [entry.dst for entry in vxlan if isinstance(entry, Route)] == routed
+    udp = udp_peer_route(flagged("udp", subnet, ipv6_subnet, **flags))
+    assert udp == ((V4, BOTH_IPS[0]) if V4 in routed else None)

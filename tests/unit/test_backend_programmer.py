@@ -11,11 +11,12 @@ from typing import TypeVar
 
 import pytest
 
-from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
+from pyflannel_runtime.backend.peers import VxlanDevices
 from pyflannel_runtime.backend.programmer import INLINE_WRITES, PeerProgrammer
+from pyflannel_runtime.backend.vxlan.peers import vxlan_peer_entries
 from pyflannel_runtime.netlink.batch import BatchSender, OpFailure
 from pyflannel_runtime.netlink.dump import Ownership
-from pyflannel_runtime.netlink.entries import Action, DatapathState, Entry, Fdb, Op, Route
+from pyflannel_runtime.netlink.entries import Action, DatapathState, Entry, Fdb, Neigh, Op, Route
 from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data as data
 from tests.unit.test_netlink_diff import FakeKernel
@@ -128,6 +129,31 @@ def test_an_event_writes_only_its_own_peer_entries() -> None:
         await net.handle_events([LeaseEvent(EventType.REMOVED, peer(9))])
         assert [op.action for op in net.sent] == [Action.DELETE] * 3
         assert {op.entry for op in net.sent} == entries_of(peer(9))
+
+    asyncio.run(scenario())
+
+
+def test_repairs_are_counted_by_kind_and_peers_programmed_are_those_held_whole() -> None:
+    async def scenario() -> None:
+        net = ModelNetwork()
+        peers = [peer(2), peer(3), peer(4)]
+        net.refuse.add(route_of(peer(4)))
+        await net.reconcile(peers)  # a start: what it writes repairs nothing
+        await net.handle_events([LeaseEvent(EventType.ADDED, peer(5))])
+        assert net.repaired == {"route": 0, "neighbour": 0, "fdb": 0}
+        assert net.programmed_peers() == 3  # peer 4's route failed: it was rolled back
+        # Someone else deletes a route and a neighbour of peer 2, and adds a stale neighbour.
+        (neigh,) = (e for e in entries_of(peer(2)) if isinstance(e, Neigh))
+        stale = Neigh(DEV, IPv4Address("10.244.77.0"), "0a:58:0a:f4:4d:00")
+        for op in (Op(Action.DELETE, route_of(peer(2))), Op(Action.DELETE, neigh)):
+            net.model.apply(op)
+        net.model.apply(Op(Action.REPLACE, stale))
+        net.refuse.clear()
+        # The periodic check puts them back, deletes the stale one and retries peer 4, whose
+        # entries were rolled back whole: each write counts.
+        assert await net.recheck([*peers, peer(5)]) == 6
+        assert net.repaired == {"route": 2, "neighbour": 3, "fdb": 1}
+        assert net.programmed_peers() == 4
 
     asyncio.run(scenario())
 

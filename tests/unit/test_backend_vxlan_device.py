@@ -8,7 +8,7 @@ from ipaddress import ip_address
 
 import pytest
 
-from pyflannel_runtime.backend.vxlan_device import (
+from pyflannel_runtime.backend.vxlan.device import (
     ExistingVxlan,
     VxlanDeviceSpec,
     incompatibility,

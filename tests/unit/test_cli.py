@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pyflannel_runtime.cli import build_parser, main
+from pyflannel_runtime.cli.main import build_parser, main
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 
@@ -103,7 +103,7 @@ def test_config_check_stays_light(tmp_path: Path) -> None:
     conf.write_text('{"Network": "10.244.0.0/16", "Backend": {"Type": "vxlan", "VNI": 7}}')
     probe = (
         "import sys\n"
-        "from pyflannel_runtime.cli import main\n"
+        "from pyflannel_runtime.cli.main import main\n"
         "code = main(['config', 'check', sys.argv[1]])\n"
         "print(code, ' '.join(sorted(sys.modules)), file=sys.stderr)\n"
     )

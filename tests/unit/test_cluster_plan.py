@@ -97,3 +97,31 @@ def test_asking_for_an_unknown_node_lists_the_known_ones() -> None:
     with pytest.raises(PlanError) as err:
         plan_cluster(load_model({"nodes": {"b": None, "a": None}})).node("x")
     assert err.value.problems == ["nodes.x: not in the cluster model (nodes: a, b)"]
+
+
+def test_a_node_takes_its_own_interface_settings_and_public_ips_else_the_models() -> None:
+    model = {
+        **IPV6,
+        "flannel_interface": "eth1",
+        "flannel_interface_regexp": "^eth",
+        "flannel_interface_can_reach": "192.0.2.254",
+        "flannel_public_ip": "192.0.2.1",
+        "flannel_public_ipv6": "2001:db8::1",
+        "nodes": {
+            "a": None,
+            "b": {
+                "interface": "ens3",
+                "interface_regexp": "^ens",
+                "interface_can_reach": "198.51.100.254",
+                "public_ip": "192.0.2.2",
+                "public_ipv6": "2001:db8::2",
+            },
+        },
+    }
+    fields = ("interface", "interface_regexp", "interface_can_reach", "public_ip", "public_ipv6")
+    a, b = (
+        tuple(str(getattr(node, field)) for field in fields)
+        for node in plan_cluster(load_model(model)).nodes
+    )
+    assert a == ("eth1", "^eth", "192.0.2.254", "192.0.2.1", "2001:db8::1")
+    assert b == ("ens3", "^ens", "198.51.100.254", "192.0.2.2", "2001:db8::2")

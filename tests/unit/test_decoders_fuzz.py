@@ -27,16 +27,16 @@ from pyflannel_controller.cli import main as controller_main
 from pyflannel_controller.model.cluster import ClusterModelError, load_model
 from pyflannel_controller.model.model_file import ModelFileError, parse_model_text
 from pyflannel_runtime.backend_spec import specs
-from pyflannel_runtime.cli import main
+from pyflannel_runtime.cli.main import main
 from pyflannel_runtime.cni import plugin
 from pyflannel_runtime.cni.install import isolated_prelude
 from pyflannel_runtime.gojson.core import MAX_DEPTH, MAX_DOCUMENT_BYTES
-from pyflannel_runtime.subnet.annotations import (
+from pyflannel_runtime.subnet.kube.annotations import (
     AnnotationPrefixError,
     Annotations,
     normalize_prefix,
 )
-from pyflannel_runtime.subnet.kube_nodes import NodeLeaseError, NodeLeaseTracker, node_to_lease
+from pyflannel_runtime.subnet.kube.nodes import NodeLeaseError, NodeLeaseTracker, node_to_lease
 from pyflannel_runtime.wire.lease import LeaseAttrs, LeaseError, parse_subnet_key
 from pyflannel_runtime.wire.netconf import (
     ConfigError,

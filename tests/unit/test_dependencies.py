@@ -2,7 +2,7 @@
 
 Every third-party import must be a declared dependency: the node runtime (pyflannel_runtime: the
 agent, the CNI plugin, `pyflannel status`) only of ``[project] dependencies``; the controller's
-code (pyflannel_controller) also of the ``controller`` extra. That node code never imports
+code (pyflannel_controller) and the lab (pyflannel_lab) also of the ``controller`` extra. That node code never imports
 controller code is test_package_layers.py's.
 """
 
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-# The node runtime and the controller's code: what runs where is test_package_layers.py's.
-PACKAGES = (REPO / "pyflannel_runtime", REPO / "pyflannel_controller")
+# The node runtime, the controller's code and the lab: what runs where is test_package_layers.py's.
+PACKAGES = (REPO / "pyflannel_runtime", REPO / "pyflannel_controller", REPO / "pyflannel_lab")
 CONTROLLER_PACKAGES = {"pydantic", "pydantic_core", "jinja2", "yaml", "ansible"}
 
 
@@ -50,7 +50,8 @@ def module_name(path: Path) -> str:
 
 
 def is_controller(module: str) -> bool:
-    return module.split(".")[0] == "pyflannel_controller"
+    """Runs on the controller (or the development machine), with the controller's extra."""
+    return module.split(".")[0] in ("pyflannel_controller", "pyflannel_lab")
 
 
 def _guarded(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
@@ -105,7 +106,7 @@ def test_every_import_is_declared_where_it_runs(path: Path) -> None:
     for imported, line in imports(path):
         top = imported.split(".")[0]
         if (
-            top not in ("pyflannel_runtime", "pyflannel_controller")
+            top not in ("pyflannel_runtime", "pyflannel_controller", "pyflannel_lab")
             and top not in (*sys.stdlib_module_names, "__future__")
             and (distribution(top) not in allowed)
         ):
@@ -131,8 +132,8 @@ sys.meta_path.insert(0, Absent())
 
 def test_node_commands_run_without_the_controller_packages() -> None:
     probe = BLOCKER + (
-        "import pyflannel_runtime.agent.main, pyflannel_runtime.cni.plugin, pyflannel_runtime.status\n"
-        "from pyflannel_runtime.cli import main\n"
+        "import pyflannel_runtime.agent.main, pyflannel_runtime.cni.plugin, pyflannel_runtime.cli.status\n"
+        "from pyflannel_runtime.cli.main import main\n"
         "assert main(['status', '--help']) == 0\n"
         "print('ran')\n"
     )

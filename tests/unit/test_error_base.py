@@ -1,4 +1,4 @@
-"""Every error the runtime (and the controller package) raises to a caller derives from
+"""Every error the runtime (and the controller package, and the lab) raises to a caller derives from
 pyflannel_runtime.PyflannelError, so an adapter (a collection module, a command line) catches
 one type. Private exceptions (a leading
 underscore) are control flow inside one module and never reach a caller."""
@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from types import ModuleType
 
 import pyflannel_controller
+import pyflannel_lab
 import pyflannel_runtime
 from pyflannel_runtime import PyflannelError
 
@@ -19,7 +20,7 @@ from pyflannel_runtime import PyflannelError
 def runtime_modules() -> list[ModuleType]:
     return [
         importlib.import_module(info.name)
-        for package in (pyflannel_runtime, pyflannel_controller)
+        for package in (pyflannel_runtime, pyflannel_controller, pyflannel_lab)
         for info in pkgutil.walk_packages(package.__path__, f"{package.__name__}.")
         if not info.name.endswith(".__main__")  # runs its command line when imported
     ]
@@ -42,7 +43,7 @@ def errors_outside_the_base(modules: Iterable[ModuleType]) -> list[str]:
 def test_every_public_runtime_error_derives_from_the_base() -> None:
     modules = runtime_modules()
     assert len(modules) > 100  # the walk reached the whole package
-    assert any(m.__name__.startswith("pyflannel_controller.lab.") for m in modules)
+    assert any(m.__name__.startswith("pyflannel_lab.") for m in modules)
     assert errors_outside_the_base(modules) == []
 
 
@@ -61,7 +62,7 @@ def test_the_walk_names_an_error_outside_the_base() -> None:
 
 def test_errors_keep_the_builtin_bases_callers_catch() -> None:
     from pyflannel_runtime.fsutil import PathError
-    from pyflannel_runtime.subnet.kube import KubeSubnetError
+    from pyflannel_runtime.subnet.kube.kube import KubeSubnetError
     from pyflannel_runtime.wire.netconf import ConfigError
 
     assert issubclass(ConfigError, ValueError)

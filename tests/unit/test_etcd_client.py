@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyflannel_runtime.subnet.etcd_client import (
+from pyflannel_runtime.subnet.etcd import client as client_module
+from pyflannel_runtime.subnet.etcd.client import (
     Endpoint,
     EtcdClient,
     EtcdClientError,
@@ -23,9 +24,12 @@ from pyflannel_runtime.subnet.etcd_client import (
     EtcdStatusError,
     EtcdUnauthenticated,
     EtcdUnavailable,
+    Header,
     KeyValue,
+    RangeReply,
     Watch,
     WatchEvent,
+    WatchResponse,
     _Connection,
     prefix_range_end,
 )
@@ -617,3 +621,75 @@ def test_an_expired_token_is_replaced_once() -> None:
         ("/v3/kv/put", "two.2"),
     ]
     assert fake.requests[0][2] == {"name": "root", "password": "pw"}
+
+
+def test_a_range_at_a_revision_for_the_count_and_the_newest_key() -> None:
+    kvs = [{"key": "L2Ev", "create_revision": "3", "mod_revision": "9", "version": "2"}]
+    reply = json.dumps({"header": json.loads(HEADER % 11), "kvs": kvs, "count": "5"})
+    fake = ReplayServer(unary("200 OK", reply.encode()))
+
+    async def body() -> RangeReply:
+        async with fake.client() as client:
+            return await client.range_reply(b"/a", b"/b", revision=7, newest_only=True)
+
+    got = run(body())
+    assert (got.count, got.kvs, got.header) == (
+        5,
+        [KeyValue(b"/a/", b"", 0, 9)],
+        Header(revision=11, cluster_id=14841639068965178418),
+    )
+    assert fake.requests[0][2] == {
+        "key": "L2E=",
+        "range_end": "L2I=",
+        "revision": "7",
+        "limit": "1",
+        "sort_order": "DESCEND",
+        "sort_target": "MOD",
+        "keys_only": True,
+    }
+
+
+def test_a_progress_notification_is_an_empty_response_with_its_revision() -> None:
+    progress = b'{"result":{"header":%s}}' % (HEADER % 40).encode()
+
+    async def body() -> list[WatchResponse]:
+        async with fed(chunked(CREATED + b"\n", PUT_A + b"\n" + progress + b"\n")) as conn:
+            watch = Watch(conn)
+            assert (await watch.first_message()).revision == 2
+            return [response async for response in watch.responses()]
+
+    assert run(body()) == [
+        WatchResponse((put_event(b"/a/\xff", b"\x00\xff\n", 7587869197706540036, 4),), 4),
+        WatchResponse((), 40),
+    ]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b'{"x":' * 100_000 + b"1" + b"}" * 100_000,
+        b'{"header":{"revision":"2"},"kvs":[{"key":"not base64!"}]}',
+        b'{"header":{"revision":[]}}',
+    ],
+)
+def test_a_reply_too_deep_or_of_the_wrong_shape_is_a_client_error(reply: bytes) -> None:
+    fake = ReplayServer(unary("200 OK", reply))
+
+    async def body() -> None:
+        async with fake.client() as client:
+            await client.range(b"/a")
+
+    with pytest.raises(EtcdClientError, match="etcd sent a"):
+        run(body())
+
+
+def test_a_reply_past_the_limit_is_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(client_module, "MAX_REPLY_BYTES", 100)
+    fake = ReplayServer(unary("200 OK", b'{"header":{"revision":"2"},"pad":"%s"}' % (b"x" * 200)))
+
+    async def body() -> None:
+        async with fake.client() as client:
+            await client.range(b"/a")
+
+    with pytest.raises(EtcdClientError, match="larger than 100 bytes"):
+        run(body())

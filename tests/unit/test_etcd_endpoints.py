@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pyflannel_runtime.subnet.etcd import EtcdError, EtcdSettings, client_tls, parse_endpoint
-from pyflannel_runtime.subnet.etcd_client import Endpoint
+from pyflannel_runtime.subnet.etcd.client import Endpoint
+from pyflannel_runtime.subnet.etcd.etcd import EtcdError, EtcdSettings, client_tls, parse_endpoint
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,8 @@ import pytest
 from pyflannel_controller.cli import main as controller_main
 from pyflannel_controller.model.cluster import ClusterModelError, load_model
 from pyflannel_runtime.cni.install import isolated_prelude
-from pyflannel_runtime.subnet.annotations import Annotations
-from pyflannel_runtime.subnet.kube_nodes import NodeLeaseTracker
+from pyflannel_runtime.subnet.kube.annotations import Annotations
+from pyflannel_runtime.subnet.kube.nodes import NodeLeaseTracker
 from pyflannel_runtime.wire.lease import LeaseAttrs, LeaseError
 from pyflannel_runtime.wire.netconf import ConfigError, parse_config
 from pyflannel_runtime.wire.subnet_env import SubnetEnvError, parse_cni_subnet_env
@@ -55,7 +55,7 @@ def run_python(
     )
 
 
-CLI = "from pyflannel_runtime.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+CLI = "from pyflannel_runtime.cli.main import main\nsys.exit(main(sys.argv[1:]))\n"
 
 
 def run_plugin(

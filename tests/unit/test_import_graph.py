@@ -1,5 +1,5 @@
-"""No import cycles in pyflannel_runtime and pyflannel_controller, counting every import: module
-level, inside functions (lazy) and under TYPE_CHECKING alike."""
+"""No import cycles in pyflannel_runtime, pyflannel_controller and the lab (pyflannel_lab),
+counting every import: module level, inside functions (lazy) and under TYPE_CHECKING alike."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGE = "pyflannel_runtime"
-PACKAGES = (PACKAGE, "pyflannel_controller")
+PACKAGES = (PACKAGE, "pyflannel_controller", "pyflannel_lab")
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -85,4 +85,4 @@ def test_the_cycle_finder_finds_lazy_and_indirect_cycles() -> None:
 def test_imports_inside_functions_count() -> None:
     graph = import_graph()
     # registry builds backends through imports inside functions: those edges must be seen.
-    assert f"{PACKAGE}.backend.vxlan" in graph[f"{PACKAGE}.backend.registry"]
+    assert f"{PACKAGE}.backend.vxlan.vxlan" in graph[f"{PACKAGE}.backend.registry"]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pyflannel_runtime.cli import main
+from pyflannel_runtime.cli.main import main
 from pyflannel_runtime.cni.hostlocal_store import Allocation, address_pool
 from pyflannel_runtime.ipam.node import (
     IpamError,

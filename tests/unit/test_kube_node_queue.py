@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from pyflannel_runtime.subnet.node_queue import NodeQueue, NodeSnapshot
+from pyflannel_runtime.subnet.kube.node_queue import NodeQueue, NodeSnapshot
 
 
 def test_only_the_newest_state_of_each_node_waits() -> None:

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from pyflannel_runtime.subnet.annotations import Annotations
-from pyflannel_runtime.subnet.kube_nodes import (
+from pyflannel_runtime.subnet.kube.annotations import Annotations
+from pyflannel_runtime.subnet.kube.nodes import (
     NodeLeaseError,
     NodeLeaseTracker,
     annotation_changes,
@@ -121,6 +121,14 @@ def test_node_to_lease_without_data_or_with_null_data() -> None:
             node(pod_cidr="fd00::/64", annotations=flannel_annotations()),
             "missing IPv4 address on n.Spec.PodCIDRs",
         ),
+        (  # no spec at all, or a null one: still the node's own failure, not a crash
+            {"metadata": {"name": "n1", "annotations": flannel_annotations()}},
+            "missing IPv4 address on n.Spec.PodCIDRs",
+        ),
+        (
+            {"metadata": {"name": "n1", "annotations": flannel_annotations()}, "spec": None},
+            "missing IPv4 address on n.Spec.PodCIDRs",
+        ),
     ],
 )
 def test_node_to_lease_failures(n: dict[str, Any], message: str) -> None:
@@ -136,6 +144,13 @@ def test_own_pod_cidr_not_assigned() -> None:
     with pytest.raises(NodeLeaseError) as err:
         own_pod_cidrs(node("worker-7", pod_cidr=None))
     assert str(err.value) == 'node "worker-7" pod cidr not assigned'
+    for specless in (
+        {"metadata": {"name": "worker-7"}},
+        {"metadata": {"name": "worker-7"}, "spec": None},
+    ):
+        with pytest.raises(NodeLeaseError) as err:
+            own_pod_cidrs(specless)
+        assert str(err.value) == 'node "worker-7" pod cidr not assigned'
 
 
 def test_own_pod_cidrs_are_masked_and_classified() -> None:
@@ -151,7 +166,21 @@ def test_three_pod_cidrs_are_refused() -> None:
     assert str(err.value) == 'node "w" pod cidrs should be IPv4/IPv6 only or dualstack'
 
 
-@pytest.mark.parametrize("bad", ["10.244.1.0", "10.244.1.0/33", "10.244.1.0/255.255.255.0", "x/8"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "10.244.1.0",
+        "10.244.1.0/33",
+        "10.244.1.0/255.255.255.0",
+        "x/8",
+        # Lengths Python's int() reads and Go's ParseCIDR does not: a sign, blanks, an
+        # underscore, digits other than ASCII's.
+        "10.244.1.0/+24",
+        "10.244.1.0/ 24",
+        "10.244.1.0/2_4",
+        "10.244.1.0/\u0662\u0664",
+    ],
+)
 def test_invalid_pod_cidr(bad: str) -> None:
     with pytest.raises(NodeLeaseError) as err:
         own_pod_cidrs(node(pod_cidr=bad))
@@ -197,6 +226,9 @@ def test_own_lease_flags() -> None:
     assert (dual.enable_ipv4, dual.enable_ipv6) == (True, True)
     udp = _own("10.244.1.0/24", "fd00:0:0:1::/64", backend_type="udp")
     assert (udp.enable_ipv4, udp.enable_ipv6) == (True, False)
+    # A type no backend here has (the agent refuses it before): forced to IPv4 as udp.
+    other = _own("10.244.1.0/24", "fd00:0:0:1::/64", backend_type="wireguard")
+    assert (other.enable_ipv4, other.enable_ipv6) == (True, False)
 
 
 def vxlan_attrs(**kw: Any) -> LeaseAttrs:
@@ -601,6 +633,7 @@ def test_the_condition_stamp_is_utc_whatever_the_local_zone(
         ("10.244.1.0/24", "fd00:0:0:1::/64", (False, True), (None, "fd00:0:0:1::/64")),
         ("10.244.1.0/24", "fd00:0:0:1::/64", (True, False), ("10.244.1.0/24", None)),
         (None, "fd00:0:0:1::/64", (True, True), (None, "fd00:0:0:1::/64")),
+        ("10.244.1.0/24", None, (True, True), ("10.244.1.0/24", None)),
     ],
 )
 def test_own_lease_keeps_only_the_enabled_families(

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from pyflannel_controller.lab.aptsources import (
+from pyflannel_lab.aptsources import (
     MIRROR_ENV,
     debian_mirror,
     parse_deb822,
     parse_one_line,
     pick_mirror,
 )
-from pyflannel_controller.lab.errors import LabError
+from pyflannel_lab.errors import LabError
 
 DEB822 = """\
 Types: deb

@@ -1,4 +1,4 @@
-"""``python -m pyflannel_controller.lab``: errors are one line on stderr and exit status 1."""
+"""``python -m pyflannel_lab``: errors are one line on stderr and exit status 1."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pyflannel_controller.lab.__main__ import main
-from pyflannel_controller.lab.paths import CACHE_ENV, INVENTORY_ENV, STATE_ENV
+from pyflannel_lab.__main__ import main
+from pyflannel_lab.paths import CACHE_ENV, INVENTORY_ENV, STATE_ENV
 
 
 @pytest.fixture(autouse=True)

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pyflannel_controller.lab import inventory
-from pyflannel_controller.lab.errors import LabError
-from pyflannel_controller.lab.paths import STATE_ENV
-from pyflannel_controller.lab.ssh import check_control_dir
+from pyflannel_lab import inventory
+from pyflannel_lab.errors import LabError
+from pyflannel_lab.paths import STATE_ENV
+from pyflannel_lab.ssh import check_control_dir
 
 HOSTS = [(f"node{n}", IPv4Address(f"198.51.100.{10 + n}")) for n in (1, 2, 3)]
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from pyflannel_controller.lab.playbook import ROOT
+from pyflannel_lab.playbook import ROOT
 
 # ansible-playbook refuses to start when it inherits a non-blocking stdin (ansible's
 # cli/__init__.py: check_blocking_io); the runner must not hand it the caller's.
 NON_BLOCKING_CALLER = """
 import os
 os.set_blocking(0, False)
-from pyflannel_controller.lab.playbook import run_playbook
+from pyflannel_lab.playbook import run_playbook
 run = run_playbook("--version")
 print(run.returncode)
 print(run.output)

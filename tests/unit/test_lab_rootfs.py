@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pyflannel_controller.lab import rootfs
-from pyflannel_controller.lab.errors import LabError
-from pyflannel_controller.lab.hosts import host_releases
+from pyflannel_lab import rootfs
+from pyflannel_lab.errors import LabError
+from pyflannel_lab.hosts import host_releases
 
 
 def test_the_key_follows_the_recipe(monkeypatch: pytest.MonkeyPatch) -> None:

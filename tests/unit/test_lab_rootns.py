@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pyflannel_controller.lab.rootns import nsdelegate_mounts
+from pyflannel_lab.rootns import nsdelegate_mounts
 
 MOUNTINFO = """\
 25 1 252:0 / / rw,relatime shared:1 - ext4 /dev/vda rw

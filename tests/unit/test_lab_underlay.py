@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyflannel_controller.lab.underlay import (
+from pyflannel_lab.underlay import (
     CANDIDATE_RANGES,
     MAX_HOSTS,
     SLOT_PREFIX,
@@ -39,6 +39,14 @@ def test_none_when_everything_is_routed() -> None:
     )
 
 
+def test_a_slot_holding_an_address_the_machine_must_reach_is_passed_over() -> None:
+    mirror = IPv4Address("203.0.113.80")  # a package proxy on TEST-NET-3, as sandboxes have
+    taken = [IPv4Network("198.51.100.0/24"), IPv4Network("203.0.113.0/26")]
+    assert free_slot(taken) == IPv4Network("203.0.113.64/26")
+    assert free_slot(taken, [mirror]) == IPv4Network("203.0.113.128/26")
+    assert free_slot([], [IPv4Address("198.51.100.1")]) == IPv4Network("198.51.100.64/26")
+
+
 routes = st.lists(
     st.builds(
         lambda slot, prefix: slot.supernet(new_prefix=prefix),
@@ -54,11 +62,23 @@ routes = st.lists(
 )
 
 
-@given(routes)
+needed = st.lists(
+    st.builds(lambda slot, n: slot.network_address + n, st.sampled_from(SLOTS), st.integers(0, 63)),
+    max_size=4,
+)
+
+
+@given(routes, needed)
 @settings(max_examples=300)
-def test_the_slot_is_the_first_candidate_no_route_touches(given_routes: list[IPv4Network]) -> None:
-    slot = free_slot([IPv4Network("0.0.0.0/0"), *given_routes])
-    untouched = [s for s in SLOTS if not any(s.overlaps(r) for r in given_routes)]
+def test_the_slot_is_the_first_candidate_no_route_touches_holding_no_needed_address(
+    given_routes: list[IPv4Network], given_needed: list[IPv4Address]
+) -> None:
+    slot = free_slot([IPv4Network("0.0.0.0/0"), *given_routes], given_needed)
+    untouched = [
+        s
+        for s in SLOTS
+        if not any(s.overlaps(r) for r in given_routes) and not any(a in s for a in given_needed)
+    ]
     assert slot == (untouched[0] if untouched else None)
 
 

@@ -16,7 +16,15 @@ PATH_EDIT = re.compile(r"\bsys\.path\b(?!_)")
 
 
 def _python_files() -> list[Path]:
-    roots = ("pyflannel_runtime", "tests", "bench", "plugins", "scripts")
+    roots = (
+        "pyflannel_runtime",
+        "pyflannel_controller",
+        "pyflannel_lab",
+        "tests",
+        "bench",
+        "plugins",
+        "scripts",
+    )
     return sorted(p for root in roots for p in (REPO / root).rglob("*.py"))
 
 

@@ -18,6 +18,7 @@ from pyflannel_runtime.wire.netconf import (
     NetworkConfig,
     check_network_config,
     encode_config,
+    ip_stack,
     parse_config,
 )
 
@@ -239,6 +240,10 @@ def test_validation_messages_are_flannels(text: str, message: str) -> None:
             '{"SubnetLen":24.0}',
             "json: cannot unmarshal number 24.0 into Go struct field Config.SubnetLen of type uint",
         ),
+        (  # a JSON bool is no number, though Python's True is an int
+            '{"SubnetLen":true}',
+            "json: cannot unmarshal bool into Go struct field Config.SubnetLen of type uint",
+        ),
     ],
 )
 def test_decode_errors(text: str, message: str) -> None:
@@ -453,3 +458,22 @@ def test_enabled_networks_are_those_of_the_enabled_families(ipv4: bool, ipv6: bo
         n for n in (cfg.enabled_network, cfg.enabled_ipv6_network) if n is not None
     )
     assert len(cfg.enabled_networks) == ipv4 + ipv6
+
+
+@pytest.mark.parametrize(("ipv4", "ipv6"), [(True, False), (False, True), (True, True)])
+def test_the_ip_stack_is_the_enabled_families(ipv4: bool, ipv6: bool) -> None:
+    assert ip_stack(NetworkConfig(enable_ipv4=ipv4, enable_ipv6=ipv6)) == (ipv4, ipv6)
+
+
+def test_a_config_without_either_family_is_flannels_none_defined_stack() -> None:
+    with pytest.raises(ConfigError, match=r"^none defined stack$"):
+        ip_stack(NetworkConfig(enable_ipv4=False, enable_ipv6=False))
+
+
+def test_an_unset_subnet_length_is_left_out_of_the_encoding() -> None:
+    """Unchecked, as a user wrote it: no SubnetLen means flannel's default, not a /0."""
+    encoded = json.loads(encode_config(parse_config('{"Network":"10.0.0.0/16"}')))
+    assert "SubnetLen" not in encoded and "IPv6SubnetLen" not in encoded
+    explicit = parse_config('{"Network":"10.0.0.0/16","SubnetLen":26,"IPv6SubnetLen":80}')
+    assert json.loads(encode_config(explicit))["SubnetLen"] == 26
+    assert json.loads(encode_config(explicit))["IPv6SubnetLen"] == 80

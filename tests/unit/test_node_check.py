@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pyflannel_runtime.cli.status import render_table
 from pyflannel_runtime.netlink.entries import DatapathState
 from pyflannel_runtime.ops.agent import AgentEndpoint
 from pyflannel_runtime.ops.node_check import (
@@ -23,7 +24,6 @@ from pyflannel_runtime.ops.node_check import (
     rejected,
 )
 from pyflannel_runtime.ops.verify import DeviceMtu, VerifyError, compare
-from pyflannel_runtime.status import render_table
 from pyflannel_runtime.subnet.manager import UnreadableLease
 from pyflannel_runtime.subnet.watcher import LeaseScope
 from pyflannel_runtime.wire.lease import Lease

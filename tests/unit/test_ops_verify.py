@@ -6,7 +6,8 @@ from dataclasses import replace
 from ipaddress import IPv4Address, IPv4Network, IPv6Network, ip_address
 
 from pyflannel_runtime.backend.host import HostDatapath
-from pyflannel_runtime.backend.peers import VxlanDevices, vxlan_peer_entries
+from pyflannel_runtime.backend.peers import VxlanDevices
+from pyflannel_runtime.backend.vxlan.peers import vxlan_peer_entries
 from pyflannel_runtime.netlink.entries import Action, DatapathState, Neigh, Op, Route
 from pyflannel_runtime.ops.repair import plan_repair
 from pyflannel_runtime.ops.verify import (

@@ -106,18 +106,18 @@ def test_an_import_past_the_door_is_named() -> None:
         "from pyflannel_runtime import subnet\n"
         "def main():\n"
         "    from pyflannel_runtime.ops.agent_settings import lease_store\n"
-        "    from pyflannel_runtime.subnet.etcd import EtcdError\n"
+        "    from pyflannel_runtime.subnet.etcd.etcd import EtcdError\n"
         "    import pyflannel_runtime.agent.stores\n"
         "    from pyflannel_runtime.wire.netconf import ConfigError\n"
     )
     assert outside_the_door(source, NODE_DOOR) == [
         "pyflannel_runtime.agent.stores",
         "pyflannel_runtime.subnet",
-        "pyflannel_runtime.subnet.etcd",
+        "pyflannel_runtime.subnet.etcd.etcd",
         "pyflannel_runtime.wire.netconf",
     ]
     assert outside_the_door(source, CONTROLLER_DOOR) == [
         "pyflannel_runtime.agent.stores",
         "pyflannel_runtime.subnet",
-        "pyflannel_runtime.subnet.etcd",
+        "pyflannel_runtime.subnet.etcd.etcd",
     ]

@@ -227,6 +227,7 @@ def test_agent_env_in_kube_mode() -> None:
         "FLANNELD_VXLAN_TX_CHECKSUM_OFFLOAD": "on",
         "FLANNELD_HEALTHZ_IP": "0.0.0.0",
         "FLANNELD_HEALTHZ_PORT": "8081",
+        "FLANNELD_METRICS": "true",
     }
 
 
@@ -242,6 +243,7 @@ def test_agent_env_in_etcd_mode() -> None:
             "flannel_etcd_password": 'p"a$s`w\\rd #1',
             "flannel_ip_masq": False,
             "flannel_healthz_port": 0,
+            "flannel_metrics_enabled": False,
             "flannel_enable_ipv6": True,
             "flannel_ipv6_network": "fd00::/48",
             "nodes": {"n1": {"public_ipv6": "2001:db8::11", "interface_can_reach": "192.0.2.1"}},
@@ -262,6 +264,7 @@ def test_agent_env_in_etcd_mode() -> None:
     assert env["FLANNELD_PUBLIC_IPV6"] == "2001:db8::11"
     assert env["FLANNELD_IFACE_CAN_REACH"] == "192.0.2.1"
     assert (env["FLANNELD_IP_MASQ"], env["FLANNELD_HEALTHZ_PORT"]) == ("false", "0")
+    assert env["FLANNELD_METRICS"] == "false"
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""ops/rolling.py: the agent role's batch size, taken as Ansible's serial takes it, and the
+"""pyflannel_controller/rolling.py: the agent role's batch size, taken as Ansible's serial takes it, and the
 order of restarts."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyflannel_runtime.ops.rolling import AgentState, BatchSizeError, batch_size, restart_batches
+from pyflannel_controller.rolling import AgentState, BatchSizeError, batch_size, restart_batches
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from ipaddress import IPv4Address, IPv4Network, IPv6Network, ip_address, ip_network
 from pathlib import Path
 
@@ -13,7 +13,21 @@ import pytest
 from pyflannel_runtime.agent.cli_flags import AgentFlagsError, agent_environment, agent_options
 from pyflannel_runtime.agent.flags import Options
 from pyflannel_runtime.backend.host import HostDatapath
-from pyflannel_runtime.backend.peers import VxlanDevices, hostgw_peer_entries, vxlan_peer_entries
+from pyflannel_runtime.backend.hostgw.peers import hostgw_peer_entries
+from pyflannel_runtime.backend.peers import VxlanDevices
+from pyflannel_runtime.backend.vxlan.peers import vxlan_peer_entries
+from pyflannel_runtime.cli.status import (
+    AGENT_FLAGS,
+    Attempt,
+    Status,
+    StatusFailed,
+    add_arguments,
+    remaining,
+    render_json,
+    render_table,
+    report_dict,
+    wait_for_health,
+)
 from pyflannel_runtime.ipam.node import FamilyUsage, PodAddresses
 from pyflannel_runtime.netlink.entries import (
     DatapathState,
@@ -30,14 +44,6 @@ from pyflannel_runtime.ops.verify import (
     compare,
     describe,
     find_host_lease,
-)
-from pyflannel_runtime.status import (
-    AGENT_FLAGS,
-    add_arguments,
-    remaining,
-    render_json,
-    render_table,
-    report_dict,
 )
 from pyflannel_runtime.subnet.manager import ListedLease, UnreadableLease
 from pyflannel_runtime.subnet.watcher import LeaseScope
@@ -466,3 +472,90 @@ def test_this_hosts_pod_addresses_are_listed_or_said_to_be_unchecked() -> None:
         "reason": unread.unchecked,
         "usage": [],
     }
+
+
+# --- status --wait: the loop, with an injected clock, sleep and check --------------------------
+
+
+class FakeTime:
+    """A clock that only moves when slept on, or when a check takes time."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def attempt(*problems: str, error: str | None = None) -> Attempt:
+    if error is not None:
+        return Attempt(error=StatusFailed(error))
+    return Attempt(Status(VerifyReport("etcd", (), problems=problems), agent=None))
+
+
+def scripted(
+    time_: FakeTime, answers: list[Attempt], cost: float = 0.5
+) -> tuple[Callable[[float], Attempt], list[float]]:
+    """A check that answers in turn (the last one for ever), each taking `cost` seconds; and
+    the seconds left it was given each time."""
+    given: list[float] = []
+
+    def check(left: float) -> Attempt:
+        given.append(left)
+        time_.now += cost
+        return answers[min(len(given) - 1, len(answers) - 1)]
+
+    return check, given
+
+
+def test_wait_returns_the_first_healthy_check_and_says_each_change_once() -> None:
+    time_ = FakeTime()
+    answers = [
+        attempt(error="cannot read leases from etcd http://10.0.0.1:2379: no answer in 10s\nhint"),
+        attempt("agent down"),
+        attempt("agent down"),
+        attempt(),
+    ]
+    check, given = scripted(time_, answers)
+    said: list[str] = []
+    last = wait_for_health(check, 30, time_.clock, time_.sleep, said.append)
+    assert last is answers[3] and last.healthy
+    assert given == [30.0, 27.5, 25.0, 22.5]
+    assert time_.slept == [2.0, 2.0, 2.0]
+    assert said == [
+        "waiting, 30s left: cannot read leases from etcd http://10.0.0.1:2379: no answer in 10s",
+        "waiting, 27s left: 0 leases, agent and datapath not checked",
+    ]
+
+
+def test_wait_gives_up_at_its_deadline_with_the_last_check() -> None:
+    time_ = FakeTime()
+    check, given = scripted(time_, [attempt("no lease belongs to this host")], cost=1.0)
+    said: list[str] = []
+    last = wait_for_health(check, 7, time_.clock, time_.sleep, said.append)
+    assert not last.healthy and time_.now == 1007.0
+    assert given == [7.0, 4.0, 1.0]
+    assert time_.slept == [2.0, 2.0]  # never past the deadline: the last check ends at it
+    assert said == ["waiting, 6s left: 0 leases, agent and datapath not checked"]
+
+
+def test_wait_zero_checks_once() -> None:
+    time_ = FakeTime()
+    check, given = scripted(time_, [attempt("x")], cost=0.0)
+    assert not wait_for_health(check, 0, time_.clock, time_.sleep).healthy
+    assert given == [0.0] and time_.slept == []
+
+
+def test_status_takes_wait_in_seconds_and_refuses_anything_else() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args(["--wait", "90"]).wait == 90.0
+    assert parser.parse_args([]).wait is None
+    for wrong in ("-1", "nan", "inf", "soon"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--wait", wrong])

@@ -159,6 +159,8 @@ def test_strict_reader_keeps_each_family_to_its_key() -> None:
     [
         ("FLANNEL_MTU=4294967296", 'strconv.ParseUint: parsing "4294967296": value out of range'),
         ("FLANNEL_MTU=1450=", 'strconv.ParseUint: parsing "1450=": invalid syntax'),
+        # Unicode digits other than ASCII's: Python's int() reads them, Go's ParseUint does not.
+        ("FLANNEL_MTU=\u0661\u0664\u0665\u0660", 'strconv.ParseUint: parsing "\u0661\u0664\u0665\u0660": invalid syntax'),
         ("FLANNEL_IPMASQ=true=", "/f is missing FLANNEL_NETWORK, FLANNEL_IPV6_NETWORK, "
                                  "FLANNEL_SUBNET, FLANNEL_IPV6_SUBNET, FLANNEL_MTU"),
     ],
@@ -167,6 +169,20 @@ def test_strict_reader_splits_once_on_the_first_equals(line: str, error: str) ->
     with pytest.raises(SubnetEnvError) as err:
         parse_cni_subnet_env(f"{line}\n", "/f")
     assert str(err.value) == error
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        PreviousSubnets(),
+        SubnetEnv(IPv4Network("10.1.0.0/16"), IPv4Network("10.1.17.0/24"), None, None, 1472, True),
+    ],
+)
+def test_a_record_equals_only_a_record_of_its_kind(record: Any) -> None:
+    assert record == type(record)(**{name: getattr(record, name) for name in record.__slots__})
+    assert record != None  # noqa: E711 (the comparison itself is under test)
+    assert record != object()
+    assert record != tuple(getattr(record, name) for name in record.__slots__)
 
 
 def test_strict_reader_reads_past_lines_without_equals_and_takes_the_largest_mtu() -> None:
@@ -328,7 +344,7 @@ def test_masked_cidr_agrees_with_ipaddress(address: IPv4Address | IPv6Address, p
     prefix = min(prefix, address.max_prefixlen)
     version, text = masked_cidr(f"{address}/{prefix}")
     expected = ip_network(f"{address}/{prefix}", strict=False)
-    # glibc prints the embedded IPv4 form (::ffff:1.2.3.4), as Go does; ipaddress does not.
+    # An IPv4-mapped network is Go's own case (test_an_ipv4_mapped_network_is_printed_as_go_does).
     assume(not (isinstance(address, IPv6Address) and address.ipv4_mapped is not None))
     assert (version, text) == (expected.version, str(expected))
 
@@ -364,8 +380,33 @@ def test_masked_ipv6_is_printed_as_go_prints_it(cidr: str, text: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("cidr", "text"),
+    [
+        ("::ffff:10.0.0.1/128", "10.0.0.1/32"),
+        ("::ffff:10.0.0.7/120", "10.0.0.0/24"),
+        ("::ffff:10.0.0.0/96", "0.0.0.0/0"),
+        ("::ffff:10.0.0.0/95", "::fffe:0:0/95"),  # masked out of the mapped range
+        ("::10.0.0.1/128", "::a00:1/128"),  # IPv4-compatible: hexadecimal, as Go prints it
+    ],
+)
+def test_an_ipv4_mapped_network_is_printed_as_go_does(cidr: str, text: str) -> None:
+    """Go's IPNet.String prints an IPv4-mapped IPv6 network as the IPv4 network inside it;
+    glibc and ipaddress keep the ::ffff: prefix."""
+    assert masked_cidr(cidr) == (6, text)
+
+
+@pytest.mark.parametrize(
     "bad",
-    ["10.0.0.0", "10.0.0.0/33", "10.0.0.01/8", "fe80::/129", "x/8", "10.0.0.0/+8", "10.0.0.0/"],
+    [
+        "10.0.0.0",
+        "10.0.0.0/33",
+        "10.0.0.01/8",
+        "fe80::/129",
+        "x/8",
+        "10.0.0.0/+8",
+        "10.0.0.0/",
+        "10.0.0.0/\u0668",  # an Arabic-Indic 8: a digit to Python, not to Go
+    ],
 )
 def test_masked_cidr_rejects_what_go_rejects(bad: str) -> None:
     with pytest.raises(SubnetEnvError, match="invalid CIDR address"):

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyflannel_runtime.backend import tx_offload
+from pyflannel_runtime.backend.vxlan import offload_verdict
+from pyflannel_runtime.backend_spec import tx_offload
 
 
 @pytest.mark.parametrize(
@@ -53,10 +54,10 @@ def test_anything_but_off_is_no_verdict(text: str) -> None:
 
 def test_record_auto_off_writes_once(tmp_path: Path) -> None:
     path = str(tmp_path / "state" / "verdict")
-    assert tx_offload.read_auto_verdict(path) is None
-    assert tx_offload.record_auto_off("UdpInCsumErrors +3 at node2", path)
-    assert not tx_offload.record_auto_off("again", path)
-    assert tx_offload.read_auto_verdict(path) == "UdpInCsumErrors +3 at node2"
+    assert offload_verdict.read_auto_verdict(path) is None
+    assert offload_verdict.record_auto_off("UdpInCsumErrors +3 at node2", path)
+    assert not offload_verdict.record_auto_off("again", path)
+    assert offload_verdict.read_auto_verdict(path) == "UdpInCsumErrors +3 at node2"
     assert (tmp_path / "state" / "verdict").stat().st_mode & 0o777 == 0o644
 
 

@@ -1,4 +1,4 @@
-"""The udp backend's socket filter program (backend/udp_filter.py), run by a small classic BPF
+"""The udp backend's socket filter program (backend/udp/socket_filter.py), run by a small classic BPF
 interpreter over the fields it reads: it accepts exactly the peers' source addresses."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from ipaddress import IPv4Address
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyflannel_runtime.backend.udp_filter import MAX_FILTERED_PEERS, peer_filter
+from pyflannel_runtime.backend.udp.socket_filter import MAX_FILTERED_PEERS, peer_filter
 
 INSN = struct.Struct("=HBBI")
 NET_SOURCE = (-0x100000 + 12) & 0xFFFFFFFF

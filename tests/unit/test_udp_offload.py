@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyflannel_runtime.backend.udp_offload import (
+from pyflannel_runtime.backend.udp.offload import (
     GSO_TCPV4,
     VNET_F_NEEDS_CSUM,
     VNET_HDR,
@@ -18,13 +18,13 @@ from pyflannel_runtime.backend.udp_offload import (
     complete_checksum,
     python_offload,
 )
-from pyflannel_runtime.backend.udp_packet import (
+from pyflannel_runtime.backend.udp.packet import (
     fold,
     ip_header_checksum,
     ones_sum,
     pseudo_header_sum,
 )
-from pyflannel_runtime.backend.udp_worker import best_offload
+from pyflannel_runtime.backend.udp.worker import best_offload
 
 SRC = IPv4Address("10.244.1.10")
 DST = IPv4Address("10.244.2.10")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyflannel_runtime.backend.udp_packet import (
+from pyflannel_runtime.backend.udp.packet import (
     COMMAND_SIZE,
     Command,
     CommandMessage,

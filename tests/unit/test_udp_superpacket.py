@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyflannel_runtime.backend.udp_offload import (
+from pyflannel_runtime.backend.udp.offload import (
     GSO_NONE,
     GSO_TCPV4,
     VNET_F_NEEDS_CSUM,
@@ -16,8 +16,8 @@ from pyflannel_runtime.backend.udp_offload import (
     complete_checksum,
     segment_tcp4,
 )
-from pyflannel_runtime.backend.udp_packet import decrement_ttl, fold, pseudo_header_sum
-from pyflannel_runtime.backend.udp_superpacket import (
+from pyflannel_runtime.backend.udp.packet import decrement_ttl, fold, pseudo_header_sum
+from pyflannel_runtime.backend.udp.superpacket import (
     HEADER_LEN,
     MAX_UDP_PAYLOAD,
     Reassembler,
@@ -36,7 +36,7 @@ DATAGRAM = 1472  # flannel0's MTU over a 1500-byte underlay
 TIMESTAMPS = b"\x01\x01\x08\x0a" + bytes(8)
 
 try:
-    from pyflannel_runtime.backend.udp_superpacket_numpy import Framer
+    from pyflannel_runtime.backend.udp.superpacket_numpy import Framer
 except ImportError:  # numpy is optional
     Framer = None  # type: ignore[assignment, misc]
 

@@ -169,6 +169,33 @@ def test_a_peer_whose_ipv6_subnet_moved_is_removed_then_added() -> None:
     assert watcher.update([added(lease(1, 2))]) == [removed(lease(1, 1)), added(lease(1, 2))]
 
 
+def test_a_renewal_withdraws_nothing() -> None:
+    """A peer renewing its lease (same subnets, a new expiry and revision) is an Added event
+    again: passed on as it is, never preceded by a Removed, which would have the backend
+    withdraw the peer's routes and program them again."""
+    watcher = LeaseWatcher(OWN, SCOPE)
+    first = dataclasses.replace(lease(1, 1), expiration=1000.0, asof=5)
+    watcher.update([added(first)])
+    renewed = dataclasses.replace(first, expiration=87400.0, asof=9)
+    assert watcher.update([added(renewed)]) == [added(renewed)]
+    assert watcher.leases == (renewed,)
+
+
+@given(leases, st.floats(0, 1e10), st.integers(0, 2**40), st.integers(1, 3), st.integers(1, 3))
+def test_an_added_event_with_the_same_subnets_never_emits_a_removal(
+    peer: Lease, expiry: float, revision: int, ip: int, mac: int
+) -> None:
+    """Same subnets, whatever else changed (expiry, revision, public IP, VTEP MAC): the new
+    lease is programmed over the old one, with nothing withdrawn in between."""
+    watcher = LeaseWatcher(OWN, SCOPE)
+    if watcher.is_own(peer):
+        return
+    watcher.update([added(peer)])
+    attrs = lease(0, ip=ip, mac=mac).attrs
+    again = dataclasses.replace(peer, attrs=attrs, expiration=expiry, asof=revision)
+    assert watcher.update([added(again)]) == [added(again)]
+
+
 def test_reset_removes_a_peer_whose_ipv6_subnet_moved_before_adding_it() -> None:
     watcher = LeaseWatcher(OWN, SCOPE)
     watcher.reset([lease(1, 1), lease(2, 2)])

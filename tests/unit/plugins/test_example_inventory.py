@@ -1,5 +1,5 @@
-"""inventories/example, and the README's INI inventory in kubespray's layout, pass the
-preflight's cluster check, as an operator copying them would run it (the preflight's own
+"""inventories/example, and the INI inventory in kubespray's layout of docs/operating.md, pass
+the preflight's cluster check, as an operator copying them would run it (the preflight's own
 settings task, then its action), without reaching the hosts."""
 
 from __future__ import annotations
@@ -104,18 +104,18 @@ def test_extra_vars_given_as_key_value_text_are_converted(tmp_path: Path) -> Non
     }
 
 
-def readme_ini_inventory() -> str:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## On real hosts", 1)[1].split("\n## ", 1)[0]
+def docs_ini_inventory() -> str:
+    page = (ROOT / "docs" / "operating.md").read_text()
+    section = page.split("\n### A kubespray inventory\n", 1)[1].split("\n### ", 1)[0]
     (block,) = re.findall(r"```ini\n(.*?)```", section, re.S)
     return block
 
 
-def test_the_readmes_kubespray_ini_inventory_passes_with_its_strings_converted(
+def test_the_docs_kubespray_ini_inventory_passes_with_its_strings_converted(
     tmp_path: Path,
 ) -> None:
     inventory = tmp_path / "inventory.ini"
-    inventory.write_text(readme_ini_inventory())
+    inventory.write_text(docs_ini_inventory())
     done = check_inventory(tmp_path, inventory=inventory)
     assert passed(done), done.stdout + done.stderr
     assert checked_settings(tmp_path) == {

@@ -13,8 +13,7 @@ import yaml
 from pyflannel_controller.inventory import CLUSTER_VARIABLES, NODE_VARIABLES
 from pyflannel_controller.model.cluster import ClusterModel
 from pyflannel_controller.model.cluster_settings import AGENT_BACKEND_SETTINGS, BACKEND_SETTINGS
-from pyflannel_runtime.backend import tx_offload
-from pyflannel_runtime.backend_spec import specs
+from pyflannel_runtime.backend_spec import specs, tx_offload
 
 ROLES = Path(__file__).resolve().parents[3] / "roles"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ansible_collections.pyflannel.network.plugins.modules import connectivity
 
-from pyflannel_runtime.backend import tx_offload
+from pyflannel_runtime.backend_spec import tx_offload
 from pyflannel_runtime.connectivity.scenarios import GROUPS
 
 

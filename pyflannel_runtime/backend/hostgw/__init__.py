@@ -1,0 +1,2 @@
+"""The host-gw backend: one route per peer through the external interface (flannel's
+pkg/backend/hostgw)."""
