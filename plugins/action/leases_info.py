@@ -9,8 +9,10 @@ import ipaddress
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ansible.errors import AnsibleActionFail
-from ansible_collections.pyflannel.network.plugins.plugin_utils.agent_venv import AgentVenvAction
+from ansible_collections.pyflannel.network.plugins.plugin_utils.agent_venv import (
+    AgentVenvAction,
+    controller_runtime,
+)
 
 
 def _node_addresses(host_vars: Mapping[str, Any]) -> Iterator[Any]:
@@ -57,20 +59,15 @@ class ActionModule(AgentVenvAction):
         known = args.pop("known", None)
         if not isinstance(known, Mapping) or "leases" not in known:
             return None
-        try:
-            from pyflannel_runtime.ops.leases import InventoryHost, with_owners
-        except ImportError as why:
-            raise AnsibleActionFail(
-                f"pyflannel.network needs the pyflannel_runtime package on the controller: {why}"
-            ) from why
+        leases = controller_runtime("pyflannel_runtime.ops.leases")
         try:
             hosts = [
-                InventoryHost(
+                leases.InventoryHost(
                     str(host["name"]),
                     frozenset(ipaddress.ip_address(a) for a in host["addresses"]),
                 )
                 for host in args.get("hosts") or []
             ]
-            return {"changed": False, **with_owners(known, hosts)}
+            return {"changed": False, **leases.with_owners(known, hosts)}
         except (ValueError, KeyError, TypeError):  # not a report: the module says what it finds
             return None

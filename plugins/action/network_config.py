@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible.errors import AnsibleActionFail
-from ansible_collections.pyflannel.network.plugins.plugin_utils.agent_venv import AgentVenvAction
+from ansible_collections.pyflannel.network.plugins.plugin_utils.agent_venv import (
+    AgentVenvAction,
+    controller_runtime,
+)
 
 
 class ActionModule(AgentVenvAction):
@@ -16,15 +18,10 @@ class ActionModule(AgentVenvAction):
         config, prefix = args.get("config"), args.get("etcd_prefix")
         if known is None or known != config or args.get("reservations") or not prefix:
             return None
-        try:
-            from pyflannel_runtime.ops.publish import config_key
-        except ImportError as why:
-            raise AnsibleActionFail(
-                f"pyflannel.network needs the pyflannel_runtime package on the controller: {why}"
-            ) from why
+        publish = controller_runtime("pyflannel_runtime.ops.publish")
         # What the module returns for a config etcd already holds.
         change = {
-            "key": config_key(str(prefix)),
+            "key": publish.config_key(str(prefix)),
             "before": known,
             "after": config,
             "changed": False,

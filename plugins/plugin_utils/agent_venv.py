@@ -10,10 +10,13 @@ this class.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
+from types import ModuleType
 from typing import Any
 
+from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
 
@@ -45,6 +48,17 @@ def with_interpreter(
             delegate_to: dict(delegated[delegate_to], ansible_python_interpreter=python),
         }
     return module_vars
+
+
+def controller_runtime(name: str) -> ModuleType:
+    """A module of pyflannel_runtime imported on the controller, where an action plugin works a
+    result out from what a host reported earlier in the run; a clear failure without it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as why:
+        raise AnsibleActionFail(
+            f"pyflannel.network needs the pyflannel_runtime package on the controller: {why}"
+        ) from why
 
 
 def missing_runtime(result: dict[str, Any], venv: str, python: str) -> dict[str, Any] | None:
