@@ -8,8 +8,14 @@ ssh clients they start (everything the controller spends on the run). ansible.po
 profile_tasks callback names the slowest tasks of each run (wall time of a task across all
 hosts); modules per host on the re-run are counted from the ssh commands Ansible starts.
 
-Goals at 20 hosts (issue 26): re-run <= 30 s with changed=0, first run <= 3 min, cost growing no
-worse than linearly (seconds per host not growing with the size).
+The floor of a re-run is one module round trip per host: `ansible all -m ansible.builtin.ping`
+on the same inventory, run just before and just after each re-run (same connections, same
+minutes; on a busy machine one ping alone varies by half); each re-run is printed as a multiple
+of their mean.
+
+Goals: a re-run with changed=0 <= 5x the ping floor at every size and <= 30 s at 20 hosts; the
+first run <= 3 min at 20 hosts; cost growing no worse than linearly (seconds per host not
+growing with the size).
 Needs root:  PYTHONPATH=. python bench/bench_site_scale.py [--sizes 3,10,20] [--top 8] [--reruns 1]
 """
 
@@ -31,7 +37,7 @@ from sigterm import interrupt_on_sigterm
 
 from pyflannel_lab import hosts
 from pyflannel_lab.errors import LabError
-from pyflannel_lab.playbook import LAB_INVENTORY, PlaybookRun, run_playbook
+from pyflannel_lab.playbook import LAB_INVENTORY, PlaybookRun, run_ping, run_playbook
 
 # Every lab host's systemd, logind and dbus hold 7 inotify instances, and every rootful
 # container counts against root's fs.inotify.max_user_instances (128 here): past ~17 hosts the
@@ -49,6 +55,12 @@ class Measured:
     run: PlaybookRun
     cpu_seconds: float
     load: str
+    # The ping floor just before and just after the run (re-runs only).
+    floor: tuple[PlaybookRun, ...] = ()
+
+    @property
+    def floor_seconds(self) -> float:
+        return sum(ping.seconds for ping in self.floor) / len(self.floor)
 
     def slowest(self, top: int) -> list[tuple[str, float]]:
         tasks = [(name.strip(), float(t)) for name, t in _TASK_TIME.findall(self.run.output)]
@@ -64,12 +76,22 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def ping(addresses: dict[str, str]) -> PlaybookRun:
+    floor = run_ping(count_modules=addresses)
+    if floor.returncode != 0:
+        raise RuntimeError(floor.explain())
+    return floor
+
+
 def measured(addresses: dict[str, str] | None = None) -> Measured:
+    before_run = ping(addresses) if addresses is not None else None
     before = children_cpu()
     run = run_playbook("site.yml", count_modules=addresses)
+    cpu = children_cpu() - before
     if run.returncode != 0 or run.failed_hosts():
         raise RuntimeError(run.explain())
-    return Measured(run, children_cpu() - before, load())
+    floor = () if addresses is None or before_run is None else (before_run, ping(addresses))
+    return Measured(run, cpu, load(), floor)
 
 
 def inotify_in_use() -> int:
@@ -114,6 +136,12 @@ def report(size: int, booted: float, first: Measured, reruns: list[Measured], to
         print(f"hosts_{size}_rerun_controller_cpu_s_per_host: {again.cpu_seconds / size:.2f}")
         print(f"hosts_{size}_rerun_changed: {sum(again.run.changed().values())}")
         print(f"hosts_{size}_rerun_modules_per_host: {sorted(set(again.run.modules.values()))}")
+        if again.floor:
+            pings = ", ".join(f"{ping.seconds:.1f}" for ping in again.floor)
+            print(f"hosts_{size}_ping_floor_s: {again.floor_seconds:.1f} (before, after: {pings})")
+            counts = sorted({n for ping in again.floor for n in ping.modules.values()})
+            print(f"hosts_{size}_ping_modules_per_host: {counts}")
+            print(f"hosts_{size}_rerun_over_ping: {again.run.seconds / again.floor_seconds:.1f}")
     sys.stdout.flush()
 
 

@@ -1,4 +1,4 @@
-"""Running this repository's playbooks against lab hosts (for tests and bench/bench_site.py).
+"""Running this repository's playbooks (and the ping floor) against lab hosts, for tests and benches.
 
 ``run_playbook`` runs ``ansible-playbook`` from the repository root (its ansible.cfg, the
 collection by FQCN) and parses the PLAY RECAP. With ``count_modules`` every ssh command Ansible
@@ -96,6 +96,24 @@ def run_playbook(
         command += ["-i", str(inventory)]
     merged = {"flannel_wheelhouse_cache_dir": str(WHEELHOUSE_CACHE), **(extra_vars or {})}
     command += ["-e", json.dumps(merged)]
+    return _run(command, count_modules)
+
+
+def run_ping(
+    pattern: str = "all",
+    inventories: Sequence[Path] = (LAB_INVENTORY,),
+    count_modules: Mapping[str, str] | None = None,
+) -> PlaybookRun:
+    """``ansible PATTERN -m ansible.builtin.ping`` in the repository root, with the same
+    configuration as ``run_playbook``: one module round trip per host, the floor of any run
+    that asks every host something. Its recap is empty (ad-hoc runs print none)."""
+    command = [str(BIN / "ansible"), pattern, "-m", "ansible.builtin.ping"]
+    for inventory in inventories:
+        command += ["-i", str(inventory)]
+    return _run(command, count_modules)
+
+
+def _run(command: list[str], count_modules: Mapping[str, str] | None) -> PlaybookRun:
     env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}", "ANSIBLE_FORCE_COLOR": "0"}
     env.pop("ANSIBLE_CONFIG", None)
     with tempfile.TemporaryDirectory(prefix="pyft-ssh-") as scratch:

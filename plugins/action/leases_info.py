@@ -1,5 +1,7 @@
 """Action plugin: pyflannel.network.leases_info runs with the agent's virtualenv's Python, with
-the inventory's hosts and their addresses (controller-side data) when the task names none."""
+the inventory's hosts and their addresses (controller-side data) when the task names none; and
+not at all when node_facts read the leases earlier in the run (known): they are matched to the
+hosts here."""
 
 from __future__ import annotations
 
@@ -7,7 +9,10 @@ import ipaddress
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ansible_collections.pyflannel.network.plugins.plugin_utils.agent_venv import AgentVenvAction
+from ansible_collections.pyflannel.network.plugins.plugin_utils.agent_venv import (
+    AgentVenvAction,
+    controller_runtime,
+)
 
 
 def _node_addresses(host_vars: Mapping[str, Any]) -> Iterator[Any]:
@@ -49,3 +54,20 @@ class ActionModule(AgentVenvAction):
             names = (task_vars.get("groups") or {}).get("all") or []
             args["hosts"] = inventory_hosts(names, task_vars["hostvars"])
         return args
+
+    def known_result(self, args: dict[str, Any]) -> dict[str, Any] | None:
+        known = args.pop("known", None)
+        if not isinstance(known, Mapping) or "leases" not in known:
+            return None
+        leases = controller_runtime("pyflannel_runtime.ops.leases")
+        try:
+            hosts = [
+                leases.InventoryHost(
+                    str(host["name"]),
+                    frozenset(ipaddress.ip_address(a) for a in host["addresses"]),
+                )
+                for host in args.get("hosts") or []
+            ]
+            return {"changed": False, **leases.with_owners(known, hosts)}
+        except (ValueError, KeyError, TypeError):  # not a report: the module says what it finds
+            return None

@@ -1,5 +1,7 @@
 """Action plugin: pyflannel.network.pki_files reads each src on the controller (as
-ansible.builtin.copy does) and hands the contents to the module, which runs once on the host."""
+ansible.builtin.copy does) and hands the contents to the module, which runs once on the host,
+and not at all when the host reported earlier in the run (known_states) that every file is as
+wanted."""
 
 from __future__ import annotations
 
@@ -8,6 +10,10 @@ from typing import Any
 
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
+from ansible_collections.pyflannel.network.plugins.plugin_utils.host_files import unchanged
+
+# The module's defaults for what an entry leaves out.
+_DEFAULTS = {"mode": "0644", "owner": "root", "group": "root"}
 
 
 class ActionModule(ActionBase):
@@ -15,17 +21,22 @@ class ActionModule(ActionBase):
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
-        files = self._task.args.get("files")
+        args = dict(self._task.args)
+        states, key = args.pop("known_states", None), args.pop("digest_key", None)
+        files = args.get("files")
         if isinstance(files, list):
             try:
                 files = [self._with_content(entry) for entry in files]
             except AnsibleError as err:
                 return {**result, "failed": True, "msg": str(err)}
+        if unchanged(files, states, key, path_key="dest", defaults=_DEFAULTS):
+            # What the module returns when every file is as wanted (no diff: nothing differs).
+            return {**result, "changed": False, "changed_files": [], "created_directories": []}
         # Anything else is refused by the module's own argument checks.
         result.update(
             self._execute_module(
                 module_name="pyflannel.network.pki_files",
-                module_args={**self._task.args, "files": files},
+                module_args={**args, "files": files},
                 task_vars=task_vars,
             )
         )

@@ -32,6 +32,25 @@ requirements:
     with that virtualenv's Python by itself, with no C(ansible_python_interpreter) to set
 """
 
+    # Files the action plugin compares with what the host reported earlier in the run
+    # (plugins/plugin_utils/host_files.py).
+    KNOWN_STATES = r"""
+options:
+  known_states:
+    description:
+      - The files' states as C(pyflannel.network.node_facts) reported them earlier in the same run
+        (C(ansible_facts.pyflannel_host.paths)). When every file is already as wanted there
+        (content, mode, owner and group), the action plugin does not run the module on the host and
+        reports no change; otherwise the module runs and compares for itself.
+      - Only for states gathered before any other task of the run could change these files.
+    type: dict
+    version_added: 0.2.0
+  digest_key:
+    description: The key the states in O(known_states) were digested with (node_facts' C(digest_key)).
+    type: str
+    version_added: 0.2.0
+"""
+
     # The etcd connection (action group pyflannel.network.etcd).
     ETCD = r"""
 options:

@@ -59,6 +59,20 @@ KUBERNETES_ARGUMENT_SPEC = {
 }
 
 
+# Where the flannel CNI plugin is installed (the cni_plugin module's options; node_facts checks
+# an installation with the same defaults).
+CNI_PLUGIN_ARGUMENT_SPEC = {
+    "bin_dir": {"type": "path", "default": "/opt/cni/bin"},
+    "plugins_dir": {"type": "path", "default": "/usr/lib/cni"},
+    "link": {
+        "type": "list",
+        "elements": "str",
+        "default": ["bridge", "host-local", "portmap", "loopback"],
+    },
+    "record": {"type": "path", "default": "/var/lib/pyflannel/cni-plugins.json"},
+}
+
+
 def agent_settings(module, names):
     """pyflanneld's settings (pyflannel_runtime.agent.flags.Options) for the module: the options
     `names` as given, else the agent's own settings (its environment file, ``agent_env``), else

@@ -80,6 +80,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
+    CNI_PLUGIN_ARGUMENT_SPEC,
     VENV_ARGUMENT_SPEC,
     require_runtime,
 )
@@ -89,14 +90,7 @@ def build_module():
     return AnsibleModule(
         argument_spec={
             **VENV_ARGUMENT_SPEC,
-            "bin_dir": {"type": "path", "default": "/opt/cni/bin"},
-            "plugins_dir": {"type": "path", "default": "/usr/lib/cni"},
-            "link": {
-                "type": "list",
-                "elements": "str",
-                "default": ["bridge", "host-local", "portmap", "loopback"],
-            },
-            "record": {"type": "path", "default": "/var/lib/pyflannel/cni-plugins.json"},
+            **CNI_PLUGIN_ARGUMENT_SPEC,
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
         },
         supports_check_mode=True,
@@ -107,23 +101,17 @@ def _link_diff(path, before, after):
     return {"before_header": path, "after_header": path, "before": before, "after": after}
 
 
-def install(module, plugin, recorded):
-    from pyflannel_runtime.ops.cni_install import (
-        LinkError,
-        launcher_script,
-        make_links,
-        plan_install,
-    )
-    from pyflannel_runtime.ops.files import FilesError, WantedFile, sync_files
+def install(module, recorded):
+    from pyflannel_runtime.ops.cni_install import LinkError, make_links, plugin_files
+    from pyflannel_runtime.ops.files import FilesError, sync_files
 
     params = module.params
     try:
-        plan = plan_install(params["bin_dir"], params["plugins_dir"], params["link"], recorded)
+        plan, wanted = plugin_files(
+            params["bin_dir"], params["plugins_dir"], params["link"], params["record"], recorded
+        )
     except LinkError as err:
         module.fail_json(msg=str(err))
-    wanted = {plugin: WantedFile(launcher_script(), 0o755)}
-    if plan.record != recorded:
-        wanted[params["record"]] = WantedFile(plan.record.text(), 0o644)
     diffs = [
         _link_diff(path, os.readlink(path) + "\n" if os.path.islink(path) else "", target + "\n")
         for path, target in plan.make
@@ -165,7 +153,7 @@ def main():
         module.fail_json(msg=f"record: {err}")
     result = {"plugin": plugin}
     if module.params["state"] == "present":
-        changed, changed_links, diff, foreign = install(module, plugin, recorded)
+        changed, changed_links, diff, foreign = install(module, recorded)
         result["foreign"] = foreign
     else:
         changed, changed_links, diff = remove(module, plugin, recorded)

@@ -16,6 +16,7 @@ description:
   - Runs with the agent's virtualenv's Python (see O(venv)).
 extends_documentation_fragment:
   - pyflannel.network.attributes
+  - pyflannel.network.attributes.known_states
   - pyflannel.network.attributes.venv
 options:
   files:
@@ -72,6 +73,9 @@ changed_files:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.pyflannel.network.plugins.module_utils.file_state import (
+    KNOWN_STATES_ARGUMENT_SPEC,
+)
 from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
     VENV_ARGUMENT_SPEC,
     require_runtime,
@@ -82,6 +86,7 @@ def build_module():
     return AnsibleModule(
         argument_spec={
             **VENV_ARGUMENT_SPEC,
+            **KNOWN_STATES_ARGUMENT_SPEC,
             "files": {
                 "type": "list",
                 "elements": "dict",

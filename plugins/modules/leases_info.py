@@ -50,6 +50,13 @@ options:
         type: list
         elements: str
         required: true
+  known:
+    description:
+      - The leases as C(pyflannel.network.node_facts) read them earlier in the same run, with the same
+        settings (its C(checks.leases)). Given, the action plugin matches them to O(hosts) on the
+        controller and does not run the module.
+    type: dict
+    version_added: 0.2.0
 """
 
 EXAMPLES = r"""
@@ -178,6 +185,7 @@ def build_module():
             **VENV_ARGUMENT_SPEC,
             **ETCD_ARGUMENT_SPEC,
             **KUBERNETES_ARGUMENT_SPEC,
+            "known": {"type": "dict"},
             "hosts": {
                 "type": "list",
                 "elements": "dict",

@@ -46,6 +46,14 @@ options:
       public_ipv6:
         description: The node's public IPv6 address.
         type: str
+  known_config:
+    description:
+      - What C(<prefix>/config) held when C(pyflannel.network.node_facts) read it earlier in the same
+        run, with the same etcd settings (its C(checks.network_config)). When it is O(config) and
+        there are no O(reservations), the action plugin reports no change without running the
+        module (the config is compared, and nothing would be written). Needs O(etcd_prefix).
+    type: str
+    version_added: 0.2.0
 """
 
 EXAMPLES = r"""
@@ -100,6 +108,7 @@ def build_module():
             **VENV_ARGUMENT_SPEC,
             **ETCD_ARGUMENT_SPEC,
             "config": {"type": "str"},
+            "known_config": {"type": "str"},
             "reservations": {
                 "type": "list",
                 "elements": "dict",

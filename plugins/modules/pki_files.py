@@ -20,6 +20,7 @@ description:
     needs nothing of pyflannel there (an etcd member need not be a flannel node).
 extends_documentation_fragment:
   - pyflannel.network.attributes
+  - pyflannel.network.attributes.known_states
 options:
   files:
     description: The files to put in place.
@@ -98,6 +99,9 @@ from contextlib import suppress
 from dataclasses import dataclass
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.pyflannel.network.plugins.module_utils.file_state import (
+    KNOWN_STATES_ARGUMENT_SPEC,
+)
 
 # Shown in --diff output instead of a private file's content.
 _HIDDEN = "(private: content not shown)\n"
@@ -106,6 +110,7 @@ _HIDDEN = "(private: content not shown)\n"
 def build_module():
     return AnsibleModule(
         argument_spec={
+            **KNOWN_STATES_ARGUMENT_SPEC,
             "files": {
                 "type": "list",
                 "elements": "dict",

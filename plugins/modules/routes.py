@@ -151,9 +151,19 @@ rejected:
   elements: str
   sample: ["0.0.0.0-0: 0.0.0.0-0 holds no subnet (no IPv4 part, no IPv6 part)"]
   version_added: 0.2.0
+clean:
+  description: The datapath was checked and nothing is missing, stale, rejected or wrong (MTU, subnet.env),
+    with the agent ready or without a health server to ask.
+  returned: always
+  type: bool
+  version_added: 0.2.0
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.pyflannel.network.plugins.module_utils.datapath import (
+    DatapathError,
+    check_datapath,
+)
 from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
     ETCD_ARGUMENT_SPEC,
     KUBERNETES_ARGUMENT_SPEC,
@@ -194,61 +204,13 @@ def build_module():
 def main():
     module = build_module()
     require_runtime(module)
-    import time
-    from ipaddress import ip_address
-
-    from pyflannel_runtime.ops import node_check
-    from pyflannel_runtime.ops.agent import agent_endpoint
-    from pyflannel_runtime.ops.agent_settings import lease_store
-    from pyflannel_runtime.ops.repair import RepairError, apply_repair, plan_repair
-    from pyflannel_runtime.ops.verify import Host, VerifyError
-
     opts = agent_settings(module, AGENT_OPTIONS)
-    # Checked by the agent's own flag validation.
-    public_ip = ip_address(opts.public_ip) if opts.public_ip else None
-    endpoint = agent_endpoint(opts.healthz_ip, opts.healthz_port)
-    host = Host(public_ip=public_ip, subnet_file=opts.subnet_file)
     try:
-        agent = node_check.ask_agent(endpoint, None, subnet_file=opts.subnet_file)
-        store = lease_store(opts, node_check.DEFAULT_TIMEOUT)
-        report = node_check.check_node(store, host, agent)
-    except (VerifyError, OSError) as err:
-        module.fail_json(msg=f"cannot verify: {err}")
-    missing = [report.describe(e) for e in report.missing]
-    ops = plan_repair(report)
-    writes = 0
-    if ops and not module.check_mode:
-        try:
-            writes = apply_repair(ops, host, report.names)
-        except RepairError as err:
-            module.fail_json(msg=f"repair failed after {err.writes} writes: {err}", missing=missing)
-    result = {
-        "changed": bool(ops) if module.check_mode else writes > 0,
-        "summary": node_check.summary(report, agent),
-        "agent": agent.as_dict(),
-        "leases": node_check.lease_counts(report),
-        "lease_list": node_check.lease_rows(report, time.time()),
-        "notes": list(report.notes),
-        "missing": missing,
-        "stale": [report.describe(e) for e in report.stale],
-        "writes": writes,
-        "mtus": [
-            {"device": m.device, "actual": m.actual, "expected": m.expected} for m in report.mtus
-        ],
-        "subnet_env": node_check.read_subnet_env(opts.subnet_file),
-        "problems": node_check.problems(report),
-        "rejected": node_check.rejected(report),
-    }
-    if not agent.ok:
-        module.warn(agent.describe())
-    if result["rejected"]:
-        module.warn(
-            f"{len(result['rejected'])} lease(s) rejected, never programmed: "
-            + "; ".join(result["rejected"])
-        )
-    diff = node_check.drift_diff(report)
-    if module._diff and diff is not None:
-        result["diff"] = diff
+        result, warnings = check_datapath(opts, repair=not module.check_mode, diff=module._diff)
+    except DatapathError as err:
+        module.fail_json(msg=str(err), **err.result)
+    for warning in warnings:
+        module.warn(warning)
     if result["problems"] and module.params["fail_on_problems"]:
         module.fail_json(msg="; ".join(result["problems"]), **result)
     module.exit_json(**result)

@@ -10,17 +10,22 @@ this class.
 
 from __future__ import annotations
 
+import importlib
 import os
+import re
+from types import ModuleType
 from typing import Any
 
+from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
 
 DEFAULT_VENV = "/opt/pyflannel/venv"
 VENV_VARIABLE = "flannel_agent_venv"
 CLUSTER_FACT = "_flannel_cluster"
-# What a POSIX shell exits with when the command is missing or cannot be executed.
+# What a POSIX shell exits with when the command is missing or cannot be executed, and says.
 _NOT_RUNNABLE = (126, 127)
+_NOT_THERE = "(?:No such file or directory|not found|command not found|Permission denied)"
 
 
 def agent_venv(option: str | None, task_vars: dict[str, Any]) -> str:
@@ -45,12 +50,26 @@ def with_interpreter(
     return module_vars
 
 
+def controller_runtime(name: str) -> ModuleType:
+    """A module of pyflannel_runtime imported on the controller, where an action plugin works a
+    result out from what a host reported earlier in the run; a clear failure without it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as why:
+        raise AnsibleActionFail(
+            f"pyflannel.network needs the pyflannel_runtime package on the controller: {why}"
+        ) from why
+
+
 def missing_runtime(result: dict[str, Any], venv: str, python: str) -> dict[str, Any] | None:
     """A clear failure for a module that could not start because the virtualenv's Python is not
     there; None when it started."""
     if not result.get("failed") or result.get("rc") not in _NOT_RUNNABLE:
         return None
-    if (result.get("module_stdout") or "").strip():
+    # Nothing on stdout, or only the shell's word that the Python is not there (without
+    # pipelining, sudo's terminal carries the shell's stderr to stdout).
+    stdout = (result.get("module_stdout") or "").strip()
+    if stdout and not re.fullmatch(rf".*{re.escape(python)}: {_NOT_THERE}", stdout):
         return None
     return {
         "failed": True,
@@ -74,11 +93,19 @@ class AgentVenvAction(ActionBase):
         """The module's arguments (a subclass adds what it finds on the controller)."""
         return args
 
+    def known_result(self, args: dict[str, Any]) -> dict[str, Any] | None:
+        """The module's result when the controller already knows it (a subclass finds it in
+        what the host reported earlier in the run); None runs the module."""
+        return None
+
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         del tmp
         task_vars = task_vars or {}
         args = self.module_args(dict(self._task.args), task_vars)
+        known = self.known_result(args)
+        if known is not None:
+            return merge_hash(result, known)
         # The host's setting may still be a template; the task's arguments are templated.
         venv = str(self._templar.template(agent_venv(args.get("venv"), task_vars)))
         python = os.path.join(venv, "bin", "python")

@@ -7,14 +7,14 @@ that holds its public IP (IPv4, else IPv6, the addresses flanneld announces); an
 lease whose public IP no host of the inventory holds. The utilisation is `subnet.usage`'s:
 the subnets the agents' allocator hands out and how many of them the leases take.
 
-`leases_report` and `owner` are pure; `read_leases` reads the lease store.
+`leases_report`, `owner` and `with_owners` are pure; `read_leases` reads the lease store.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from ipaddress import IPv4Address, IPv6Address
@@ -41,14 +41,35 @@ class InventoryHost:
 def owner(lease: Lease, hosts: Sequence[InventoryHost]) -> str | None:
     """The first host holding the lease's public IPv4 address (unless unset, as on an IPv6-only
     node), else its public IPv6 address; None for an orphan."""
-    public = lease.attrs.public_ip if lease.attrs.public_ip != _NO_IPV4 else None
-    for address in (public, lease.attrs.public_ipv6):
+    return _holder(lease.attrs.public_ip, lease.attrs.public_ipv6, hosts)
+
+
+def _holder(
+    public_ip: IPv4Address, public_ipv6: IPv6Address | None, hosts: Sequence[InventoryHost]
+) -> str | None:
+    for address in (public_ip if public_ip != _NO_IPV4 else None, public_ipv6):
         if address is None:
             continue
         for host in hosts:
             if address in host.addresses:
                 return host.name
     return None
+
+
+def with_owners(found: Mapping[str, Any], hosts: Sequence[InventoryHost]) -> dict[str, Any]:
+    """A report as ``report_dict`` gave it, read where the inventory was not known (each
+    lease's host None), with each lease's host from ``hosts`` and the orphans among them.
+    Raises ValueError for a lease whose public IPs are not addresses."""
+    leases = []
+    for lease in found["leases"]:
+        public_ipv6 = lease.get("public_ipv6")
+        holder = _holder(
+            IPv4Address(lease["public_ip"]),
+            None if public_ipv6 is None else IPv6Address(public_ipv6),
+            hosts,
+        )
+        leases.append({**lease, "host": holder})
+    return {**found, "leases": leases, "orphans": [lease for lease in leases if not lease["host"]]}
 
 
 # --- the report -------------------------------------------------------------------------------

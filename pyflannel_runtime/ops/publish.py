@@ -152,6 +152,17 @@ async def with_client(settings: EtcdSettings, op: Callable[[EtcdClient], Awaitab
     raise PublishError("no etcd endpoints given")
 
 
+def stored_config(settings: EtcdSettings) -> str | None:
+    """What ``<prefix>/config`` holds now (None: nothing), read as ``publish`` reads it before
+    it compares."""
+
+    async def read(client: EtcdClient) -> str | None:
+        current = await client.get(config_key(settings.prefix).encode())
+        return None if current is None else current.value.decode(errors="replace")
+
+    return asyncio.run(with_client(settings, read))
+
+
 def publish(
     settings: EtcdSettings,
     config: str | None,

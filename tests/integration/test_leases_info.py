@@ -223,3 +223,96 @@ def test_module_defaults_set_the_etcd_connection_once_for_the_group(
     bare = results["bare"]
     assert bare["failed"] and "(pyflannel_runtime)" in bare["msg"]
     assert f"the agent's virtualenv {tmp_path}/bare-venv lacks it" in bare["msg"]
+
+
+KNOWN_PLAYBOOK = """
+- name: What etcd holds, read once by node_facts, stands for the modules that would read it again
+  hosts: localhost
+  gather_facts: false
+  vars:
+    # Modules that would fail to start here: a task that runs one fails.
+    no_venv: "{out}/no-venv"
+    checks: "{{{{ ansible_facts.pyflannel_host.checks }}}}"
+  tasks:
+    - name: The config and the leases, with the agent's settings (from its environment here)
+      pyflannel.network.node_facts:
+        checks:
+          network_config: true
+          leases: true
+      environment:
+        FLANNELD_ETCD_ENDPOINTS: "{endpoint}"
+        FLANNELD_ETCD_PREFIX: "{prefix}"
+
+    - name: The config etcd holds
+      pyflannel.network.network_config: &publish
+        etcd_endpoints: ["{endpoint}"]
+        etcd_prefix: "{prefix}"
+        agent_env: ""
+        config: '{config}'
+        known_config: "{{{{ checks.network_config.config }}}}"
+        venv: "{{{{ no_venv }}}}"
+      register: published
+
+    - name: The leases, matched to the inventory's hosts here
+      pyflannel.network.leases_info:
+        known: "{{{{ checks.leases }}}}"
+        venv: "{{{{ no_venv }}}}"
+      register: leases
+
+    - name: Another config runs the module
+      pyflannel.network.network_config:
+        <<: *publish
+        config: '{other}'
+      register: other
+      ignore_errors: true
+
+    - name: Keep the results
+      ansible.builtin.copy:
+        content: "{{{{ {{'checks': checks, 'published': published, 'leases': leases, 'other': other}} | to_json }}}}"
+        dest: "{out}/results.json"
+        mode: "0600"
+"""
+
+
+@pytest.mark.etcd
+def test_what_node_facts_read_stands_for_the_publish_and_the_leases(
+    etcd_server: EtcdServer, etcd_prefix: str, tmp_path: Path
+) -> None:
+    fill_etcd(etcd_server, etcd_prefix)
+    playbook = tmp_path / "play.yml"
+    other = '{"Network": "10.245.0.0/16", "Backend": {"Type": "vxlan"}}'
+    playbook.write_text(
+        KNOWN_PLAYBOOK.format(
+            endpoint=etcd_server.endpoint,
+            prefix=etcd_prefix,
+            config=CONFIG,
+            other=other,
+            out=tmp_path,
+        )
+    )
+    run = run_playbook(str(playbook), inventories=[inventory(tmp_path / "hosts.ini")])
+    assert run.returncode == 0, run.explain()
+    results: dict[str, Any] = json.loads((tmp_path / "results.json").read_text())
+    assert results["checks"]["network_config"] == {"config": CONFIG}
+    # Read without the inventory: no lease has a host yet.
+    assert {lease["host"] for lease in results["checks"]["leases"]["leases"]} == {None}
+    published = results["published"]
+    assert not published["changed"]
+    assert published["keys"] == [
+        {"key": f"{etcd_prefix}/config", "before": CONFIG, "after": CONFIG, "changed": False}
+    ]
+    leases = results["leases"]
+    assert [(lease["subnet"], lease["host"]) for lease in leases["leases"]] == [
+        ("10.244.1.0/24", "node1"),
+        ("10.244.2.0/24", "node2"),
+        ("10.244.9.0/24", None),
+    ]
+    assert [orphan["subnet"] for orphan in leases["orphans"]] == ["10.244.9.0/24"]
+    assert leases["utilisation"][0]["used"] == 3
+    assert [u["name"] for u in leases["unreadable"]] == ["10.244.4.0-24"]
+    # A config etcd does not hold: the module runs, and cannot start without its virtualenv.
+    assert results["other"]["failed"]
+    assert results["other"]["msg"].startswith("pyflannel_runtime is not installed on this host")
+    assert etcd_server.etcdctl("get", "--print-value-only", f"{etcd_prefix}/config").strip() == (
+        CONFIG
+    )

@@ -146,6 +146,12 @@ def test_check_mode_on_new_hosts_says_what_it_would_do_and_changes_nothing(
     report(capsys, f"site.yml --check on new hosts: {run.seconds:.0f} s")
 
 
+# A re-run that changes nothing runs one module per host: node_facts, whose reads stand for the
+# later roles' checks, the verify role's, the network config's publication in etcd and the
+# leases' listing (no subnet is pinned here).
+RERUN_MODULES_PER_HOST = 1
+
+
 # Two runs, the first installing everything: on a loaded 2-core machine more than the default
 # bound (a safety net, not a measure).
 @pytest.mark.timeout(900)
@@ -168,9 +174,14 @@ def test_site_converges_and_the_rerun_changes_nothing(lab: Any, file_sd: Path) -
         for host in lab.hosts
     ]
     assert oct(file_sd.stat().st_mode & 0o777) == "0o644"
-    again = run_playbook("site.yml", extra_vars=sd)
-    assert_converged(again, lab.names())
+    addresses = {host.name: str(host.address) for host in lab.hosts}
+    again = run_playbook("site.yml", extra_vars=sd, count_modules=addresses)
+    # Nothing changed and every node checked clean: the connectivity suite is left out.
+    assert_converged(again, lab.names(), suite=False)
     assert again.changed() == dict.fromkeys(lab.names(), 0), again.explain()
+    assert again.modules == dict.fromkeys(lab.names(), RERUN_MODULES_PER_HOST), again.modules
+    # Every host's datapath was still checked, by the preflight.
+    assert again.output.count("0 missing, 0 stale; agent ready") == len(lab.names())
 
 
 # docs/metrics.md's metrics an etcd and vxlan agent serves (udp's: test_site_kube_udp.py).
@@ -324,6 +335,8 @@ def kubespray_ini(lab_inventory: Path) -> str:
         "flannel_healthz_port": "8081",
         "flannel_etcd_tls": "yes",
         "flannel_verify_repair": "on",
+        # Asks for the connectivity suite on this run, which changes nothing.
+        "flannel_verify_connectivity": "always",
     }
     sections = {
         "all": [f"{name} ansible_host={host['ansible_host']}" for name, host in nodes.items()],
@@ -346,6 +359,7 @@ def test_a_kubespray_ini_inventory_with_string_values_drives_the_same_cluster(
     inventory = tmp_path / "inventory.ini"
     inventory.write_text(kubespray_ini(LAB_INVENTORY))
     run = run_playbook("site.yml", inventories=[inventory])
+    # The suite ran, as asked.
     assert_converged(run, lab.names())
     # The same settings as the YAML inventory's, once converted: nothing to change.
     assert run.changed() == dict.fromkeys(lab.names(), 0), run.explain()
@@ -476,8 +490,10 @@ def test_a_restarted_host_comes_back_with_its_subnet_and_pods_reach_it(lab: Any)
         time.sleep(1)
     assert ready, "pyflanneld did not come back on node2"
     assert ssh(lab, "node2", "cat /run/flannel/subnet.env") == subnet_env
-    # Only the checks: nothing is provisioned again.
-    run = run_playbook("site.yml", "--tags", "flannel_preflight,flannel_verify")
+    # Only the checks: nothing is provisioned again; the connectivity suite asked for by its tag.
+    run = run_playbook(
+        "site.yml", "--tags", "flannel_preflight,flannel_verify,flannel_connectivity"
+    )
     assert_converged(run, lab.names())
     assert run.changed() == dict.fromkeys(lab.names(), 0), run.explain()
 
@@ -718,7 +734,7 @@ def test_the_installed_tarballs_playbooks_provision_the_lab_from_outside(
         assert not {"lab", "model", "render"} & set(runtime.split()), runtime
 
     again = play_outside(work, installed, "-i", "inventory", "pyflannel.network.site", "-e", cache)
-    assert_converged(again, lab.names())
+    assert_converged(again, lab.names(), suite=False)
     assert again.changed() == dict.fromkeys(lab.names(), 0), again.explain()
     report(
         capsys,

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from pyflannel_lab.playbook import LAB_INVENTORY, PlaybookRun, run_playbook
-from tests.integration.site_lab import SNAPSHOT, assert_converged, lab_hosts
+from tests.integration.site_lab import ASK_FOR_THE_SUITE, SNAPSHOT, assert_converged, lab_hosts
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 
@@ -156,7 +156,8 @@ def test_a_limited_rerun_and_check_change_nothing_and_check_every_pod(
     lab: Any, file_sd: dict[str, str]
 ) -> None:
     others = snapshots(["node1", "node3"])
-    played = site("--limit", "node2", **file_sd)
+    # A run that changes nothing runs the connectivity suite only when asked.
+    played = site("--limit", "node2", **ASK_FOR_THE_SUITE, **file_sd)
     assert_converged(played, ["node2"])
     # Nothing changed, the file_sd document included: it still lists every node.
     assert played.changed() == {"node2": 0}, played.explain()
@@ -196,7 +197,7 @@ def test_a_powered_off_node_is_named_and_the_others_converge_without_it(lab: Any
         assert "remove-node.yml -e node=node3" in stopped.output
         assert "TASK [pyflannel.network.etcd" not in stopped.output, stopped.explain()
 
-        limited = site("--limit", "!node3")
+        limited = site("--limit", "!node3", **ASK_FOR_THE_SUITE)
         assert_converged(limited, ["node1", "node2"])
         assert limited.changed() == {"node1": 0, "node2": 0}, limited.explain()
         assert "node3: unreachable (" in limited.output  # the preflight's warning

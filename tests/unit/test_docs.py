@@ -59,6 +59,16 @@ RUN_BY: dict[str, str] = {
     + "test_switching_the_vni_given_as_a_key_value_extra_var_converges",
     "ansible-playbook -i inventories/lab site.yml --limit node2": DAY2
     + "test_a_limited_rerun_and_check_change_nothing_and_check_every_pod",
+    # docs/rerun.md
+    "ansible-playbook -i inventories/lab site.yml --limit node2 -e flannel_verify_connectivity=always": (
+        DAY2 + "test_a_limited_rerun_and_check_change_nothing_and_check_every_pod"
+    ),
+    "ansible-playbook -i inventories/lab site.yml --tags flannel_preflight,flannel_verify,"
+    "flannel_connectivity": SITE
+    + "test_a_restarted_host_comes_back_with_its_subnet_and_pods_reach_it",
+    "ansible-playbook -i inventories/lab site.yml --tags flannel_preflight,flannel_connectivity": (
+        "tests/integration/test_site_connectivity.py::test_the_suite_can_be_skipped_and_run_alone"
+    ),
     "ansible-playbook -i inventories/lab site.yml --limit '!node3'": DAY2
     + "test_a_powered_off_node_is_named_and_the_others_converge_without_it",
     "ansible-playbook -i inventories/lab site.yml --limit node4": DAY2

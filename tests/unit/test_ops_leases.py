@@ -17,6 +17,7 @@ from pyflannel_runtime.ops.leases import (
     leases_report,
     owner,
     report_dict,
+    with_owners,
 )
 from pyflannel_runtime.subnet.allocation import free_blocks
 from pyflannel_runtime.subnet.manager import LeaseListing, ListedLease, UnreadableLease
@@ -205,6 +206,23 @@ def test_the_report_names_orphans_reservations_and_unreadable_keys() -> None:
     ]
     assert result["unreadable"] == [{"name": "10.244.3.0-24", "reason": "not JSON"}]
     assert result["notes"] == []
+
+
+def test_a_report_read_without_the_inventory_gets_its_hosts_as_one_read_with_it() -> None:
+    config = parse_config('{"Network": "10.244.0.0/16", "Backend": {"Type": "vxlan"}}')
+    rows = (
+        ListedLease(lease("10.244.1.0/24", ip="198.51.100.11")),
+        ListedLease(lease(None, ip="0.0.0.0", ipv6_subnet="fd00::/64", ipv6="2001:db8::12")),
+        ListedLease(lease("10.244.2.0/24", ip="198.51.100.99")),
+    )
+    listing = LeaseListing(rows, ())
+    hosts = inventory(n1=["198.51.100.11"], n2=["2001:db8::12"])
+    unmatched = report_dict(leases_report(config, listing, "etcd", []))
+    assert len(unmatched["orphans"]) == 3
+    matched = with_owners(unmatched, hosts)
+    assert matched == report_dict(leases_report(config, listing, "etcd", hosts))
+    # IPv6-only leases come last.
+    assert [found["host"] for found in matched["leases"]] == ["n1", None, "n2"]
 
 
 def test_kubernetes_leases_are_no_reservations() -> None:

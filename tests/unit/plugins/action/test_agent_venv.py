@@ -56,4 +56,13 @@ def test_a_python_that_cannot_start_names_the_runtime_and_the_virtualenv() -> No
     assert missing_runtime({"failed": True, "rc": 1, "msg": "x"}, "/v", "/v/bin/python") is None
     printed = {**started_not, "module_stdout": "Traceback ..."}
     assert missing_runtime(printed, "/v", "/v/bin/python") is None
+    # Without pipelining, sudo's terminal puts the shell's stderr on stdout.
+    on_a_terminal = {
+        **started_not,
+        "module_stdout": "/bin/sh: 1: /v/bin/python: not found",
+        "module_stderr": "",
+    }
+    assert missing_runtime(on_a_terminal, "/v", "/v/bin/python") is not None
+    another = {**on_a_terminal, "module_stdout": "/bin/sh: 1: /usr/bin/tool: not found"}
+    assert missing_runtime(another, "/v", "/v/bin/python") is None
     assert missing_runtime({"changed": False}, "/v", "/v/bin/python") is None

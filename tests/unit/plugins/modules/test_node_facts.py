@@ -1,13 +1,21 @@
 """pyflannel.network.node_facts on this machine: real `ip -json` output and a real backend
-probe in a throwaway network namespace (root)."""
+probe in a throwaway network namespace (root); the files' states a re-run decides by, and the
+runtime's checks (this interpreter has the runtime, as the agent's virtualenv does)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
+import pwd
+import socket
 import subprocess
+from pathlib import Path
+from typing import Any
 
 import pytest
-from ansible_collections.pyflannel.network.plugins.modules import node_facts
+from ansible_collections.pyflannel.network.plugins.modules import cni_plugin, node_facts
+from ansible_collections.pyflannel.network.plugins.plugin_utils.host_files import as_wanted
 
 from pyflannel_controller.inventory import NodeFacts
 from pyflannel_controller.wheelhouse import local_target, target_of
@@ -77,3 +85,139 @@ def test_the_interpreter_is_reported_as_the_wheelhouse_builder_reads_it(
     result = run_module(node_facts.main, {})
     interpreter = result["ansible_facts"]["pyflannel_host"]["interpreter"]
     assert target_of(interpreter) == local_target()
+
+
+def test_paths_report_type_mode_owner_and_a_digest_under_the_key(
+    tmp_path: Path, run_module: RunModule
+) -> None:
+    env = tmp_path / "pyflanneld.env"
+    env.write_text("FLANNELD_ETCD_PASSWORD=s3cret\n")
+    env.chmod(0o600)
+    (tmp_path / "link").symlink_to(env)
+    asked = [str(env), str(tmp_path), str(tmp_path / "link"), str(tmp_path / "absent")]
+    result = run_module(node_facts.main, {"paths": asked, "digest_key": "k1"})
+    paths = result["ansible_facts"]["pyflannel_host"]["paths"]
+    state = paths[str(env)]
+    owner = pwd.getpwuid(os.getuid()).pw_name
+    assert (state["type"], state["mode"], state["owner"], state["uid"]) == (
+        "file",
+        "0600",
+        owner,
+        os.getuid(),
+    )
+    content = b"FLANNELD_ETCD_PASSWORD=s3cret\n"
+    assert state["digest"] == hmac.new(b"k1", content, hashlib.sha256).hexdigest()
+    assert state["digest"] != hashlib.sha256(content).hexdigest()
+    assert paths[str(tmp_path)]["type"] == "directory" and paths[str(tmp_path)]["digest"] is None
+    assert paths[str(tmp_path / "link")]["type"] == "link"
+    assert paths[str(tmp_path / "absent")] is None
+    # The controller finds the file as wanted from the same content, mode and key only.
+    assert as_wanted(state, content.decode(), "0600", owner, None, "k1")
+    assert not as_wanted(state, content.decode(), "0600", owner, None, "k2")
+    assert not as_wanted(state, content.decode(), "0644", owner, None, "k1")
+    assert not as_wanted(state, "FLANNELD_ETCD_PASSWORD=other\n", "0600", None, None, "k1")
+    assert not as_wanted(state, content.decode(), "0600", "pyft-nobody", None, "k1")
+
+
+# What systemd 252 prints for a loaded unit, one that is not installed, and one it never heard of.
+SYSTEMCTL_SHOW = """Id=pyflanneld.service
+LoadState=loaded
+ActiveState=active
+UnitFileState=enabled
+
+Id=etcd.service
+LoadState=not-found
+ActiveState=inactive
+UnitFileState=
+"""
+
+
+def test_unit_states_come_from_systemctl_show_by_unit_id() -> None:
+    states = node_facts.parse_units(["etcd", "pyflanneld", "other.socket"], SYSTEMCTL_SHOW)
+    assert states == {
+        "pyflanneld": {"load": "loaded", "active": "active", "enabled": "enabled"},
+        "etcd": {"load": "not-found", "active": "inactive", "enabled": ""},
+        "other.socket": None,
+    }
+
+
+def test_without_the_runtime_the_checks_say_they_were_not_made(
+    monkeypatch: pytest.MonkeyPatch, run_module: RunModule
+) -> None:
+    monkeypatch.setattr(node_facts, "RUNTIME_IMPORT_ERROR", "ModuleNotFoundError")
+    result = run_module(node_facts.main, {"checks": {"datapath": True, "ipam": {}}})
+    checks = result["ansible_facts"]["pyflannel_host"]["checks"]
+    reason = "not made: the module ran without the pyflannel runtime"
+    assert checks == {
+        "runtime": False,
+        "datapath": {"error": reason},
+        "network_config": None,
+        "leases": None,
+        "cni_plugin": None,
+        "ipam": {"error": reason},
+    }
+    # Not asked: nothing at all.
+    assert run_module(node_facts.main, {})["ansible_facts"]["pyflannel_host"]["checks"] is None
+
+
+def test_a_check_that_cannot_be_made_is_reported_not_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_module: RunModule
+) -> None:
+    # No agent environment file here: the agent's settings from the environment, an etcd that
+    # does not answer.
+    monkeypatch.setenv("FLANNELD_ETCD_ENDPOINTS", f"http://127.0.0.1:{closed_port()}")
+    conflist = str(tmp_path / "10-flannel.conflist")
+    asked = {
+        "datapath": True,
+        "network_config": True,
+        "leases": True,
+        "ipam": {"conflist": conflist},
+    }
+    result = run_module(node_facts.main, {"checks": asked})
+    assert not result["failed"]
+    checks = result["ansible_facts"]["pyflannel_host"]["checks"]
+    assert checks["runtime"] is True
+    assert not checks["datapath"]["clean"]
+    assert checks["datapath"]["error"].startswith("cannot verify: ")
+    assert checks["network_config"]["error"] and checks["leases"]["error"]
+    assert not checks["ipam"]["clean"] and conflist in checks["ipam"]["error"]
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_the_cni_plugin_check_says_what_the_cni_plugin_module_would_do(
+    tmp_path: Path, run_module: RunModule
+) -> None:
+    plugins = tmp_path / "usr-lib-cni"
+    plugins.mkdir()
+    for name in ("bridge", "loopback"):
+        (plugins / name).write_text("#!/bin/false\n")
+    spec = {
+        "bin_dir": str(tmp_path / "opt-cni-bin"),
+        "plugins_dir": str(plugins),
+        "link": ["bridge", "loopback"],
+        "record": str(tmp_path / "cni-plugins.json"),
+    }
+
+    def checked() -> dict[str, Any]:
+        result = run_module(node_facts.main, {"checks": {"cni_plugin": spec}}, check=True)
+        found: dict[str, Any] = result["ansible_facts"]["pyflannel_host"]["checks"]["cni_plugin"]
+        return found
+
+    before = checked()
+    assert before == {
+        "bin_dir": spec["bin_dir"],
+        "plugins_dir": spec["plugins_dir"],
+        "link": ["bridge", "loopback"],
+        "current": False,
+    }
+    assert run_module(cni_plugin.main, spec)["changed"]
+    assert checked()["current"] is True
+    assert not run_module(cni_plugin.main, spec, check=True)["changed"]
+    os.unlink(os.path.join(spec["bin_dir"], "loopback"))
+    assert checked()["current"] is False
+    assert run_module(cni_plugin.main, spec, check=True)["changed"]
