@@ -67,7 +67,7 @@ EXAMPLES = r"""
 
 - name: Take each host's plan
   ansible.builtin.set_fact:
-    _flannel_node: "{{ _flannel_play_nodes[inventory_hostname] }}"
+    _flannel_node: "{{ ansible_facts._flannel_play_nodes[inventory_hostname] }}"
 """
 
 RETURN = r"""

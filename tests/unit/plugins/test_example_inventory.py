@@ -34,7 +34,7 @@ CHECK_PLAYBOOK = f"""
         facts: false
     - name: Keep the checked settings the later roles get
       ansible.builtin.copy:
-        content: "{{{{ _flannel_cluster | dict2items
+        content: "{{{{ ansible_facts._flannel_cluster | dict2items
           | selectattr('key', 'in', {list(SHOWN)}) | items2dict | to_json }}}}"
         dest: "{{{{ playbook_dir }}}}/checked.json"
         mode: "0644"

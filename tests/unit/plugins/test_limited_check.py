@@ -15,7 +15,7 @@ from tests.unit.plugins.test_example_inventory import CHECK_PLAYBOOK, INVENTORY,
 SHOW_NODES = """
     - name: Show every node's identity
       ansible.builtin.debug:
-        var: _flannel_nodes
+        var: ansible_facts._flannel_nodes
 """
 
 
@@ -36,7 +36,7 @@ def test_a_limited_check_computes_the_other_nodes_settings(tmp_path: Path) -> No
     assert out.startswith("rc=0"), out
     report, _ = json.JSONDecoder().raw_decode(out.split("\n", 1)[1])
     shown = report["plays"][0]["tasks"][-1]["hosts"]["node1"]
-    nodes = shown["_flannel_nodes"]
+    nodes = shown["ansible_facts._flannel_nodes"]
     assert sorted(nodes) == ["node1", "node2", "node3"]
     assert nodes["node3"]["address"] == "192.0.2.13" and nodes["node3"]["subnet"] is None
 
