@@ -44,7 +44,7 @@ from pyflannel_lab.disruption import (
     shown,
 )
 from pyflannel_lab.errors import LabError
-from pyflannel_lab.operations import reboot, restart_agents, runtime_copy, stop_agent
+from pyflannel_lab.operations import agent_pids, reboot, restart_agents, runtime_copy, stop_agent
 from pyflannel_lab.playbook import run_playbook
 from pyflannel_runtime import __version__
 from pyflannel_runtime.connectivity.disruption import Row
@@ -64,10 +64,18 @@ class Bench:
         self.gaps: list[str] = []
 
     def site(self, **extra_vars: Any) -> None:
+        """A site.yml run; LabError if it fails or leaves an agent running that it did not
+        restart."""
+        before = agent_pids(self.lab, self.lab.names()) if self.probe.windows else {}
         run = run_playbook("site.yml", extra_vars=extra_vars)
         if run.returncode != 0:
             raise LabError(run.explain())
-        print(f"site.yml {run.seconds:.0f} s", flush=True)
+        after = agent_pids(self.lab, self.lab.names())
+        if any(after[n] == pid for n, pid in before.items()):
+            raise LabError(f"site.yml left an agent as it was: {before} then {after}")
+        print(
+            f"site.yml {run.seconds:.0f} s{', every agent restarted' if before else ''}", flush=True
+        )
 
     def window(
         self,

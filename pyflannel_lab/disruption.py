@@ -128,5 +128,5 @@ def longest_gap(operation: str, rows: Sequence[Row], goal: float = GAP_GOAL) -> 
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     return (
         f"{operation}: longest gap {gap:.2f} s ({target.path.value} {target.source}→"
-        f"{target.target}), {verdict} the {goal:g} s goal; load average {load}"
+        f"{target.target}), {verdict} the {goal:.3g} s goal; load average {load}"
     )
