@@ -141,6 +141,15 @@ def backend(cluster: Cluster) -> str:
     return str(cluster.extra_vars.get("flannel_backend_type", "vxlan"))
 
 
+def versions(cluster: Cluster) -> set[str]:
+    """The runtime versions the agents say they run (/statusz)."""
+    status = (
+        "python3 -c 'import json, urllib.request; print(json.load(urllib.request.urlopen("
+        '"http://127.0.0.1:8081/statusz", timeout=10))["version"])\''
+    )
+    return {cluster.on(n, status).strip() for n in NAMES}
+
+
 # --- the operations, each run for both backends on the same open connections ---------------
 
 
@@ -186,11 +195,7 @@ def a_settings_change_and_a_new_runtime_roll(
     assert_converged(run, NAMES)
     after = agent_pids(cluster.lab, NAMES)
     assert all(after[n] != before[n] for n in NAMES), (before, after)
-    status = (
-        "python3 -c 'import json, urllib.request; print(json.load(urllib.request.urlopen("
-        '"http://127.0.0.1:8081/statusz", timeout=10))["version"])\''
-    )
-    assert {cluster.on(n, status).strip() for n in NAMES} == {UPGRADE}
+    assert versions(cluster) == {UPGRADE}
     # The summary as the callback printed it, its lines wrapped: one line of words again.
     words = " ".join(run.output.split())
     table = words.split("disruption probe, the connections held open through the run: ", 1)
@@ -271,6 +276,7 @@ def test_the_switch_to_vxlan_converges_and_the_probe_opens_again(cluster: Cluste
     cluster.extra_vars.clear()
     switch = cluster.site(flannel_agent_restart_batch="100%")
     assert_converged(switch, NAMES)
+    assert versions(cluster) == {__version__}
     opened = cluster.probe.open()
     assert all(row.report.up for row in opened), shown("opened", opened)
 
