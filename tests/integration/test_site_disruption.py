@@ -65,12 +65,12 @@ NAMES = ["node1", "node2", "node3"]
 UPGRADE = f"{__version__}.post1"
 # A harmless change of the agents' settings (their environment file), rolled out with UPGRADE.
 SETTING = {"flannel_iptables_resync": 7}
-# Short in the suite; bench/bench_disruption.py stops the agent for a minute.
-STOP_SECONDS = 12
-# Generous bounds: ten messages a second, on a machine that may hold a process back for a
+# A generous bound: ten messages a second, on a machine that may hold a process back for a
 # second or two while a lab's agents restart around it.
-RESTART_GAP_BOUND = 5.0
-STOP_GAP_BOUND = STOP_SECONDS + 5.0
+GAP_BOUND = 5.0
+# Short in the suite (bench/bench_disruption.py stops the agent for a minute), yet longer than
+# GAP_BOUND: a datapath that went with the stopped agent would stall its connections past it.
+STOP_SECONDS = 8
 
 
 def report(capsys: pytest.CaptureFixture[str], text: str) -> None:
@@ -159,7 +159,7 @@ def held_within_the_goal(
     """No reset, nothing lost; the longest gap printed beside the 1 s goal, a figure only."""
     rows = check(cluster, capsys, operation)
     report(capsys, longest_gap(operation, rows))
-    assert_held(rows, RESTART_GAP_BOUND)
+    assert_held(rows, GAP_BOUND)
 
 
 def restarts_on_both_ends_and_a_third_node(
@@ -178,7 +178,7 @@ def an_agent_stopped_for_a_while(cluster: Cluster, capsys: pytest.CaptureFixture
     operation = f"{backend(cluster)}: pyflanneld on node2 stopped for {STOP_SECONDS} s"
     rows = check(cluster, capsys, operation)
     report(capsys, longest_gap(operation, rows, goal=STOP_SECONDS + GAP_GOAL))
-    assert_held(rows, STOP_GAP_BOUND)
+    assert_held(rows, GAP_BOUND)
 
 
 def a_settings_change_and_a_new_runtime_roll(
@@ -217,7 +217,7 @@ def a_rebooted_third_node(cluster: Cluster, capsys: pytest.CaptureFixture[str]) 
     reboot(cluster.lab, "node3")
     # node3's probe went with the reboot: the other nodes say what became of their connections.
     rows = check(cluster, capsys, f"{backend(cluster)}: node3 rebooted", names=("node1", "node2"))
-    assert_held(apart_from(rows, "node3"), RESTART_GAP_BOUND)
+    assert_held(apart_from(rows, "node3"), GAP_BOUND)
     assert involving(rows, "node3"), "the connections to node3 are in the table"
     assert subnet_of(cluster.lab, "node3") == subnet
     # Its pods went with the reboot: the probe is closed everywhere (node3's pods through
@@ -227,7 +227,7 @@ def a_rebooted_third_node(cluster: Cluster, capsys: pytest.CaptureFixture[str]) 
     reopened = cluster.probe.open()
     assert all(row.report.up for row in reopened), shown("reopened", reopened)
     rows = check(cluster, capsys, f"{backend(cluster)}: after node3's reboot, opened again")
-    assert_held(rows, RESTART_GAP_BOUND)
+    assert_held(rows, GAP_BOUND)
 
 
 # --- host-gw ------------------------------------------------------------------------------------
@@ -351,7 +351,7 @@ def test_a_renumbered_node_keeps_its_subnet_and_every_peer_follows_it(
                 pending.discard(peer)
         time.sleep(0.2)
     rows = check(cluster, capsys, "vxlan: node3 renumbered")
-    assert_held(apart_from(rows, "node3"), RESTART_GAP_BOUND)
+    assert_held(apart_from(rows, "node3"), GAP_BOUND)
     assert agent_pids(cluster.lab, NAMES)["node3"] == agent, "the agent followed without a restart"
     assert subnet_of(cluster.lab, "node3") == subnet
     assert f'"PublicIP":"{address}"' in lease_of(cluster, subnet)
