@@ -94,7 +94,7 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    """host-gw converged on three lab hosts, the probe not open yet."""
+    """host-gw converged on three lab hosts, the probe open."""
     with lab_hosts() as lab:
         assert lab.names() == NAMES and lab.outside is not None
         made = Cluster(
@@ -102,6 +102,8 @@ def cluster() -> Iterator[Cluster]:
         )
         assert_converged(made.site(), NAMES)
         try:
+            opened = made.probe.open()
+            assert all(row.report.up for row in opened), shown("opened", opened)
             yield made
         finally:
             made.probe.close()
@@ -230,40 +232,39 @@ def a_rebooted_third_node(cluster: Cluster, capsys: pytest.CaptureFixture[str]) 
     assert_held(rows, GAP_BOUND)
 
 
-# --- host-gw ------------------------------------------------------------------------------------
+# --- each backend, host-gw first, then the switch and vxlan ---------------------------------------
 
 
-# The module's lab boots and converges first: on a loaded 2-core machine far more than the
-# default (15 minutes were seen, with other labs running beside it).
-@pytest.mark.timeout(1800)
-def test_hostgw_connections_outlive_restarts_on_both_ends_and_a_third_node(
-    cluster: Cluster, capsys: pytest.CaptureFixture[str]
-) -> None:
-    opened = cluster.probe.open()
-    assert all(row.report.up for row in opened), shown("opened", opened)
-    restarts_on_both_ends_and_a_third_node(cluster, capsys)
+class OperationsUnderConnections:
+    """One backend's operations, in this order, under the connections the probe holds."""
+
+    # The first test of the module also boots its lab and converges it: on a loaded 2-core
+    # machine far more than the default (15 minutes were seen, with other labs beside it).
+    @pytest.mark.timeout(1800)
+    def test_connections_outlive_restarts_on_both_ends_and_a_third_node(
+        self, cluster: Cluster, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        restarts_on_both_ends_and_a_third_node(cluster, capsys)
+
+    def test_an_agent_stopped_for_a_while_stalls_nothing(
+        self, cluster: Cluster, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        an_agent_stopped_for_a_while(cluster, capsys)
+
+    @pytest.mark.timeout(900)
+    def test_a_settings_change_and_a_new_runtime_roll_under_the_connections(
+        self, cluster: Cluster, capsys: pytest.CaptureFixture[str], upgrade: Path
+    ) -> None:
+        a_settings_change_and_a_new_runtime_roll(cluster, capsys, upgrade)
+
+    def test_a_rebooted_third_node_leaves_the_others_alone_and_comes_back(
+        self, cluster: Cluster, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        a_rebooted_third_node(cluster, capsys)
 
 
-def test_hostgw_an_agent_stopped_for_a_while_stalls_nothing(
-    cluster: Cluster, capsys: pytest.CaptureFixture[str]
-) -> None:
-    an_agent_stopped_for_a_while(cluster, capsys)
-
-
-@pytest.mark.timeout(900)
-def test_hostgw_a_settings_change_and_a_new_runtime_roll_under_the_connections(
-    cluster: Cluster, capsys: pytest.CaptureFixture[str], upgrade: Path
-) -> None:
-    a_settings_change_and_a_new_runtime_roll(cluster, capsys, upgrade)
-
-
-def test_hostgw_a_rebooted_third_node_leaves_the_others_alone_and_comes_back(
-    cluster: Cluster, capsys: pytest.CaptureFixture[str]
-) -> None:
-    a_rebooted_third_node(cluster, capsys)
-
-
-# --- the switch, then vxlan ---------------------------------------------------------------------
+class TestHostGw(OperationsUnderConnections):
+    """The module's lab starts on host-gw."""
 
 
 @pytest.mark.timeout(900)
@@ -281,29 +282,8 @@ def test_the_switch_to_vxlan_converges_and_the_probe_opens_again(cluster: Cluste
     assert all(row.report.up for row in opened), shown("opened", opened)
 
 
-def test_vxlan_connections_outlive_restarts_on_both_ends_and_a_third_node(
-    cluster: Cluster, capsys: pytest.CaptureFixture[str]
-) -> None:
-    restarts_on_both_ends_and_a_third_node(cluster, capsys)
-
-
-def test_vxlan_an_agent_stopped_for_a_while_stalls_nothing(
-    cluster: Cluster, capsys: pytest.CaptureFixture[str]
-) -> None:
-    an_agent_stopped_for_a_while(cluster, capsys)
-
-
-@pytest.mark.timeout(900)
-def test_vxlan_a_settings_change_and_a_new_runtime_roll_under_the_connections(
-    cluster: Cluster, capsys: pytest.CaptureFixture[str], upgrade: Path
-) -> None:
-    a_settings_change_and_a_new_runtime_roll(cluster, capsys, upgrade)
-
-
-def test_vxlan_a_rebooted_third_node_leaves_the_others_alone_and_comes_back(
-    cluster: Cluster, capsys: pytest.CaptureFixture[str]
-) -> None:
-    a_rebooted_third_node(cluster, capsys)
+class TestVxlan(OperationsUnderConnections):
+    """After the switch above."""
 
 
 # --- a node renumbered --------------------------------------------------------------------------
