@@ -6,7 +6,8 @@ agents reconcile every 30 s, flanneld's resync period). A host has programmed wh
 routes every peer's subnet through flannel.1, polled with `ip route` every 0.1 s (so times are
 good to a few tenths of a second at N = 50).
 
-Scenarios, each measured as etcd's wire bytes (br-ul tx), its gRPC sent bytes (metrics), its
+Scenarios, each measured as etcd's wire bytes (br-ul tx), the payload bytes it sent (a tap on
+br-ul, each byte once: without headers and retransmissions), its gRPC sent bytes (metrics), its
 CPU (utime + stime) and the time until every host has programmed:
   * cold start: every agent started at once into an empty cluster;
   * a lease change: a new peer's lease put into etcd, until every host routes it (--changes
@@ -66,6 +67,7 @@ from sigterm import interrupt_on_sigterm
 
 from pyflannel_lab.fanout import (
     EtcdCost,
+    EtcdTap,
     Recovery,
     add_peer,
     agent_cpu_seconds,
@@ -113,6 +115,16 @@ class Sample:
     cost: EtcdCost
     seconds: float
     agent_cpu: float
+    # etcd's answers as the tap saw them leave: the payload, each byte once (no TCP/IP headers,
+    # no retransmissions, which vary with the machine's load and blur a fit over lab sizes).
+    sent_bytes: int
+
+
+# What etcd sent, on the wire and as the payload alone.
+BYTES: dict[str, Callable[[Sample], float]] = {
+    "wire_bytes": lambda s: s.cost.wire_bytes,
+    "sent_bytes": lambda s: s.sent_bytes,
+}
 
 
 def load() -> str:
@@ -122,15 +134,22 @@ def load() -> str:
 def measured(lab: AgentLab, act: Callable[[], float | None], per: int = 1) -> Sample:
     """etcd's and the agents' cost of `act`, which returns when every host had programmed (or
     None: `act` itself is the work), divided by `per` (the changes `act` made)."""
-    before, agents_before = etcd_cost(lab), agent_cpu_seconds(lab)
-    started = time.monotonic()
-    end = act() or time.monotonic()
-    time.sleep(0.5)  # the last watch responses
-    cost = etcd_cost(lab) - before
+    assert lab.etcd is not None
+    tap = EtcdTap(lab.net.ul, "br-ul", lab.etcd.client_port)
+    try:
+        before, agents_before = etcd_cost(lab), agent_cpu_seconds(lab)
+        started = time.monotonic()
+        end = act() or time.monotonic()
+        time.sleep(0.5)  # the last watch responses
+        cost = etcd_cost(lab) - before
+        sent = tap.sent_bytes()
+    finally:
+        tap.stop()
     return Sample(
         EtcdCost(cost.wire_bytes // per, cost.grpc_bytes // per, cost.cpu_seconds / per),
         (end - started) / per,
         (agent_cpu_seconds(lab) - agents_before) / per,
+        sent // per,
     )
 
 
@@ -143,6 +162,7 @@ def report(name: str, samples: list[Sample], agents: int, with_time: bool = True
     costs = [s.cost for s in samples]
     print(f"{name}_wire_bytes: {span([c.wire_bytes for c in costs], '.0f')}")
     print(f"{name}_grpc_bytes: {span([c.grpc_bytes for c in costs], '.0f')}")
+    print(f"{name}_sent_bytes: {span([s.sent_bytes for s in samples], '.0f')}")
     print(f"{name}_wire_bytes_per_agent: {span([c.wire_bytes / agents for c in costs], '.0f')}")
     print(f"{name}_etcd_cpu_s: {span([c.cpu_seconds for c in costs], '.3f')}")
     if with_time:
@@ -352,9 +372,9 @@ def fanout(args: argparse.Namespace) -> None:
         report(f"n{n}_spread_restart", f.spreads, n)
         report(f"n{n}_cold_restart", f.cold_restarts, n)
         report(f"n{n}_cold_restart_unspread", f.unspread_restarts, n)
-        before = median(f.storms_before, lambda s: s.cost.wire_bytes)
-        after = median(f.storms, lambda s: s.cost.wire_bytes)
-        print(f"n{n}_restart_storm_wire_bytes_ratio: {after / before:.3f}")
+        for name, metric in BYTES.items():
+            ratio = median(f.storms, metric) / median(f.storms_before, metric)
+            print(f"n{n}_restart_storm_{name}_ratio: {ratio:.3f}")
         slowest = [(b.seconds, a.seconds) for b, a in zip(f.storms_before, f.storms, strict=True)]
         print(
             f"n{n}_restart_storm_all_programmed_s_before_after: "
@@ -371,9 +391,8 @@ def fanout(args: argparse.Namespace) -> None:
     if len(sizes) < 2:
         return
     metrics: dict[str, Callable[[Sample], float]] = {
-        "wire_bytes": lambda s: s.cost.wire_bytes,
-        # What etcd's gRPC server sent its gateway: the same without TCP's framing, acks and
-        # retransmissions, which vary with the machine's load.
+        **BYTES,
+        # What etcd's gRPC server sent its gateway: the protobuf before the gateway's JSON.
         "grpc_bytes": lambda s: s.cost.grpc_bytes,
         "etcd_cpu_s": lambda s: s.cost.cpu_seconds,
     }

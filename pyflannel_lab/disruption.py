@@ -7,6 +7,7 @@ check, and a closing table of every operation."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +25,9 @@ CONFLIST = "/etc/cni/net.d/10-flannel.conflist"
 CNI_BIN = "/opt/cni/bin"
 NAME = "pyft-disrupt"
 LIFETIME = 1800.0
+# Seconds: the longest gap the goal allows through restarts, a roll and a settings change. A
+# benchmark figure, reported beside the machine's load, never a timed assertion.
+GAP_GOAL = 1.0
 
 T = TypeVar("T")
 
@@ -112,3 +116,17 @@ def closing_table(windows: Sequence[tuple[str, Sequence[Row]]]) -> str:
                 f"{summary.longest_gap:6.2f} s, {summary.lost} lost ({summary.connections})"
             )
     return "\n".join(lines)
+
+
+def longest_gap(operation: str, rows: Sequence[Row], goal: float = GAP_GOAL) -> str:
+    """The window's longest gap, on which connection, beside the goal and the load average."""
+    if not rows:
+        return f"{operation}: no connection reported"
+    worst = max(rows, key=lambda row: row.report.longest_gap)
+    gap, target = worst.report.longest_gap, worst.target
+    verdict = "within" if gap <= goal else "over"
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    return (
+        f"{operation}: longest gap {gap:.2f} s ({target.path.value} {target.source}→"
+        f"{target.target}), {verdict} the {goal:.3g} s goal; load average {load}"
+    )

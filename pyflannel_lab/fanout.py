@@ -3,10 +3,12 @@
 An AgentLab of vxlan hosts without lab pods (etcd allocates every subnet), the agents' periodic
 reconcile slowed to flanneld's resync period so that it does not add its own load. A host has
 programmed when its kernel routes every peer's subnet through flannel.1. What etcd sends is
-counted twice: on the wire (br-ul's transmit counter in the underlay, where etcd's address sits;
-everything etcd sends to the hosts leaves through it) and by etcd itself
-(etcd_network_client_grpc_sent_bytes_total, what its gRPC server hands its HTTP gateway, the
-protobuf before JSON). etcd's CPU is its utime + stime from /proc.
+counted three times: on the wire (br-ul's transmit counter in the underlay, where etcd's address
+sits; everything etcd sends to the hosts leaves through it), as the payload of its answers
+(`EtcdTap.sent_bytes`: each byte once, without the TCP/IP headers and retransmissions that vary
+with the machine's load) and by etcd itself (etcd_network_client_grpc_sent_bytes_total, what its
+gRPC server hands its HTTP gateway, the protobuf before JSON). etcd's CPU is its utime + stime
+from /proc.
 
 An etcd outage (`etcd_outage`): etcd stopped (SIGTERM) and started again on the same data
 directory and port, as a restart of its service would. What the agents ask of it meanwhile and
@@ -281,9 +283,51 @@ def classify(packet: bytes, port: int) -> tuple[str, str] | None:
     return None
 
 
+def sent_segment(packet: bytes, port: int) -> tuple[tuple[str, int], int, int] | None:
+    """An IPv4 TCP segment from `port` as (its flow: the receiver's address and port, its
+    sequence number, its payload's length), from the headers alone (a tap keeps SNAP bytes of
+    it); None for anything else."""
+    if len(packet) < 20 or packet[0] >> 4 != 4 or packet[9] != socket.IPPROTO_TCP:
+        return None
+    header = (packet[0] & 0x0F) * 4
+    if len(packet) < header + 20:
+        return None
+    sport, dport, sequence = struct.unpack_from("!HHI", packet, header)
+    if sport != port:
+        return None
+    (total,) = struct.unpack_from("!H", packet, 2)
+    length = total - header - (packet[header + 12] >> 4) * 4
+    return (socket.inet_ntoa(packet[16:20]), dport), sequence, max(length, 0)
+
+
+class UniqueBytes:
+    """TCP payload bytes sent, each counted once: a retransmission (a segment that ends at or
+    before the furthest byte its flow sent) adds nothing. A tap beside the sender sees every
+    segment in the order it was sent, so nothing arrives past a gap."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._sent_to: dict[
+            tuple[str, int], int
+        ] = {}  # flow -> sequence number after its last byte
+
+    def add(self, flow: tuple[str, int], sequence: int, length: int) -> None:
+        end = (sequence + length) % 2**32
+        furthest = self._sent_to.get(flow)
+        if furthest is None:
+            self._sent_to[flow] = end
+            self.total += length
+            return
+        ahead = (end - furthest) % 2**32
+        if 0 < ahead < 2**31:  # serial number arithmetic (RFC 1982): end is past furthest
+            self._sent_to[flow] = end
+            self.total += min(ahead, length)
+
+
 class EtcdTap:
     """Every agent's connection attempts, requests and answered requests on `device` (in
-    `netns`) to and from etcd's client `port`, timestamped by the kernel, until `stop()`."""
+    `netns`) to and from etcd's client `port`, timestamped by the kernel, until `stop()`; and
+    the payload bytes etcd sent, each counted once (`sent_bytes`)."""
 
     def __init__(self, netns: str, device: str, port: int) -> None:
         code = tcp_port_filter(port)
@@ -304,6 +348,7 @@ class EtcdTap:
         self._sock = run_in_netns(netns, create)
         self._sock.settimeout(0.2)
         self._seen: list[Seen] = []
+        self._sent = UniqueBytes()
         self._failure: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._read, name="etcd-tap", daemon=True)
@@ -316,6 +361,9 @@ class EtcdTap:
                     packet, ancillary, _, _ = self._sock.recvmsg(SNAP, socket.CMSG_SPACE(16))
                 except TimeoutError:
                     continue
+                segment = sent_segment(packet, self._port)
+                if segment is not None:
+                    self._sent.add(*segment)
                 found = classify(packet, self._port)
                 if found is None:
                     continue
@@ -336,6 +384,11 @@ class EtcdTap:
         """What was seen so far of one kind, in time order."""
         self._check()
         return sorted((s for s in list(self._seen) if s.kind == kind), key=lambda s: s.at)
+
+    def sent_bytes(self) -> int:
+        """The payload bytes etcd sent so far, without retransmissions and TCP/IP headers."""
+        self._check()
+        return self._sent.total
 
     def dropped(self) -> int:
         """Packets the kernel dropped for want of room in the socket's queue, so far."""

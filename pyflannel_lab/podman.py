@@ -10,6 +10,7 @@ default of 1048576 cannot be raised to, and podman itself lowers its nproc to 32
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from pathlib import Path
@@ -75,8 +76,44 @@ class Podman:
     def container_pid(self, container: str) -> int:
         pid = int(self.run("container", "inspect", "--format", "{{.State.Pid}}", container).stdout)
         if pid <= 0:
-            raise LabError(f"container {container} is not running")
+            status = self.run(
+                "container",
+                "inspect",
+                "--format",
+                "{{.State.Status}} {{.State.ExitCode}}",
+                container,
+            ).stdout.split()
+            raise LabError(f"container {container} is not running ({' '.join(status)}){_hint()}")
         return pid
+
+
+# A systemd host takes about six inotify instances as it boots, and exits at once when it
+# gets none: the usual reason a host of a large lab (or of several labs) stops right away.
+_INOTIFY_PER_HOST = 6
+
+
+def _hint() -> str:
+    limit = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
+    return inotify_hint(inotify_instances(), limit)
+
+
+def inotify_hint(used: int, limit: int) -> str:
+    """What to add to "not running" when too few inotify instances are left for a host."""
+    if used + _INOTIFY_PER_HOST <= limit:
+        return ""
+    return (
+        f"; {used} of the {limit} inotify instances fs.inotify.max_user_instances allows are in "
+        "use: take other labs down, or raise the limit (sysctl fs.inotify.max_user_instances)"
+    )
+
+
+def inotify_instances() -> int:
+    """Inotify instances open on this machine (all users: the lab runs as root)."""
+    count = 0
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        with contextlib.suppress(OSError):  # gone meanwhile
+            count += os.readlink(fd) == "anon_inode:inotify"
+    return count
 
 
 def _write_if_changed(path: Path, text: str) -> None:

@@ -69,6 +69,8 @@ PACKAGES = (
 
 # Installed but not running until a role configures them (Debian enables them on install).
 DISABLED_UNITS = ("etcd.service",)
+# Boot-time work a container has no use for: reaping e2scrub's LVM snapshots (no LVM here).
+MASKED_UNITS = ("e2scrub_reap.service",)
 
 FILES: dict[str, tuple[int, str]] = {
     # debootstrap copies the build machine's; the lab adds its hosts' names at boot.
@@ -78,6 +80,7 @@ FILES: dict[str, tuple[int, str]] = {
         "# No name server: lab hosts have no route out; names are in /etc/hosts.\n",
     ),
     f"/etc/sudoers.d/{ADMIN_USER}": (0o440, f"{ADMIN_USER} ALL=(ALL) NOPASSWD:ALL\n"),
+    "/etc/ssh/sshd_config.d/lab-host-key.conf": (0o644, "HostKey /etc/ssh/ssh_host_ed25519_key\n"),
     "/etc/systemd/system/ssh-host-keys.service": (
         0o644,
         "[Unit]\n"
@@ -87,7 +90,9 @@ FILES: dict[str, tuple[int, str]] = {
         "\n"
         "[Service]\n"
         "Type=oneshot\n"
-        "ExecStart=/usr/bin/ssh-keygen -A\n"
+        # One ed25519 key, not `ssh-keygen -A`'s three: an RSA key costs up to a second of CPU
+        # on each new host, and the lab's client takes ed25519.
+        "ExecStart=/usr/bin/ssh-keygen -q -t ed25519 -N '' -f /etc/ssh/ssh_host_ed25519_key\n"
         "\n"
         "[Install]\n"
         "RequiredBy=ssh.service\n",
@@ -100,6 +105,7 @@ def recipe_key(release: str = DEFAULT_RELEASE) -> str:
         "suite": release,
         "packages": sorted(PACKAGES),
         "disabled": sorted(DISABLED_UNITS),
+        "masked": sorted(MASKED_UNITS),
         "files": FILES,
         "builder": inspect.getsource(build_rootfs),
     }
@@ -177,6 +183,7 @@ def build_rootfs(target: Path, release: str, mirror: str, cache: Path) -> None:
             ("install", "-d", "-m", "0700", "-o", ADMIN_USER, "-g", ADMIN_USER, f"{home}/.ssh"),
             ("systemctl", "enable", "ssh-host-keys.service"),
             ("systemctl", "disable", *DISABLED_UNITS),
+            ("systemctl", "mask", *MASKED_UNITS),
             ("apt-get", "clean"),
         ):
             _logged(out, "chroot", str(target), *argv)

@@ -1,6 +1,5 @@
 """What the site.yml test modules share: lab hosts for a module, a command on a host, a
-host's snapshot, what the agent's virtualenv holds, the check that a run converged, and the
-runtime's source under another version (a new release to roll out)."""
+host's snapshot, what the agent's virtualenv holds, and the check that a run converged."""
 
 from __future__ import annotations
 
@@ -10,11 +9,10 @@ import re
 import shlex
 import shutil
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from pyflannel_lab import hosts
-from pyflannel_lab.playbook import LAB_INVENTORY, ROOT, PlaybookRun
+from pyflannel_lab.playbook import LAB_INVENTORY, PlaybookRun
 
 # What a host looks like, minus what logging in and running commands change by itself.
 SNAPSHOT = (
@@ -78,25 +76,3 @@ def assert_converged(run: PlaybookRun, names: list[str], suite: bool = True) -> 
     else:
         assert SUITE_NOT_RUN in " ".join(run.output.split()), run.explain()
         assert "every pod reaches every other pod" not in run.output, run.explain()
-
-
-def runtime_copy(target: Path, version: str) -> Path:
-    """A copy of this source tree (what its wheel is built from) with another version."""
-    shutil.copytree(
-        ROOT / "pyflannel_runtime",
-        target / "pyflannel_runtime",
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-    )
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(ROOT / name, target / name)
-    for name, key in (
-        ("pyproject.toml", "version"),
-        ("pyflannel_runtime/__init__.py", "__version__"),
-    ):
-        path = target / name
-        text, count = re.subn(
-            rf'^{key} = "[^"]+"$', f'{key} = "{version}"', path.read_text(), flags=re.M
-        )
-        assert count == 1, name
-        path.write_text(text)
-    return target

@@ -25,9 +25,10 @@ from typing import Any
 
 import pytest
 
+from pyflannel_lab.operations import runtime_copy
 from pyflannel_lab.playbook import PlaybookRun, run_playbook
 from pyflannel_runtime import __version__
-from tests.integration.site_lab import assert_converged, lab_hosts, on_host, runtime_copy
+from tests.integration.site_lab import assert_converged, lab_hosts, on_host
 
 pytestmark = [pytest.mark.root, pytest.mark.podman]
 

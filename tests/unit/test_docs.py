@@ -78,8 +78,8 @@ RUN_BY: dict[str, str] = {
     "ansible-playbook -i inventories/lab site.yml -e flannel_agent_restart_batch=2": "tests/"
     "integration/test_site_roll.py::test_another_backend_rolls",
     "ansible-playbook -i inventories/lab site.yml -e flannel_disruption_probe=true": "tests/"
-    "integration/test_site_disruption.py::"
-    "test_vxlan_a_settings_change_and_a_new_runtime_roll_under_the_connections",
+    "integration/test_site_disruption.py::TestVxlan::"
+    "test_a_settings_change_and_a_new_runtime_roll_under_the_connections",
     "ansible-playbook -i inventories/mycluster site.yml -e flannel_etcd_username=pyflannel"
     " -e @vault/etcd-agent.yml": "tests/integration/test_site_etcd_auth.py::"
     "test_the_flow_converges_with_authentication_and_the_rerun_changes_nothing",
@@ -228,11 +228,20 @@ def test_continuation_lines_make_one_command() -> None:
 
 
 def _functions(path: Path) -> set[str]:
+    """The module's tests as pytest names them: `test_x` for a function, `Class::test_x` for a
+    method, inherited ones too (from base classes in the same module)."""
     tree = ast.parse(path.read_text(), str(path))
-    return {
-        node.name
-        for node in ast.walk(tree)
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    functions = ast.FunctionDef | ast.AsyncFunctionDef
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+
+    def methods(name: str) -> set[str]:
+        node = classes[name]
+        own = {item.name for item in node.body if isinstance(item, functions)}
+        bases = {base.id for base in node.bases if isinstance(base, ast.Name)} & set(classes)
+        return own.union(*(methods(base) for base in bases))
+
+    return {node.name for node in tree.body if isinstance(node, functions)} | {
+        f"{name}::{method}" for name in classes for method in methods(name)
     }
 
 
