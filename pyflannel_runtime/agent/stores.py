@@ -36,7 +36,9 @@ async def build_subnet_manager(opts: Options, previous: PreviousSubnets) -> Subn
     if opts.kube_subnet_mgr:
         from pyflannel_runtime.subnet.kube.kube import KubeSubnetManager
 
-        return await KubeSubnetManager.create(kube_settings(opts))
+        manager = await KubeSubnetManager.create(kube_settings(opts))
+        manager.start_listing()
+        return manager
 
     from pyflannel_runtime.subnet.etcd.etcd import EtcdSubnetManager
     from pyflannel_runtime.subnet.etcd.resume import STATE_FILE_NAME

@@ -217,7 +217,7 @@ class PeerProgrammer(abc.ABC):
                     in_place.update(
                         e
                         for e in new
-                        if isinstance(e, Route) and self._wanted.routes.get(e.key) == e
+                        if isinstance(e, Route) and self._wanted.routes.get_for(e) == e
                     )
                 written.extend(new)
                 stale.extend(e for e in old if e not in new)

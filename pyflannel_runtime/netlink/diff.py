@@ -47,8 +47,9 @@ def diff_ops(desired: DatapathState, actual: DatapathState) -> list[Op]:
     A vxlan MAC may carry several remotes in the kernel, so FDB entries are compared whole:
     a replace overwrites the MAC's remote, and each extra remote is deleted on its own.
     """
-    route_keys = {r.key for r in desired.routes}
-    neigh_keys = {n.key for n in desired.neighs}
+    # Only what the kernel holds can be stale: an empty kernel (a cold start) needs no keys.
+    route_keys = {r.key for r in desired.routes} if actual.routes else set()
+    neigh_keys = {n.key for n in desired.neighs} if actual.neighs else set()
     new_routes = desired.routes - actual.routes
     owned_route_keys = {r.key for r in actual.routes} if new_routes else set()
     upserts: list[Op] = [

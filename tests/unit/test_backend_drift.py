@@ -9,6 +9,8 @@ from dataclasses import replace
 from ipaddress import IPv4Address, IPv4Network
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pyflannel_runtime.backend import programmer
 from pyflannel_runtime.backend.drift import Wanted, repairs
@@ -167,7 +169,7 @@ def test_wanted_state_is_the_desired_state_of_its_entries_the_later_one_winning(
 def test_wanted_forgets_only_the_entry_it_was_given() -> None:
     wanted = Wanted.of([ROUTE])
     wanted.discard(Route(ROUTE.dst, IPv4Address("10.244.2.9"), DEV))  # same key, not it
-    assert wanted.routes == {ROUTE.key: ROUTE}
+    assert list(wanted.routes.values()) == [ROUTE]
     wanted.discard(ROUTE)
     assert len(wanted) == 0
 
@@ -392,3 +394,31 @@ def test_a_survey_of_devices_recreated_since_is_not_used() -> None:
         net.kernel_end.close()
 
     asyncio.run(scenario())
+
+
+key_parts = st.tuples(st.integers(0, 3), st.integers(0, 7), st.sampled_from(["a", "b"]))
+
+
+@given(st.lists(st.tuples(st.booleans(), key_parts)))
+def test_a_key_table_holds_what_a_dict_by_kernel_key_would(
+    steps: list[tuple[bool, tuple[int, int, str]]],
+) -> None:
+    """Neighbours put and discarded in any order: the table answers as one dict keyed by each
+    neighbour's `key` does."""
+    wanted = Wanted()
+    model: dict[object, Neigh] = {}
+    for put, (index, host, mac) in steps:
+        neigh = Neigh(index, IPv4Address(f"10.244.0.{host}"), mac)
+        if put:
+            wanted.add(neigh)
+            model[neigh.key] = neigh
+        else:
+            wanted.discard(neigh)
+            if model.get(neigh.key) == neigh:
+                del model[neigh.key]
+        assert sorted(wanted.neighs.values(), key=repr) == sorted(model.values(), key=repr)
+        assert len(wanted) == len(model)
+        assert wanted.neighs.get_for(neigh) == model.get(neigh.key)
+        assert wanted.neighs.get(*neigh.key) == model.get(neigh.key)
+        copy, kept = replace(neigh), model.get(neigh.key)
+        assert wanted.held(copy) is (kept if kept == copy else copy)

@@ -4,25 +4,17 @@ number)."""
 
 from __future__ import annotations
 
-import ast
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.pytest_names import pytest_names
+
 REPO = Path(__file__).resolve().parents[2]
 DOCS = sorted((REPO / "docs").glob("*.md"))
-TEST_REFERENCE = re.compile(r"(tests/[\w/]+\.py)::(\w+)")
-
-
-def _functions(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), str(path))
-    return {
-        node.name
-        for node in ast.walk(tree)
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-    }
+TEST_REFERENCE = re.compile(r"(tests/[\w/]+\.py)::(\w+(?:::\w+)*)")
 
 
 REPOSITORY_PATH = re.compile(
@@ -43,7 +35,7 @@ def test_every_test_a_document_names_exists(doc: Path) -> None:
     missing = [
         f"{path}::{name}"
         for path, name in references
-        if not (REPO / path).is_file() or name not in _functions(REPO / path)
+        if not (REPO / path).is_file() or name not in pytest_names(REPO / path)
     ]
     assert missing == []
 

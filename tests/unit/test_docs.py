@@ -5,13 +5,14 @@ project's issues. The convention is in docs/development.md, "Commands in the doc
 
 from __future__ import annotations
 
-import ast
 import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.pytest_names import pytest_names
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -227,29 +228,11 @@ def test_continuation_lines_make_one_command() -> None:
     ]
 
 
-def _functions(path: Path) -> set[str]:
-    """The module's tests as pytest names them: `test_x` for a function, `Class::test_x` for a
-    method, inherited ones too (from base classes in the same module)."""
-    tree = ast.parse(path.read_text(), str(path))
-    functions = ast.FunctionDef | ast.AsyncFunctionDef
-    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-
-    def methods(name: str) -> set[str]:
-        node = classes[name]
-        own = {item.name for item in node.body if isinstance(item, functions)}
-        bases = {base.id for base in node.bases if isinstance(base, ast.Name)} & set(classes)
-        return own.union(*(methods(base) for base in bases))
-
-    return {node.name for node in tree.body if isinstance(node, functions)} | {
-        f"{name}::{method}" for name in classes for method in methods(name)
-    }
-
-
 def test_every_test_the_registry_names_exists() -> None:
     missing = []
     for test_id in sorted(set(RUN_BY.values())):
         path, _, name = test_id.partition("::")
-        if not (ROOT / path).is_file() or name not in _functions(ROOT / path):
+        if not (ROOT / path).is_file() or name not in pytest_names(ROOT / path):
             missing.append(test_id)
     assert missing == []
 

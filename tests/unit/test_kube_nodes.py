@@ -23,6 +23,7 @@ from pyflannel_runtime.subnet.kube.nodes import (
     node_to_lease,
     own_lease,
     own_pod_cidrs,
+    read_lease,
 )
 from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 
@@ -386,6 +387,31 @@ def test_a_malformed_node_is_skipped_with_a_warning_and_keeps_its_last_lease(
         IPv4Network("10.244.2.0/24"),
     ]
     assert t.update("n1", None) == [removed(node_to_lease(good, KEYS, True, False))]
+
+
+def test_a_lease_read_in_the_watch_thread_makes_the_same_events_and_warnings(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    steps = [
+        ("n1", node(annotations=flannel_annotations())),
+        ("n2", node("n2", pod_cidr="10.244.2.0/24", annotations=flannel_annotations())),
+        ("n1", node(annotations=flannel_annotations(public_ip="192.0.2.2"))),
+        ("n1", node(annotations=flannel_annotations(public_ip="not-an-ip"))),
+        ("n2", node("n2", annotations={P + "public-ip": "192.0.2.1"})),  # no flannel node now
+        ("n1", node(pod_cidr="10.244.5.0/24", annotations=flannel_annotations())),
+    ]
+    outcomes = []
+    for read in (False, True):
+        t = tracker()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            events = [
+                t.update(name, read_lease(n, KEYS, True, False) if read else n) for name, n in steps
+            ]
+            snapshot = t.reset(read_lease(n, KEYS, True, False) if read else n for _, n in steps)
+        outcomes.append((events, snapshot, list(caplog.messages)))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][2][0] == 'Error turning node "n1" to lease: invalid IP address: "not-an-ip"'
 
 
 def test_deleting_or_unmanaging_a_node_removes_its_full_lease() -> None:

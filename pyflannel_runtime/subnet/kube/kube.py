@@ -8,6 +8,7 @@ in a thread of its own that hands nodes to the event loop without ever waiting o
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import threading
@@ -38,7 +39,13 @@ from pyflannel_runtime.subnet.kube.client import (
 from pyflannel_runtime.subnet.kube.decode import DecodedNode, DecodeError, NodeDecoder, NodePage
 from pyflannel_runtime.subnet.kube.exec_credential import ExecCredentialError
 from pyflannel_runtime.subnet.kube.node_queue import NodeChanges, NodeQueue, NodeSnapshot, NodeState
-from pyflannel_runtime.subnet.kube.nodes import NodeLeaseError, NodeLeaseTracker, UnreadableNode
+from pyflannel_runtime.subnet.kube.nodes import (
+    NodeLeaseError,
+    NodeLeaseTracker,
+    ReadLease,
+    UnreadableNode,
+    read_lease,
+)
 from pyflannel_runtime.subnet.manager import (
     LeaseListing,
     LeaseWatchBatch,
@@ -67,10 +74,14 @@ STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 # Node's ~10 KB (tests/fakes/kube_api.py, "Metadata-only answers").
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 # Nodes per page of the list. Decoded (decode.py), a node is held as its few fields only, so a
-# page costs the agent about its JSON while it is read (~10 KB a realistic node).
-LIST_PAGE = 500
+# page costs the agent about its JSON while it is read (~10 KB a realistic node: 15 MB). Each
+# page is a round trip the programming of a cold start waits for: at 5 000 nodes, pages of 1 500
+# took 0.17-0.26 s off it against pages of 500 (bench/bench_kube_scale.py --pages).
+LIST_PAGE = 1500
 # A page is read up to this size; a larger one is asked for again in halves.
 MAX_PAGE_BYTES = 32 << 20
+# A string decoded from JSON may hold lone surrogates: they are encoded as they are.
+_UTF8, _RAW = "utf-8", "surrogatepass"
 # Errors of an API call: an error answer, none at all, or no credential to send it with.
 API_ERRORS = (KubeApiError, urllib3.exceptions.HTTPError, ExecCredentialError)
 
@@ -358,9 +369,7 @@ class KubeSubnetManager:
             body = kube_nodes.annotations_patch(changes)
             await self._retry(lambda: self._patch_own_status(body), "patch")
         config = self._config
-        # The other nodes' listing starts now, while the agent sets its datapath up: it is
-        # the longest step of a start, and its snapshot waits in the queue meanwhile.
-        self._start_watch()
+        self.start_listing()
         try:
             return kube_nodes.own_lease(
                 v4,
@@ -423,10 +432,15 @@ class KubeSubnetManager:
             return {}
         return kube_nodes.node_annotations(node)
 
-    def _start_watch(self) -> None:
+    def start_listing(self) -> None:
+        """Start listing the other nodes (then watching them), unless started already. The
+        agent starts it as soon as the manager is built, and at the latest the lease's
+        acquisition does: at 5 000 nodes the listing is the longest step of a start, and it
+        runs while the agent sets its datapath up, its snapshot waiting in the queue."""
         if self._watch is None:
+            families = (self._config.enable_ipv4, self._config.enable_ipv6)
             self._watch = _NodeWatch(
-                self._api, self._queue, self._watch_timeout, self.keys, self.stats
+                self._api, self._queue, self._watch_timeout, self.keys, families, self.stats
             )
             self._watch.start(asyncio.get_running_loop())
 
@@ -435,7 +449,7 @@ class KubeSubnetManager:
         if self._watching:
             raise RuntimeError("watch_leases already has a consumer")
         self._watching = True
-        self._start_watch()
+        self.start_listing()
         while True:
             batch = self._batch(await self._queue.get())
             if batch is not None:
@@ -456,7 +470,9 @@ class KubeSubnetManager:
 
 
 def _name(node: NodeState) -> str:
-    return node.name if isinstance(node, UnreadableNode) else kube_nodes.node_name(node)
+    if isinstance(node, UnreadableNode | ReadLease):
+        return node.name
+    return kube_nodes.node_name(node)
 
 
 class _ConsumerGone(Exception):
@@ -470,24 +486,27 @@ class _WatchEnded(Exception):
     (client-go's reflector lists again after any watch error)."""
 
 
-def _material(cidrs: tuple[str, ...], annotations: tuple[str | None, ...]) -> str:
-    """What a node's lease is made of, its podCIDR(s) and flannel's annotations, as one string:
-    their count, then each value prefixed with its length ("-" for an annotation not set), so
-    that two different sets never give the same string. One string takes 5 000 nodes ~1.3 MB,
-    where a tuple of strings took ~3.6 MB."""
-    values = "".join("-" if v is None else f"{len(v)}:{v}" for v in (*cidrs, *annotations))
-    return f"{len(cidrs)};{values}"
+def _material(cidrs: tuple[str, ...], annotations: tuple[str | None, ...]) -> bytes:
+    """What a node's lease is made of, in few bytes: the count of its podCIDR(s), each one
+    prefixed with its length, then a 128-bit BLAKE2b digest of flannel's annotations (each
+    prefixed with its length the same way, "-" for one not set), so that two different sets
+    give the same bytes only by a 2^-128 chance. 5 000 nodes take ~0.3 MB, where the
+    annotations held whole took ~0.8 MB (as a tuple of strings ~3.6 MB)."""
+    head = b"".join(b"%d:%s" % (len(v), v) for v in (cidr.encode(_UTF8, _RAW) for cidr in cidrs))
+    values = "".join("-" if v is None else f"{len(v)}:{v}" for v in annotations)
+    digest = hashlib.blake2b(values.encode(_UTF8, _RAW), digest_size=16).digest()
+    return b"%d;%s%s" % (len(cidrs), head, digest)
 
 
-def _material_cidrs(material: str) -> tuple[str, ...]:
-    """The podCIDR(s) in a `_material` string."""
-    count, _, values = material.partition(";")
+def _material_cidrs(material: bytes) -> tuple[str, ...]:
+    """The podCIDR(s) in `_material`'s bytes."""
+    count, _, values = material.partition(b";")
     cidrs = []
     at = 0
     for _ in range(int(count)):
-        colon = values.index(":", at)
+        colon = values.index(b":", at)
         end = colon + 1 + int(values[at:colon])
-        cidrs.append(values[colon + 1 : end])
+        cidrs.append(values[colon + 1 : end].decode(_UTF8, _RAW))
         at = end
     return tuple(cidrs)
 
@@ -515,15 +534,18 @@ class _NodeWatch:
         queue: NodeQueue,
         timeout_seconds: int,
         keys: Annotations,
+        families: tuple[bool, bool],
         stats: StoreStats,
     ) -> None:
         self._api = api
+        self._keys = keys
+        self._families = families
         self._stats = stats
         self._decoder = api.decoder
         self._queue = queue
         self._timeout_seconds = timeout_seconds
         self._managed = astuple(keys).index(keys.subnet_kube_managed)
-        self._seen: dict[str, str] = {}  # node UID -> what the agent last handed on, _material
+        self._seen: dict[str, bytes] = {}  # node UID -> what the agent last handed on, _material
         self._metadata_only = True
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -616,7 +638,7 @@ class _NodeWatch:
                     continue
                 cidrs = node.cidrs or ("",)
                 self._seen[node.uid] = _material(cidrs, node.annotations)
-                nodes[node.name] = self._decoder.slim(node, cidrs)
+                nodes[node.name] = self._lease(node, cidrs)
         return nodes, version
 
     def _change(self, kind: str, node: DecodedNode) -> tuple[str, NodeState | None] | None:
@@ -638,7 +660,7 @@ class _NodeWatch:
                     if err.status != 404:
                         raise
                     # Gone already: its DELETED event follows.
-                    return node.name, self._decoder.slim(node, cidrs or ("",))
+                    return node.name, self._lease(node, cidrs or ("",))
                 except DecodeError as err:
                     return node.name, UnreadableNode(node.name, str(err))
                 if current.uid == node.uid:
@@ -648,7 +670,10 @@ class _NodeWatch:
         if material == seen:
             return None
         self._seen[node.uid] = material
-        return node.name, self._decoder.slim(node, cidrs)
+        return node.name, self._lease(node, cidrs)
+
+    def _lease(self, node: DecodedNode, cidrs: tuple[str, ...]) -> ReadLease:
+        return read_lease(self._decoder.slim(node, cidrs), self._keys, *self._families)
 
     def _stream(self, resource_version: str) -> tuple[str, int]:
         """Deliver watch events until the server ends the stream: the last resourceVersion seen,

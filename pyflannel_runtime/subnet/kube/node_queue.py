@@ -12,9 +12,9 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pyflannel_runtime.subnet.kube.nodes import Node, UnreadableNode
+from pyflannel_runtime.subnet.kube.nodes import Node, ReadLease, UnreadableNode
 
-NodeState = Node | UnreadableNode
+NodeState = Node | UnreadableNode | ReadLease
 
 
 @dataclass(frozen=True)
