@@ -178,8 +178,14 @@ def readdress_host(pid: int, old: IPv4Address, new: IPv4Address, slot: IPv4Netwo
 
 
 def delete_link(name: str) -> None:
-    if link_exists(name):
-        _ip("link", "del", name)
+    """Delete the link if it is there. A link can go between the look and the delete: the
+    kernel removes a veth pair whose other end's namespace was deleted a moment before, in the
+    background."""
+    if not link_exists(name):
+        return
+    result = subprocess.run(["ip", "link", "del", name], capture_output=True, text=True)
+    if result.returncode != 0 and link_exists(name):
+        raise LabError(f"ip link del {name}: {result.stderr.strip()}")
 
 
 def link_exists(name: str) -> bool:

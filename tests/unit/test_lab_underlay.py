@@ -8,6 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pyflannel_lab import underlay
+from pyflannel_lab.errors import LabError
 from pyflannel_lab.underlay import (
     CANDIDATE_RANGES,
     MAX_HOSTS,
@@ -103,3 +105,21 @@ def test_mac_is_locally_administered_unicast_and_follows_the_address() -> None:
     assert mac == "02:00:c6:33:64:0b"
     first_octet = int(mac[:2], 16)
     assert first_octet & 0b10 and not first_octet & 0b01
+
+
+def test_a_link_gone_between_the_look_and_the_delete_is_deleted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kernel removes a veth pair in the background once the namespace of its other end is
+    deleted: `ip link del` can then find no device, which is what was wanted."""
+    looks = iter([True, False])
+    monkeypatch.setattr(underlay, "link_exists", lambda name: next(looks))
+    underlay.delete_link("plab000000o")  # `ip link del` of a name no machine has: it fails
+
+
+def test_a_link_that_stays_after_a_failed_delete_is_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(underlay, "link_exists", lambda name: True)
+    with pytest.raises(LabError, match="ip link del plab000000o"):
+        underlay.delete_link("plab000000o")
