@@ -81,4 +81,12 @@ def kernel_deletions(lab: AgentLab, host: LabHost) -> Iterator[list[str]]:
 def wait_routed(lab: AgentLab, host: LabHost, subnet: IPv4Network, routed: bool = True) -> float:
     """Until `host` routes `subnet` through flannel.1 (or no longer does); when it first did."""
     what = f"{host.ns} {'routes' if routed else 'no longer routes'} {subnet}"
-    return wait_until(what, lambda: routes_to(lab, host, subnet) == routed)
+    try:
+        return wait_until(what, lambda: routes_to(lab, host, subnet) == routed)
+    except AssertionError as err:
+        # What each agent last said: a failure seen once under load must explain itself.
+        logs = "\n".join(
+            f"--- {agent.host.ns}:\n" + "\n".join(agent.log().splitlines()[-25:])
+            for agent in lab.agents.values()
+        )
+        raise AssertionError(f"{err}\n{logs}") from None
