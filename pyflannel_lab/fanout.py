@@ -264,15 +264,14 @@ def classify(packet: bytes, port: int) -> tuple[str, str] | None:
     """An IPv4 packet as (kind, agent address) for `Seen`, or None when it is none of those:
     a SYN to `port`, a TCP segment to it that opens with "POST ", one from it that opens with
     "HTTP/1.1 200"."""
-    if len(packet) < 20 or packet[0] >> 4 != 4 or packet[9] != socket.IPPROTO_TCP:
+    headers = _tcp_headers(packet)
+    if headers is None:
         return None
-    header = (packet[0] & 0x0F) * 4
-    if len(packet) < header + 20:
-        return None
+    ip, tcp = headers
     source, destination = socket.inet_ntoa(packet[12:16]), socket.inet_ntoa(packet[16:20])
-    sport, dport = struct.unpack_from("!HH", packet, header)
-    flags = packet[header + 13]
-    payload = packet[header + (packet[header + 12] >> 4) * 4 :]
+    sport, dport = struct.unpack_from("!HH", packet, ip)
+    flags = packet[ip + 13]
+    payload = packet[ip + tcp :]
     if dport == port:
         if flags & (_TCP_SYN | _TCP_ACK) == _TCP_SYN:
             return "attempt", source
@@ -287,17 +286,26 @@ def sent_segment(packet: bytes, port: int) -> tuple[tuple[str, int], int, int] |
     """An IPv4 TCP segment from `port` as (its flow: the receiver's address and port, its
     sequence number, its payload's length), from the headers alone (a tap keeps SNAP bytes of
     it); None for anything else."""
-    if len(packet) < 20 or packet[0] >> 4 != 4 or packet[9] != socket.IPPROTO_TCP:
+    headers = _tcp_headers(packet)
+    if headers is None:
         return None
-    header = (packet[0] & 0x0F) * 4
-    if len(packet) < header + 20:
-        return None
-    sport, dport, sequence = struct.unpack_from("!HHI", packet, header)
+    ip, tcp = headers
+    sport, dport, sequence = struct.unpack_from("!HHI", packet, ip)
     if sport != port:
         return None
     (total,) = struct.unpack_from("!H", packet, 2)
-    length = total - header - (packet[header + 12] >> 4) * 4
-    return (socket.inet_ntoa(packet[16:20]), dport), sequence, max(length, 0)
+    return (socket.inet_ntoa(packet[16:20]), dport), sequence, max(total - ip - tcp, 0)
+
+
+def _tcp_headers(packet: bytes) -> tuple[int, int] | None:
+    """The lengths of an IPv4 TCP segment's IP and TCP headers; None for any other packet, or
+    one cut too short to hold them."""
+    if len(packet) < 20 or packet[0] >> 4 != 4 or packet[9] != socket.IPPROTO_TCP:
+        return None
+    ip = (packet[0] & 0x0F) * 4
+    if len(packet) < ip + 20:
+        return None
+    return ip, (packet[ip + 12] >> 4) * 4
 
 
 class UniqueBytes:

@@ -183,9 +183,11 @@ def delete_link(name: str) -> None:
     background."""
     if not link_exists(name):
         return
-    result = subprocess.run(["ip", "link", "del", name], capture_output=True, text=True)
-    if result.returncode != 0 and link_exists(name):
-        raise LabError(f"ip link del {name}: {result.stderr.strip()}")
+    try:
+        _ip("link", "del", name)
+    except LabError:
+        if link_exists(name):
+            raise
 
 
 def link_exists(name: str) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pyflannel_runtime.netlink.diff import diff_ops
 from pyflannel_runtime.netlink.dump import Ownership, main_route_key, owns_route, route_facts
@@ -106,32 +106,24 @@ class Wanted:
         return wanted
 
     def add(self, entry: Entry) -> None:
-        if isinstance(entry, Route):
-            self.routes.put(entry)
-        elif isinstance(entry, Neigh):
-            self.neighs.put(entry)
-        else:
-            self.fdbs.put(entry)
+        self._table(entry).put(entry)
 
     def discard(self, entry: Entry) -> None:
         """Forget `entry` (not another entry that took its key since)."""
-        if isinstance(entry, Route):
-            self.routes.discard(entry)
-        elif isinstance(entry, Neigh):
-            self.neighs.discard(entry)
-        else:
-            self.fdbs.discard(entry)
+        self._table(entry).discard(entry)
 
     def held(self, entry: EntryT) -> EntryT:
         """The wanted entry equal to `entry`, else `entry` (`netlink.entries.Held`)."""
-        kept: Entry | None
-        if isinstance(entry, Route):
-            kept = self.routes.get_for(entry)
-        elif isinstance(entry, Neigh):
-            kept = self.neighs.get_for(entry)
-        else:
-            kept = self.fdbs.get_for(entry)
+        kept = self._table(entry).get_for(entry)
         return kept if kept == entry else entry
+
+    def _table(self, entry: Entry) -> KeyTable[Any, Any, Any]:
+        """The table of `entry`'s kind."""
+        if isinstance(entry, Route):
+            return self.routes
+        if isinstance(entry, Neigh):
+            return self.neighs
+        return self.fdbs
 
     def state(self) -> DatapathState:
         """The wanted entries as `netlink.diff.desired_state` gives them (one per key)."""

@@ -11,6 +11,7 @@ from ipaddress import IPv4Network
 
 import pytest
 
+from pyflannel_lab.fanout import agent_logs
 from pyflannel_lab.netns_agents import AgentLab
 from pyflannel_lab.netns_lab import LabHost
 
@@ -85,8 +86,5 @@ def wait_routed(lab: AgentLab, host: LabHost, subnet: IPv4Network, routed: bool 
         return wait_until(what, lambda: routes_to(lab, host, subnet) == routed)
     except AssertionError as err:
         # What each agent last said: a failure seen once under load must explain itself.
-        logs = "\n".join(
-            f"--- {agent.host.ns}:\n" + "\n".join(agent.log().splitlines()[-25:])
-            for agent in lab.agents.values()
-        )
-        raise AssertionError(f"{err}\n{logs}") from None
+        every_agent = {str(agent.host.underlay_ip) for agent in lab.agents.values()}
+        raise AssertionError(f"{err}\n{agent_logs(lab, every_agent, lines=25)}") from None
