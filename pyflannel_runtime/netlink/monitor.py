@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from pyflannel_runtime.netlink.decoder import NeighRecord, RouteRecord, decode_neigh, decode_route
@@ -21,6 +21,14 @@ RTMGRP_IPV4_IFADDR = 0x10
 RTMGRP_IPV4_ROUTE = 0x40
 RTMGRP_IPV6_IFADDR = 0x100
 RTMGRP_IPV6_ROUTE = 0x400
+# The same groups by number, as NETLINK_ADD_MEMBERSHIP and NETLINK_DROP_MEMBERSHIP name them
+# (group n is bit n - 1 of the mask `bind` takes).
+RTNLGRP_NEIGH = 3
+RTNLGRP_IPV4_ROUTE = 7
+RTNLGRP_IPV6_ROUTE = 11
+SOL_NETLINK = 270
+NETLINK_ADD_MEMBERSHIP = 1
+NETLINK_DROP_MEMBERSHIP = 2
 RTM_NEWLINK = 16
 RTM_DELLINK = 17
 RTM_NEWADDR = 20
@@ -126,6 +134,23 @@ def _ifname(attrs: bytes) -> str:
             return attrs[offset + _NLATTR.size : offset + size].rstrip(b"\0").decode()
         offset += (size + 3) & ~3
     return ""
+
+
+@contextlib.contextmanager
+def deafened(sock: socket.socket, groups: Iterable[int]) -> Iterator[None]:
+    """`sock` out of the multicast `groups` (RTNLGRP_* numbers) meanwhile: the kernel neither
+    queues their notifications for it nor wakes its reader, and whatever they would have said
+    is never known. Notifications already queued stay; the groups are joined again on the way
+    out, whatever happened."""
+    left: list[int] = []
+    try:
+        for group in groups:
+            sock.setsockopt(SOL_NETLINK, NETLINK_DROP_MEMBERSHIP, group)
+            left.append(group)
+        yield
+    finally:
+        for group in left:
+            sock.setsockopt(SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, group)
 
 
 def open_monitor(netns: str | None = None, groups: int = RTMGRP_LINK) -> socket.socket:
