@@ -5,21 +5,34 @@ from __future__ import annotations
 import asyncio
 import errno
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from ipaddress import IPv4Address, IPv4Network
 from typing import TypeVar
 
 import pytest
 
 from pyflannel_runtime.backend.peers import VxlanDevices
-from pyflannel_runtime.backend.programmer import INLINE_WRITES, PeerProgrammer
+from pyflannel_runtime.backend.programmer import (
+    INLINE_WRITES,
+    QUIET_WRITES,
+    PeerProgrammer,
+    writes_quietly,
+)
 from pyflannel_runtime.backend.vxlan.peers import vxlan_peer_entries
 from pyflannel_runtime.netlink.batch import BatchSender, OpFailure
 from pyflannel_runtime.netlink.dump import Ownership
 from pyflannel_runtime.netlink.entries import Action, DatapathState, Entry, Fdb, Neigh, Op, Route
+from pyflannel_runtime.netlink.monitor import (
+    RTMGRP_IPV4_IFADDR,
+    RTMGRP_IPV4_ROUTE,
+    RTMGRP_IPV6_ROUTE,
+    RTMGRP_LINK,
+    RTMGRP_NEIGH,
+)
 from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent
 from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data as data
 from tests.unit.test_netlink_diff import FakeKernel
+from tests.unit.test_netlink_monitor import joined, monitor
 
 T = TypeVar("T")
 DEV = 4
@@ -282,3 +295,93 @@ def test_an_events_few_writes_go_out_from_the_loop_and_a_large_batch_from_a_work
     loop_thread = asyncio.run(scenario())
     assert sender.threads[0] == loop_thread
     assert sender.threads[1] != loop_thread
+
+
+MONITORED = RTMGRP_LINK | RTMGRP_NEIGH | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE | RTMGRP_IPV4_IFADDR
+
+
+class MonitoredNetwork(ModelNetwork):
+    """With a monitor socket (never read: the model kernel sends it nothing), whose groups each
+    batch records; `meddle` runs right after a batch is sent, as someone else would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._monitor = monitor(MONITORED)
+        self.groups_while_sending: list[int] = []
+        self.meddle: Callable[[], object] = lambda: None
+
+    async def _send(self, ops: Sequence[Op]) -> list[OpFailure]:
+        assert self._monitor is not None
+        if ops:
+            self.groups_while_sending.append(joined(self._monitor))
+        failures = await super()._send(ops)
+        self.meddle()
+        self.meddle = lambda: None
+        return failures
+
+    async def checked(self) -> None:
+        """The full check that follows a quiet batch, once it is done."""
+        while self._checker is not None and not self._checker.done():
+            await asyncio.sleep(0)
+
+    def close(self) -> None:
+        assert self._monitor is not None
+        self._monitor.close()
+
+
+def test_a_batch_is_quiet_when_large_and_at_least_half_the_datapath() -> None:
+    assert writes_quietly(15_000, 15_000)
+    assert writes_quietly(QUIET_WRITES, 2 * QUIET_WRITES)
+    assert not writes_quietly(QUIET_WRITES - 1, QUIET_WRITES - 1)  # a small cluster's sync
+    assert not writes_quietly(QUIET_WRITES, 2 * QUIET_WRITES + 1)  # a burst among many peers
+
+
+def test_a_large_batch_goes_out_deaf_to_routes_and_neighbours_and_a_check_puts_back_what_changed() -> (
+    None
+):
+    many = [peer(n) for n in range(2, 3 + QUIET_WRITES // 3)]
+
+    async def scenario() -> None:
+        net = MonitoredNetwork()
+        try:
+            route = next(e for e in entries_of(many[5]) if isinstance(e, Route))
+            net.meddle = lambda: net.model.apply(Op(Action.DELETE, route))
+            await net.reconcile(many)
+            # Out of the route and neighbour groups while the batch went out, in them after.
+            assert net.groups_while_sending == [RTMGRP_LINK | RTMGRP_IPV4_IFADDR]
+            assert joined(net._monitor) == MONITORED  # type: ignore[arg-type]
+            await net.checked()
+            want = set().union(*(entries_of(p) for p in many))
+            assert net.model.state().entries() == want  # the route deleted meanwhile is back
+            assert net.repairs()["route"] == 1
+            assert net.groups_while_sending[1:] == [MONITORED]  # the repair: one write
+            # Nothing doubts the notifications now: the periodic check costs nothing.
+            assert await net.survey() is None
+            # An event's few writes keep the notifications.
+            await net.handle_events([LeaseEvent(EventType.ADDED, peer(200))])
+            assert net.groups_while_sending[-1] == MONITORED
+            assert net._checker is not None and net._checker.done()
+        finally:
+            net.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_check_whose_own_batch_fails_whole_leaves_the_doubt_to_the_periodic_check() -> None:
+    many = [peer(n) for n in range(2, 3 + QUIET_WRITES // 3)]
+
+    async def scenario() -> None:
+        net = MonitoredNetwork()
+        try:
+            net.refuse = set().union(*(entries_of(p) for p in many))
+            await net.reconcile(many)
+            await net.checked()
+            # The check retried every peer once, in one quiet batch that failed again, and
+            # stopped there; the next periodic check reconciles in full.
+            assert net.groups_while_sending == [RTMGRP_LINK | RTMGRP_IPV4_IFADDR] * 2
+            assert net.programmed_peers() == 0
+            assert await net.survey() is not None
+        finally:
+            net.close()
+
+    asyncio.run(scenario())
