@@ -141,7 +141,7 @@ def deafened(sock: socket.socket, groups: Iterable[int]) -> Iterator[None]:
     """`sock` out of the multicast `groups` (RTNLGRP_* numbers) meanwhile: the kernel neither
     queues their notifications for it nor wakes its reader, and whatever they would have said
     is never known. Notifications already queued stay; the groups are joined again on the way
-    out, whatever happened."""
+    out, whatever happened, unless the socket was closed meanwhile (the datapath stopped)."""
     left: list[int] = []
     try:
         for group in groups:
@@ -149,7 +149,7 @@ def deafened(sock: socket.socket, groups: Iterable[int]) -> Iterator[None]:
             left.append(group)
         yield
     finally:
-        for group in left:
+        for group in left if sock.fileno() >= 0 else ():
             sock.setsockopt(SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, group)
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from ipaddress import IPv4Address, IPv4Network
 
 import pytest
 
 from pyflannel_lab.netns_lab import (
+    LabHost,
     NetLab,
     added,
     close_all,
@@ -21,9 +23,19 @@ from pyflannel_lab.netns_lab import (
 )
 from pyflannel_runtime.backend import registry
 from pyflannel_runtime.backend.base import Network
+from pyflannel_runtime.backend.programmer import QUIET_WRITES
 from pyflannel_runtime.backend.vxlan.vxlan import VxlanNetwork
-from pyflannel_runtime.wire.lease import EventType, LeaseEvent
-from pyflannel_runtime.wire.vxlan_data import parse_vxlan_backend_data
+from pyflannel_runtime.netlink.batch import OpFailure
+from pyflannel_runtime.netlink.entries import Op
+from pyflannel_runtime.netlink.monitor import (
+    RTMGRP_IPV4_IFADDR,
+    RTMGRP_IPV4_ROUTE,
+    RTMGRP_IPV6_IFADDR,
+    RTMGRP_LINK,
+)
+from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent
+from pyflannel_runtime.wire.vxlan_data import parse_vxlan_backend_data, vxlan_backend_data
+from tests.unit.test_netlink_monitor import joined
 
 pytestmark = pytest.mark.root
 
@@ -385,3 +397,76 @@ def test_a_route_someone_else_replaced_with_theirs_is_left_alone(lab: NetLab) ->
             await close_all(networks)
 
     asyncio.run(scenario())
+
+
+def synthetic_peers(count: int) -> list[Lease]:
+    """Peers with no host behind them: their entries are all a batch needs."""
+    return [
+        Lease(
+            IPv4Network(f"10.244.{100 + i}.0/24"),
+            None,
+            LeaseAttrs(
+                IPv4Address(f"192.0.2.{10 + i}"),
+                None,
+                "vxlan",
+                vxlan_backend_data(1, f"0a:58:0a:f4:{100 + i:02x}:00"),
+            ),
+        )
+        for i in range(count)
+    ]
+
+
+def test_a_large_batch_goes_out_quietly_and_what_others_change_during_and_after_is_put_back(
+    lab: NetLab,
+) -> None:
+    """A full sync as large as QUIET_WRITES is written with the monitor out of the route and
+    neighbour groups; a route and a neighbour someone else deletes while it is out of them
+    (right after the batch is sent, before it joins them again) are put back by the check that
+    follows, and a route deleted once that check is done, by the notifications as ever."""
+    h1 = lab.hosts[0]
+    peers = synthetic_peers(QUIET_WRITES // 3 + 1)
+    victims = peers[7], peers[8]
+
+    async def scenario() -> None:
+        network = await register(lab, 1)
+        assert isinstance(network, VxlanNetwork)
+        send = network._send
+        groups_while_sending: list[int] = []
+
+        async def send_then_meddle(ops: Sequence[Op]) -> list[OpFailure]:
+            failures = await send(ops)
+            assert network._monitor is not None
+            groups_while_sending.append(joined(network._monitor))
+            if len(ops) >= QUIET_WRITES:  # someone else, in the window
+                lab.ip(h1.ns, "route", "del", str(victims[0].subnet))
+                lab.ip(h1.ns, "neigh", "del", str(victims[0].subnet.network_address),
+                       "dev", "flannel.1")  # fmt: skip
+            return failures
+
+        network._send = send_then_meddle  # type: ignore[method-assign]
+        try:
+            await network.reconcile(peers)
+            # Only links and addresses were heard while the batch went out.
+            assert groups_while_sending[0] == RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR
+            await wait_until(lambda: all(peer_entries(lab, h1, victims[0])))
+            assert network.repairs()["route"] == 1 and network.repairs()["neighbour"] == 1
+            assert network._checker is not None
+            await network._checker  # nothing but the notifications from here on
+            assert groups_while_sending[-1] & RTMGRP_IPV4_ROUTE
+            lab.ip(h1.ns, "route", "del", str(victims[1].subnet))
+            await wait_until(lambda: all(peer_entries(lab, h1, victims[1])))
+            assert network.repairs()["route"] == 2
+            assert await network.reconcile(peers) == 0
+        finally:
+            await network.close()
+
+    asyncio.run(scenario())
+
+
+def peer_entries(lab: NetLab, host: LabHost, peer: Lease) -> tuple[str, str, str]:
+    gateway = str(peer.subnet.network_address)
+    neigh = lab.ip(host.ns, "neigh", "show", "dev", "flannel.1", gateway)
+    fdb = lab.bridge(host.ns, "fdb", "show", "dev", "flannel.1")
+    fdb = "\n".join(line for line in fdb.splitlines() if f"dst {peer.attrs.public_ip} " in line)
+    route = lab.ip(host.ns, "route", "show", str(peer.subnet))
+    return neigh.strip(), fdb.strip(), route.strip()

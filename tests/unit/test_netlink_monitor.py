@@ -63,3 +63,9 @@ def test_deafened_joins_the_groups_again_when_the_body_fails() -> None:
             assert joined(sock) == RTMGRP_LINK
             raise OSError("the batch failed")
         assert joined(sock) == RTMGRP_LINK | RTMGRP_NEIGH
+
+
+def test_deafened_leaves_a_socket_closed_meanwhile_alone() -> None:
+    sock = monitor(RTMGRP_LINK | RTMGRP_NEIGH)
+    with deafened(sock, (RTNLGRP_NEIGH,)):
+        sock.close()
