@@ -3,8 +3,10 @@
 Shared by vxlan and host-gw. A backend says which entries a lease calls for and which kernel
 entries it owns; this class keeps the lease cache, plans writes with `netlink.diff` and sends
 them in batches. Dumps and large batches run in a worker thread, one job at a time; an
-event's few writes go out from the event loop (`INLINE_WRITES`). The periodic check's dump
-runs beside that worker without the lock (`survey`), so events wait only for its diff.
+event's few writes go out from the event loop (`INLINE_WRITES`); a batch as large as a full
+sync goes out without the kernel's route and neighbour notifications, and a full check
+follows it (`QUIET_WRITES`). The periodic check's dump runs beside that worker without the
+lock (`survey`), so events wait only for its diff.
 
 A route is only ever replaced where the datapath owns the kernel's route (by the rules of
 `netlink.dump.Ownership`, the same for events and reconciles): elsewhere it is created, and
@@ -436,10 +438,10 @@ class PeerProgrammer(abc.ABC):
     async def _check_after_quiet(self) -> None:
         """The periodic check's full reconcile, run at once after a batch written quietly: a
         dump begun after the monitor rejoined its groups holds whatever someone else did while
-        it was out of them, and the notifications cover what comes after. Cheaper than the
-        alternative, a dump of the entries right after the batch under the lock, it takes the
-        lock for the diff alone (lease events wait only for that), and its dump is one the next
-        periodic check would have made anyway (the window made it doubt)."""
+        it was out of them, and the notifications cover what comes after. Unlike a dump made
+        right after the batch, under the lock, it holds the lock for the diff alone (lease
+        events wait only for that, as for the periodic check); and its dump is the one the next
+        periodic check would have made anyway, the window having cast a doubt."""
         while self._check_again:
             self._check_again = False
             try:
@@ -489,14 +491,15 @@ class PeerProgrammer(abc.ABC):
         if self._monitor is None or not writes_quietly(len(ops), len(self._wanted)):
             return await self._send(ops)
         self._in_sync = False  # for a survey begun meanwhile (it takes no lock)
-        with deafened(self._monitor, _QUIET_GROUPS):
-            failures = await self._send(ops)
-        # Counted once the groups are joined again: a survey whose dump began before then
-        # may have missed something, and must not vouch for the kernel.
-        self._distrust()
-        if not self._checking:
-            self._check_soon()
-        return failures
+        try:
+            with deafened(self._monitor, _QUIET_GROUPS):
+                return await self._send(ops)
+        finally:
+            # Counted once the groups are joined again: a survey whose dump began before
+            # then may have missed something, and must not vouch for the kernel.
+            self._distrust()
+            if not self._checking:
+                self._check_soon()
 
     async def _send_with_rollback(self, ops: list[Op], *, repairing: bool = False) -> int:
         if repairing:
