@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -32,9 +33,23 @@ def scenario_config(scenario: str) -> dict[str, Any]:
 
 
 def molecule_env(lab: str) -> dict[str, str]:
-    """molecule's environment for a run on the lab hosts named `lab` (.lab/molecule-<lab>)."""
+    """molecule's environment for a run on the lab hosts named `lab` (.lab/molecule-<lab>), its
+    state beside theirs."""
     path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
-    return dict(os.environ, PATH=path, PYFLANNEL_MOLECULE_LAB=lab)
+    return dict(
+        os.environ,
+        PATH=path,
+        PYFLANNEL_MOLECULE_LAB=lab,
+        MOLECULE_EPHEMERAL_DIRECTORY=str(molecule_state(lab)),
+    )
+
+
+def molecule_state(lab: str) -> Path:
+    """molecule's own state for the runs on the lab hosts named `lab`. Its default place is
+    keyed by the checkout directory's name alone, shared by every checkout of that name: a run
+    killed there leaves "created" behind, and the next run would skip create and converge on no
+    hosts at all."""
+    return ROOT / ".lab" / f"molecule-{lab}" / "molecule"
 
 
 def lab_state(lab: str) -> Path:
@@ -46,6 +61,7 @@ def molecule_test(scenarios: list[str], lab: str) -> tuple[int, list[tuple[float
     """`molecule test -s ...` on the lab hosts named `lab`: its exit status and its output,
     each line with when it came."""
     argv = ["molecule", "test"] + [arg for s in scenarios for arg in ("-s", s)]
+    shutil.rmtree(molecule_state(lab), ignore_errors=True)  # a killed run's
     lines: list[tuple[float, str]] = []
     with subprocess.Popen(
         argv,
