@@ -229,6 +229,9 @@ from ansible_collections.pyflannel.network.plugins.module_utils.runtime import (
     CNI_PLUGIN_ARGUMENT_SPEC,
     RUNTIME_IMPORT_ERROR,
 )
+from ansible_collections.pyflannel.network.plugins.module_utils.wheelhouse_record import (
+    installed_wheelhouse,
+)
 
 # IFA_F_* bits, as the kernel reports them and flanneld's interface selection ranks addresses.
 _ADDR_FLAGS = {"secondary": 0x01, "temporary": 0x01, "deprecated": 0x20}
@@ -238,7 +241,6 @@ _PROBES = {
     "vxlan": ["link", "add", "pfl-probe", "type", "vxlan", "id", "1", "dstport", "8472"],
     "udp": ["tuntap", "add", "pfl-probe", "mode", "tun"],
 }
-WHEELHOUSE_STAMP = ".pyflannel-wheelhouse"
 _ETCD_HEALTH_TIMEOUT = 5.0
 _HEALTH_LIMIT = 4096
 
@@ -334,12 +336,10 @@ def _packages(module, names):
 
 def _runtime(venv):
     python = os.path.join(venv, "bin", "python")
-    try:
-        with open(os.path.join(venv, WHEELHOUSE_STAMP), encoding="utf-8") as stamp:
-            wheelhouse = stamp.read().strip() or None
-    except OSError:
-        wheelhouse = None
-    return {"python": python if os.path.exists(python) else None, "wheelhouse": wheelhouse}
+    return {
+        "python": python if os.path.exists(python) else None,
+        "wheelhouse": installed_wheelhouse(venv),
+    }
 
 
 def _interpreter():

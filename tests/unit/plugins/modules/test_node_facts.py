@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.pyflannel.network.plugins.module_utils.wheelhouse_record import (
+    RECORD_NAME,
+)
 from ansible_collections.pyflannel.network.plugins.modules import cni_plugin, node_facts
 from ansible_collections.pyflannel.network.plugins.plugin_utils.host_files import as_wanted
 
@@ -47,7 +50,7 @@ def test_the_runtime_stamp_is_reported(tmp_path: os.PathLike[str], run_module: R
     venv = os.path.join(tmp_path, "venv")
     os.makedirs(os.path.join(venv, "bin"))
     open(os.path.join(venv, "bin", "python"), "w").close()
-    with open(os.path.join(venv, node_facts.WHEELHOUSE_STAMP), "w") as stamp:
+    with open(os.path.join(venv, RECORD_NAME), "w") as stamp:
         stamp.write("abc123\n")
     result = run_module(node_facts.main, {"venv": venv})
     runtime = result["ansible_facts"]["pyflannel_host"]["runtime"]
