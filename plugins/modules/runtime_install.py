@@ -330,7 +330,9 @@ def main():
             "before": f"{before}\n" if before else "",
             "after": f"{digest}\n",
         }
-    wheels = os.path.join(params["unpack_dir"], digest[:16])
+    wheels = os.path.normpath(os.path.join(params["unpack_dir"], digest[:16]))
+    if not os.path.isabs(wheels):
+        module.fail_json(msg=f"unpack_dir: {params['unpack_dir']} must be an absolute path")
     try:
         if changed and not module.check_mode:
             result["venv_created"], result["removed"] = install(module, wheels)

@@ -1,14 +1,18 @@
 """pyflannel.network.runtime_install: a hostile archive is refused before anything is unpacked,
 what the virtualenv holds beyond the wheelhouse is found by normalized name, and a real install
 (a virtualenv without pip, this interpreter's pip installing into it from outside) makes,
-updates, slims and records the virtualenv, leaving no unpacked wheel or archive behind."""
+updates, slims and records the virtualenv, leaving no unpacked wheel or archive behind; the
+action plugin copies the archive to the host (a local ansible-playbook run), and in check mode
+copies and installs nothing."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import stat
 import subprocess
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -18,6 +22,8 @@ from ansible_collections.pyflannel.network.plugins.module_utils.wheelhouse_recor
     RECORD_NAME,
 )
 from ansible_collections.pyflannel.network.plugins.modules import runtime_install
+
+from tests.unit.plugins.test_example_inventory import ansible_playbook
 
 from ..conftest import RunModule
 
@@ -225,3 +231,38 @@ def test_a_failing_pip_says_what_it_printed(tmp_path: Path, run_module: RunModul
     assert result["msg"].startswith("installing the runtime failed (rc ")
     assert "demo-1.0-py3-none-any.whl" in result["msg"]
     assert os.listdir(tmp_path / "cache/wheelhouse") == [] and not archive.exists()
+
+
+PLAYBOOK = """
+- name: The runtime from its wheelhouse
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Install it
+      pyflannel.network.runtime_install: {args}
+"""
+
+
+def test_the_action_plugin_copies_the_archive_over_and_leaves_no_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    archive = wheelhouse(tmp_path, "wheelhouse.tar", [wheel(wheels, "demo", "BUILD = 1\n")])
+    remote_tmp = tmp_path / "remote-tmp"
+    monkeypatch.setenv("ANSIBLE_REMOTE_TMP", str(remote_tmp))
+    playbook = tmp_path / "install.yml"
+    playbook.write_text(PLAYBOOK.format(args=json.dumps(args(tmp_path, archive))))
+    python = f"ansible_python_interpreter={sys.executable}"
+
+    checked = ansible_playbook("-i", "localhost,", "-e", python, "--check", str(playbook))
+    assert checked.returncode == 0 and "changed=1" in checked.stdout, checked.stdout
+    assert not (tmp_path / "venv").exists()
+
+    done = ansible_playbook("-i", "localhost,", "-e", python, str(playbook))
+    assert done.returncode == 0 and "changed=1" in done.stdout, done.stdout + done.stderr
+    assert venv_holds(tmp_path / "venv") == ({"demo"}, "1")
+    # The controller's archive stays; the host's copy went with the task's temporary directory.
+    assert archive.exists() and list(remote_tmp.iterdir()) == []
+    assert os.listdir(tmp_path / "cache/wheelhouse") == []
