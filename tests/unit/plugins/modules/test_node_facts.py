@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.server
 import os
 import pwd
 import socket
+import ssl
 import subprocess
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +23,8 @@ from ansible_collections.pyflannel.network.plugins.plugin_utils.host_files impor
 
 from pyflannel_controller.inventory import NodeFacts
 from pyflannel_controller.wheelhouse import local_target, target_of
+from pyflannel_lab.etcd_server import EtcdTLS
+from tests.integration.etcd_tls import make_tls_material
 
 from ..conftest import RunModule
 
@@ -221,3 +227,86 @@ def test_the_cni_plugin_check_says_what_the_cni_plugin_module_would_do(
     os.unlink(os.path.join(spec["bin_dir"], "loopback"))
     assert checked()["current"] is False
     assert run_module(cni_plugin.main, spec, check=True)["changed"]
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    """An etcd member's /health: its body and status as the test sets them on the server."""
+
+    def do_GET(self) -> None:
+        status, body = self.server.answer  # type: ignore[attr-defined]
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def health_server(tmp_path: Path) -> Iterator[tuple[http.server.HTTPServer, EtcdTLS]]:
+    """A member's /health over TLS that asks for a client certificate signed by its CA."""
+    tls = make_tls_material(tmp_path / "pki")
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Health)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=tls.ca_file)
+    context.load_cert_chain(tls.server_cert, tls.server_key)
+    context.verify_mode = ssl.CERT_REQUIRED
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    server.answer = (200, b'{"health":"true","reason":""}')  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server, tls
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def test_the_etcd_health_is_asked_over_tls_with_the_client_pair(
+    health_server: tuple[http.server.HTTPServer, EtcdTLS], run_module: RunModule
+) -> None:
+    server, tls = health_server
+    url = f"https://127.0.0.1:{server.server_address[1]}/health"
+    spec = {
+        "url": url,
+        "cafile": tls.ca_file,
+        "certfile": tls.client_cert,
+        "keyfile": tls.client_key,
+    }
+
+    def health(**changed: Any) -> dict[str, Any]:
+        result = run_module(node_facts.main, {"etcd_health": {**spec, **changed}}, check=True)
+        found: dict[str, Any] = result["ansible_facts"]["pyflannel_host"]["etcd_health"]
+        return found
+
+    assert health() == {"url": url, "healthy": True, "reason": ""}
+    # etcd answers 503 with its JSON when unhealthy: the status says it, as the role's uri does.
+    server.answer = (503, b'{"health":"false","reason":"RAFT NO LEADER"}')  # type: ignore[attr-defined]
+    assert health() == {
+        "url": url,
+        "healthy": False,
+        "reason": "HTTP Error 503: Service Unavailable",
+    }
+    server.answer = (200, b'{"health":"false"}')  # type: ignore[attr-defined]
+    assert health() == {"url": url, "healthy": False, "reason": "health 'false'"}
+    for body in (b"[1]", b"not json", b'{"health":"true"' + b" " * 5000 + b"}"):
+        server.answer = (200, body)  # type: ignore[attr-defined]
+        assert health()["healthy"] is False
+    server.answer = (200, b'{"health":"true"}')  # type: ignore[attr-defined]
+    # Without the client pair the server refuses the handshake; without the CA the client does.
+    assert health(certfile=None, keyfile=None)["healthy"] is False
+    unverified = health(cafile=None)
+    assert unverified["healthy"] is False
+    assert "CERTIFICATE_VERIFY_FAILED" in unverified["reason"]
+    assert health() == {"url": url, "healthy": True, "reason": ""}
+
+
+def test_an_etcd_member_that_does_not_answer_is_not_healthy(run_module: RunModule) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{unused.getsockname()[1]}/health"
+    result = run_module(node_facts.main, {"etcd_health": {"url": url}}, check=True)
+    health = result["ansible_facts"]["pyflannel_host"]["etcd_health"]
+    assert health["url"] == url
+    assert health["healthy"] is False
+    assert "Connection refused" in health["reason"]
