@@ -31,8 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 COLLECTION = "ansible_collections.pyflannel.network."
 # The modules whose runs read the host's kernel with a pyroute2 handle (the runtime's
-# netlink.netns.iproute): the datapath check (node_facts, routes) and the pod probes.
-READS_KERNEL = {"node_facts", "routes", "connectivity", "pod_probe", "disruption_probe"}
+# netlink.netns.iproute, or pyroute2's own before): the datapath check (node_facts, routes) and
+# the connectivity suite's run (its host's own addresses).
+READS_KERNEL = {"node_facts", "routes", "connectivity"}
 
 PROBE = r"""
 import importlib, json, sys, time

@@ -59,6 +59,11 @@ def iproute(netns: str | None) -> IPRoute:
     """A pyroute2 handle for the namespace; never creates it (pyroute2's default would)."""
     # Here, not at the top: a module run that takes the namespace helpers alone (the lease and
     # repair paths) need not load pyroute2. The agent's programmer imports it at start anyway.
+    # A short-lived process (a module run, the command line) that opens a handle needs no more
+    # of pyroute2 than the agent does; a process that imported pyroute2 already keeps it whole.
+    from pyflannel_runtime.netlink.lean_pyroute2 import defer_package_imports
+
+    defer_package_imports()
     from pyroute2 import IPRoute
 
     if netns is None:
