@@ -10,7 +10,6 @@ import http.server
 import os
 import pwd
 import socket
-import ssl
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -23,8 +22,6 @@ from ansible_collections.pyflannel.network.plugins.plugin_utils.host_files impor
 
 from pyflannel_controller.inventory import NodeFacts
 from pyflannel_controller.wheelhouse import local_target, target_of
-from pyflannel_lab.etcd_server import EtcdTLS
-from tests.integration.etcd_tls import make_tls_material
 
 from ..conftest import RunModule
 
@@ -230,7 +227,7 @@ def test_the_cni_plugin_check_says_what_the_cni_plugin_module_would_do(
 
 
 class _Health(http.server.BaseHTTPRequestHandler):
-    """An etcd member's /health: its body and status as the test sets them on the server."""
+    """An etcd member's /health: the status and body the test sets on the server."""
 
     def do_GET(self) -> None:
         status, body = self.server.answer  # type: ignore[attr-defined]
@@ -245,68 +242,45 @@ class _Health(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def health_server(tmp_path: Path) -> Iterator[tuple[http.server.HTTPServer, EtcdTLS]]:
-    """A member's /health over TLS that asks for a client certificate signed by its CA."""
-    tls = make_tls_material(tmp_path / "pki")
+def health_server() -> Iterator[http.server.HTTPServer]:
     server = http.server.HTTPServer(("127.0.0.1", 0), _Health)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=tls.ca_file)
-    context.load_cert_chain(tls.server_cert, tls.server_key)
-    context.verify_mode = ssl.CERT_REQUIRED
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    server.answer = (200, b'{"health":"true","reason":""}')  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield server, tls
+    yield server
     server.shutdown()
     server.server_close()
     thread.join()
 
 
-def test_the_etcd_health_is_asked_over_tls_with_the_client_pair(
-    health_server: tuple[http.server.HTTPServer, EtcdTLS], run_module: RunModule
+def test_the_etcd_health_is_read_from_the_members_answer(
+    health_server: http.server.HTTPServer, run_module: RunModule
 ) -> None:
-    server, tls = health_server
-    url = f"https://127.0.0.1:{server.server_address[1]}/health"
-    spec = {
-        "url": url,
-        "cafile": tls.ca_file,
-        "certfile": tls.client_cert,
-        "keyfile": tls.client_key,
-    }
+    """How an answer reads (TLS, client certificates and a member that is down are
+    tests/integration/test_node_facts_etcd.py's, with a real etcd)."""
+    url = f"http://127.0.0.1:{health_server.server_address[1]}/health"
 
-    def health(**changed: Any) -> dict[str, Any]:
-        result = run_module(node_facts.main, {"etcd_health": {**spec, **changed}}, check=True)
+    def health(status: int, body: bytes) -> dict[str, Any]:
+        health_server.answer = (status, body)  # type: ignore[attr-defined]
+        result = run_module(node_facts.main, {"etcd_health": {"url": url}}, check=True)
         found: dict[str, Any] = result["ansible_facts"]["pyflannel_host"]["etcd_health"]
         return found
 
-    assert health() == {"url": url, "healthy": True, "reason": ""}
+    assert health(200, b'{"health":"true","reason":""}') == {
+        "url": url,
+        "healthy": True,
+        "reason": "",
+    }
     # etcd answers 503 with its JSON when unhealthy: the status says it, as the role's uri does.
-    server.answer = (503, b'{"health":"false","reason":"RAFT NO LEADER"}')  # type: ignore[attr-defined]
-    assert health() == {
+    assert health(503, b'{"health":"false","reason":"RAFT NO LEADER"}') == {
         "url": url,
         "healthy": False,
         "reason": "HTTP Error 503: Service Unavailable",
     }
-    server.answer = (200, b'{"health":"false"}')  # type: ignore[attr-defined]
-    assert health() == {"url": url, "healthy": False, "reason": "health 'false'"}
+    assert health(200, b'{"health":"false"}') == {
+        "url": url,
+        "healthy": False,
+        "reason": "health 'false'",
+    }
+    # No JSON object, or one cut at the size read: nothing said about health.
     for body in (b"[1]", b"not json", b'{"health":"true"' + b" " * 5000 + b"}"):
-        server.answer = (200, body)  # type: ignore[attr-defined]
-        assert health()["healthy"] is False
-    server.answer = (200, b'{"health":"true"}')  # type: ignore[attr-defined]
-    # Without the client pair the server refuses the handshake; without the CA the client does.
-    assert health(certfile=None, keyfile=None)["healthy"] is False
-    unverified = health(cafile=None)
-    assert unverified["healthy"] is False
-    assert "CERTIFICATE_VERIFY_FAILED" in unverified["reason"]
-    assert health() == {"url": url, "healthy": True, "reason": ""}
-
-
-def test_an_etcd_member_that_does_not_answer_is_not_healthy(run_module: RunModule) -> None:
-    with socket.socket() as unused:
-        unused.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{unused.getsockname()[1]}/health"
-    result = run_module(node_facts.main, {"etcd_health": {"url": url}}, check=True)
-    health = result["ansible_facts"]["pyflannel_host"]["etcd_health"]
-    assert health["url"] == url
-    assert health["healthy"] is False
-    assert "Connection refused" in health["reason"]
+        assert health(200, body)["healthy"] is False
