@@ -24,7 +24,7 @@ CI = "tests/unit/test_docs.py::test_ci_runs_the_readmes_test_command"
 TOUR = "tests/integration/test_cli_tour.py::test_every_tour_command_runs_as_written"
 SITE = "tests/integration/test_site.py::"
 DAY2 = "tests/integration/test_site_day2.py::"
-OUTSIDE = SITE + "test_the_installed_tarballs_playbooks_provision_the_lab_from_outside"
+OUTSIDE = SITE + "test_the_installed_tarballs_playbooks_provision_the_reset_lab_from_outside"
 BUNDLE = "tests/integration/test_bundle_live.py::"
 
 # Each shell command the docs give, as written (its comment left off), and the test that runs
@@ -53,7 +53,7 @@ RUN_BY: dict[str, str] = {
     "ansible-playbook -i inventories/lab site.yml -e flannel_backend_type=host-gw": SITE
     + "test_switching_the_backend_converges",
     "ansible-playbook -i inventories/lab reset.yml": SITE
-    + "test_reset_removes_ours_and_only_ours_and_site_converges_again",
+    + "test_reset_removes_ours_and_only_ours_and_a_second_reset_changes_nothing",
     "ansible-playbook -i inventory/mycluster/inventory.ini site.yml": SITE
     + "test_a_kubespray_ini_inventory_with_string_values_drives_the_same_cluster",
     "ansible-playbook -i inventory/mycluster/inventory.ini site.yml -e flannel_vxlan_vni=7": SITE
