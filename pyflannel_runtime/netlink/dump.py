@@ -18,9 +18,7 @@ import os
 import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TypeVar
-
-from pyroute2 import IPRoute
+from typing import TYPE_CHECKING, TypeVar
 
 from pyflannel_runtime.netlink.batch import SOL_NETLINK, open_route_socket
 from pyflannel_runtime.netlink.decoder import (
@@ -55,6 +53,9 @@ from pyflannel_runtime.netlink.entries import (
     Route,
     as_decoded,
 )
+
+if TYPE_CHECKING:
+    from pyroute2 import IPRoute
 
 RTPROT_KERNEL = 2
 # A dump the kernel flags as interrupted (the table changed under it) is taken again; only

@@ -1,4 +1,5 @@
-"""pyroute2 without its package's start-up imports, for the long-running agent.
+"""pyroute2 without its package's start-up imports, for the long-running agent (and for any
+process that opens its handles through `netlink.netns.iproute`).
 
 `pyroute2/__init__.py` imports every protocol family the library speaks (NDB with sqlite3,
 IPDB, ipset, IPVS, nl80211, WireGuard, devlink, plan9, ...), which costs the agent about 6 MiB
@@ -68,7 +69,8 @@ def defer_package_imports() -> None:
         return value
 
     package.__getattr__ = load_name  # type: ignore[method-assign]
-    sys.modules[PACKAGE] = package
+    # Atomic: of two threads that open their first handles at once, one object wins.
+    sys.modules.setdefault(PACKAGE, package)
 
 
 def _is_submodule(package: types.ModuleType, name: str) -> bool:

@@ -11,9 +11,10 @@ import ctypes
 import os
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from pyroute2 import IPRoute
+if TYPE_CHECKING:
+    from pyroute2 import IPRoute
 
 T = TypeVar("T")
 
@@ -56,6 +57,15 @@ def run_in_netns(netns: str | None, job: Callable[[], T]) -> T:
 
 def iproute(netns: str | None) -> IPRoute:
     """A pyroute2 handle for the namespace; never creates it (pyroute2's default would)."""
+    # Here, not at the top: a module run that takes the namespace helpers alone (the lease and
+    # repair paths) need not load pyroute2. The agent's programmer imports it at start anyway.
+    # A short-lived process (a module run, the command line) that opens a handle needs no more
+    # of pyroute2 than the agent does; a process that imported pyroute2 already keeps it whole.
+    from pyflannel_runtime.netlink.lean_pyroute2 import defer_package_imports
+
+    defer_package_imports()
+    from pyroute2 import IPRoute
+
     if netns is None:
         return IPRoute()
     if not os.path.exists(os.path.join(NETNS_RUN_DIR, netns)):

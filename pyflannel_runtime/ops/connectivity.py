@@ -213,9 +213,9 @@ def _turn_offload_off(rows: Sequence[Row], device: str, verdict_file: str) -> st
 
 def local_addresses() -> list[str]:
     """This host's IPv4 addresses."""
-    from pyroute2 import IPRoute
+    from pyflannel_runtime.netlink.netns import iproute
 
-    with IPRoute() as ipr:
+    with iproute(None) as ipr:
         return [str(msg.get_attr("IFA_ADDRESS")) for msg in ipr.get_addr(family=2)]
 
 

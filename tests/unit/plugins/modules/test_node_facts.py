@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.server
 import os
 import pwd
 import socket
 import subprocess
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +224,63 @@ def test_the_cni_plugin_check_says_what_the_cni_plugin_module_would_do(
     os.unlink(os.path.join(spec["bin_dir"], "loopback"))
     assert checked()["current"] is False
     assert run_module(cni_plugin.main, spec, check=True)["changed"]
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    """An etcd member's /health: the status and body the test sets on the server."""
+
+    def do_GET(self) -> None:
+        status, body = self.server.answer  # type: ignore[attr-defined]
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def health_server() -> Iterator[http.server.HTTPServer]:
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def test_the_etcd_health_is_read_from_the_members_answer(
+    health_server: http.server.HTTPServer, run_module: RunModule
+) -> None:
+    """How an answer reads (TLS, client certificates and a member that is down are
+    tests/integration/test_node_facts_etcd.py's, with a real etcd)."""
+    url = f"http://127.0.0.1:{health_server.server_address[1]}/health"
+
+    def health(status: int, body: bytes) -> dict[str, Any]:
+        health_server.answer = (status, body)  # type: ignore[attr-defined]
+        result = run_module(node_facts.main, {"etcd_health": {"url": url}}, check=True)
+        found: dict[str, Any] = result["ansible_facts"]["pyflannel_host"]["etcd_health"]
+        return found
+
+    assert health(200, b'{"health":"true","reason":""}') == {
+        "url": url,
+        "healthy": True,
+        "reason": "",
+    }
+    # etcd answers 503 with its JSON when unhealthy: the status says it, as the role's uri does.
+    assert health(503, b'{"health":"false","reason":"RAFT NO LEADER"}') == {
+        "url": url,
+        "healthy": False,
+        "reason": "HTTP Error 503: Service Unavailable",
+    }
+    assert health(200, b'{"health":"false"}') == {
+        "url": url,
+        "healthy": False,
+        "reason": "health 'false'",
+    }
+    # No JSON object, or one cut at the size read: nothing said about health.
+    for body in (b"[1]", b"not json", b'{"health":"true"' + b" " * 5000 + b"}"):
+        assert health(200, body)["healthy"] is False
