@@ -17,6 +17,8 @@ CPU (utime + stime) and the time until every host has programmed:
     agents of --baseline (a git revision: each lists every lease and puts its own again),
     "after" this tree's (each resumes from the state it kept; started and stopped once first
     so that it has kept one, as a running cluster's agents have); the agents' own CPU too;
+    both trees' agents load compiled bytecode, as an installed node's do (bench/baseline.py
+    compile_ahead);
   * spread restart: this tree's restart with the starts spread evenly over --spread seconds;
   * cold restart, spread and not: this tree's restart without the kept state (removed, as a
     reboot empties /run): every agent lists, each after waiting a random time first (its
@@ -62,7 +64,7 @@ from dataclasses import dataclass
 from ipaddress import IPv4Network
 from pathlib import Path
 
-from baseline import baseline_tree
+from baseline import ROOT, baseline_tree, compile_ahead
 from sigterm import interrupt_on_sigterm
 
 from pyflannel_lab.fanout import (
@@ -360,6 +362,8 @@ def main() -> int:
 def fanout(args: argparse.Namespace) -> None:
     sizes = [int(n) for n in args.agents.split(",")]
     with baseline_tree(args.baseline) as old:
+        for tree in (old, ROOT):
+            compile_ahead(tree)
         results = {n: bench(n, args.runs, args.spread, args.changes, old) for n in sizes}
 
     storms = ("storms_before", "storms", "spreads", "cold_restarts", "unspread_restarts")
