@@ -7,6 +7,9 @@ The digest is an HMAC-SHA256 under a key the controller makes for each run and n
 (node_facts takes it as a no_log option): a digest of a file that holds a password then says
 nothing about the password, to anyone reading a verbose log. Without a key it is a plain SHA-256.
 
+Also how pki_files and runtime_install write a file: atomically, its mode (and owner) set before
+its content lands.
+
 Runs on the node with any Python (the stdlib only).
 """
 
@@ -18,6 +21,8 @@ import hmac
 import os
 import pwd
 import stat
+import tempfile
+from contextlib import suppress
 
 # The options of the modules whose action plugin compares their files with known states
 # (plugins/plugin_utils/host_files.py) before it runs them; the modules themselves ignore them.
@@ -72,3 +77,24 @@ def file_state(path: str, key: str | None) -> dict | None:
         if len(data) <= DIGEST_LIMIT:
             state["digest"] = file_digest(data, key)
     return state
+
+
+def write_atomically(dest, data, mode, owner=None):
+    """`data` (bytes) at `dest`: a temporary file beside it (mode, and `owner` as (uid, gid),
+    first, then the content, flushed to disk), renamed over `dest`."""
+    fd, temporary = tempfile.mkstemp(
+        dir=os.path.dirname(dest), prefix=f".{os.path.basename(dest)}."
+    )
+    try:
+        with os.fdopen(fd, "wb") as out:
+            if owner is not None:
+                os.fchown(out.fileno(), *owner)
+            os.fchmod(out.fileno(), mode)
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, dest)
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise

@@ -94,13 +94,12 @@ import grp
 import os
 import pwd
 import stat
-import tempfile
-from contextlib import suppress
 from dataclasses import dataclass
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.pyflannel.network.plugins.module_utils.file_state import (
     KNOWN_STATES_ARGUMENT_SPEC,
+    write_atomically,
 )
 
 # Shown in --diff output instead of a private file's content.
@@ -198,21 +197,7 @@ def _present(dest: str) -> Present:
 
 
 def _write(file: Wanted) -> None:
-    """Temporary file (owner, group and mode first, then the content, flushed to disk), then
-    renamed over the destination."""
-    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(file.dest), prefix=".pki_files.")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            os.fchown(out.fileno(), file.uid, file.gid)
-            os.fchmod(out.fileno(), file.mode)
-            out.write(file.data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, file.dest)
-    except BaseException:
-        with suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
+    write_atomically(file.dest, file.data, file.mode, (file.uid, file.gid))
 
 
 def _attributes(mode: int, uid: int, gid: int) -> str:

@@ -108,10 +108,10 @@ import os
 import re
 import shutil
 import tarfile
-import tempfile
 from contextlib import suppress
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.pyflannel.network.plugins.module_utils.file_state import write_atomically
 from ansible_collections.pyflannel.network.plugins.module_utils.wheelhouse_record import (
     RECORD_NAME,
     installed_wheelhouse,
@@ -195,22 +195,6 @@ def unpack(archive, target):
         raise InstallError(f"cannot unpack the wheelhouse archive {archive}: {err}") from err
 
 
-def write_record(venv, digest):
-    """The installed wheelhouse's digest in the virtualenv, atomically, mode 0644."""
-    fd, temporary = tempfile.mkstemp(dir=venv, prefix=RECORD_NAME + ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            os.fchmod(out.fileno(), 0o644)
-            out.write(digest + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, os.path.join(venv, RECORD_NAME))
-    except BaseException:
-        with suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
-
-
 class Installer:
     """The commands of an install, each failing with what it printed."""
 
@@ -290,8 +274,8 @@ class Installer:
         return names
 
 
-def install(module, wheels):
-    """Unpacked, installed and recorded: whether the virtualenv was made, and what was
+def install(module, wheels, create_venv):
+    """Unpacked, installed (into a new virtualenv where `create_venv`) and recorded: what was
     removed."""
     params = module.params
     installer = Installer(module, wheels)
@@ -302,16 +286,18 @@ def install(module, wheels):
     os.mkdir(wheels)
     os.chmod(wheels, _DIRECTORY_MODE)
     unpack(params["archive"], wheels)
-    created = not os.path.exists(os.path.join(params["venv"], "bin", "python"))
-    if created:
+    if create_venv:
         installer.create_venv()
     installer.install(params["requirement"])
     removed = []
-    if not created:
+    if not create_venv:
         installer.reinstall_project(params["project_wheel"])
         removed = installer.remove_stale(params["distributions"])
-    write_record(params["venv"], params["digest"])
-    return created, removed
+    # The installed wheelhouse's digest, 0644.
+    write_atomically(
+        os.path.join(params["venv"], RECORD_NAME), f"{params['digest']}\n".encode(), 0o644
+    )
+    return removed
 
 
 def main():
@@ -335,7 +321,7 @@ def main():
         module.fail_json(msg=f"unpack_dir: {params['unpack_dir']} must be an absolute path")
     try:
         if changed and not module.check_mode:
-            result["venv_created"], result["removed"] = install(module, wheels)
+            result["removed"] = install(module, wheels, create_venv=not has_python)
     except InstallError as err:
         module.fail_json(msg=str(err), **err.details)
     except OSError as err:
