@@ -145,7 +145,9 @@ def udp_probe_error(ns: str, destination: IPv4Address | str) -> int:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             # net unreachable is a soft error, reported to UDP sockets only with IP_RECVERR
             sock.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
-            sock.settimeout(3)
+            # A hang guard: the error comes as soon as the forwarder answers, later on a busy
+            # machine.
+            sock.settimeout(30)
             sock.connect((str(destination), 9))
             sock.send(b"anyone?")
             try:
