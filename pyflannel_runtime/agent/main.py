@@ -15,7 +15,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyflannel_runtime import __version__
 from pyflannel_runtime.agent import address_watch, sdnotify
@@ -24,6 +24,7 @@ from pyflannel_runtime.agent.errors import StartupError
 from pyflannel_runtime.agent.flags import FlagError, Options, parse_flags, usage, validate
 from pyflannel_runtime.agent.health import HealthServer
 from pyflannel_runtime.agent.lease_note import clear_note, leave_note, note_file_for
+from pyflannel_runtime.agent.metrics import AgentMetrics
 from pyflannel_runtime.agent.pidfile import pid_file_for, remove_pid_file, write_pid_file
 from pyflannel_runtime.agent.stores import build_subnet_manager, previous_subnets
 from pyflannel_runtime.agent.traffic import install_traffic_rules
@@ -42,9 +43,6 @@ from pyflannel_runtime.subnet.watcher import LeaseScope
 from pyflannel_runtime.wire.lease import Lease, LeaseAttrs
 from pyflannel_runtime.wire.netconf import ConfigError, NetworkConfig, ip_stack
 from pyflannel_runtime.wire.subnet_env import PreviousSubnets, SubnetEnv
-
-if TYPE_CHECKING:
-    from pyflannel_runtime.agent.metrics import AgentMetrics
 
 log = logging.getLogger("pyflannel.agent")
 
@@ -287,9 +285,6 @@ class Agent:
         return await self._supervise(sm, config, network, ext)
 
     def _serve_metrics(self, health: HealthServer, sm: SubnetManager) -> None:
-        # Imported here: prometheus-client costs an agent that serves no metrics nothing.
-        from pyflannel_runtime.agent.metrics import AgentMetrics
-
         metrics = self._metrics = AgentMetrics()
         metrics.state.ready = lambda: health.ready
         metrics.state.store = sm.stats

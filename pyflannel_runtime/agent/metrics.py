@@ -1,5 +1,5 @@
 """pyflanneld's Prometheus metrics: what /metrics on the health port answers, in Prometheus's
-text format through prometheus-client (docs/metrics.md names each metric and what it means).
+text format (docs/metrics.md names each metric and what it means).
 
 Almost everything is read when Prometheus scrapes, by one collector, from state the agent keeps
 anyway: the lease watcher's view of the leases, the datapath's programmed peers and repair
@@ -10,221 +10,38 @@ lock and calls nothing. The one metric observed as it happens is the latency fro
 to the kernel's acknowledgement, a histogram observation per event (about a microsecond, against
 a millisecond for the event's netlink round trip).
 
+The agent keeps that state without prometheus-client (`agent.metrics_state`); the library and
+the registry built on it (`agent.metrics_registry`) are loaded at the first scrape, so an agent's
+start does not pay for them: in a restart storm every agent of a cluster starts at once.
+
 A scrape runs on the event loop, like every health-port answer: at 5 000 peers it takes about
 2 ms of the agent's CPU (bench/bench_agent_scale.py), as the free subnets are counted once per
-lease change and the programmed peers from what the datapath keeps.
+lease change and the peers programmed from what the datapath keeps.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
-from prometheus_client import disable_created_metrics as _disable_created_metrics
-from prometheus_client.exposition import generate_latest
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
-from pyflannel_runtime import __version__
 from pyflannel_runtime.agent.http_head import Answer
-from pyflannel_runtime.backend.base import CountsDrops, Network
-from pyflannel_runtime.firewall.manager import TrafficManager
-from pyflannel_runtime.subnet.manager import StoreStats
-from pyflannel_runtime.subnet.usage import SubnetUsage, subnet_usage
-from pyflannel_runtime.subnet.watcher import LeaseWatcher
-from pyflannel_runtime.wire.netconf import ConfigError, NetworkConfig
+from pyflannel_runtime.agent.metrics_state import LATENCY_BUCKETS, AgentState, LatencyHistogram
 
 # Prometheus's text exposition format, the one every Prometheus scrapes.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-# Seconds: the goal is a p99 under 50 ms at 5 000 peers; an event usually takes 1-10 ms.
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-
-
-@dataclass
-class AgentState:
-    """What the collector reads; the agent fills it in as it starts (None: not yet)."""
-
-    ready: Callable[[], bool] = lambda: False
-    backend: str = ""
-    config: NetworkConfig | None = None
-    store: StoreStats | None = None
-    traffic: TrafficManager | None = None
-    network: Network | None = None
-    leases: LeaseWatcher | None = None
 
 
 class AgentMetrics:
-    """The agent's registry: the collector, the event-to-kernel histogram and the process's own
-    metrics (CPU, memory, descriptors: prometheus-client's process collector)."""
+    """What the agent keeps for /metrics, and the answer built from it at each scrape."""
 
     def __init__(self) -> None:
-        # A `_created` series per counter says when the process started, which
-        # process_start_time_seconds already says once.
-        _disable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated upstream
         self.state = AgentState()
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.event_to_kernel = Histogram(
-            "pyflannel_event_to_kernel_seconds",
-            "Seconds from a lease event's arrival from the lease store to the kernel's "
-            "acknowledgement of the datapath's writes for it",
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
-        self.registry.register(AgentCollector(self.state))
-        ProcessCollector(registry=self.registry)
+        self.event_to_kernel = LatencyHistogram(LATENCY_BUCKETS)
+        self._render: Callable[[], bytes] | None = None
 
     def answer(self) -> Answer:
         """What /metrics answers."""
-        return Answer(200, CONTENT_TYPE, generate_latest(self.registry))
+        if self._render is None:
+            from pyflannel_runtime.agent.metrics_registry import renderer
 
-
-class AgentCollector(Collector):
-    def __init__(self, state: AgentState) -> None:
-        self._state = state
-        # The subnet pool's usage and the lease batches it was counted after: counting 5 000
-        # leases takes milliseconds, and between lease changes the count stands.
-        self._pool: tuple[int, tuple[SubnetUsage, ...]] | None = None
-
-    def collect(self) -> Iterator[Metric]:
-        state = self._state
-        info = GaugeMetricFamily(
-            "pyflannel_build_info",
-            "The agent's version and the backend it runs (empty until the network config is "
-            "read); always 1",
-            labels=["version", "backend"],
-        )
-        info.add_metric([__version__, state.backend], 1)
-        yield info
-        yield GaugeMetricFamily(
-            "pyflannel_ready",
-            "1 once the agent is ready (subnet.env written, as /readyz answers 200), else 0",
-            value=1 if state.ready() else 0,
-        )
-        if state.store is not None:
-            yield from _store_metrics(state.store)
-        if state.leases is not None:
-            yield from _lease_metrics(state.leases)
-            if state.config is not None:
-                yield from _pool_metrics(self._usage(state.config, state.leases))
-        if state.network is not None:
-            yield GaugeMetricFamily(
-                "pyflannel_peers_programmed",
-                "Peers whose datapath entries the kernel holds (udp: peers the forwarder "
-                "routes to), as far as the agent knows",
-                value=state.network.programmed_peers(),
-            )
-            yield _drift_repairs(state.network, state.traffic)
-            if isinstance(state.network, CountsDrops):
-                yield _labelled(
-                    CounterMetricFamily(
-                        "pyflannel_udp_datagrams_dropped",
-                        "Packets and datagrams the udp forwarder dropped, by reason (the "
-                        "counters /statusz shows; socket_drops: at its sockets, by the kernel)",
-                        labels=["reason"],
-                    ),
-                    state.network.counters(),
-                )
-
-    def _usage(self, config: NetworkConfig, leases: LeaseWatcher) -> tuple[SubnetUsage, ...]:
-        if self._pool is None or self._pool[0] != leases.batches:
-            try:
-                usage = subnet_usage(config, (leases.own_lease, *leases.leases))
-            except ConfigError:
-                usage = ()
-            self._pool = (leases.batches, usage)
-        return self._pool[1]
-
-
-def _labelled(family: CounterMetricFamily, counts: Mapping[str, int]) -> CounterMetricFamily:
-    for label, count in sorted(counts.items()):
-        family.add_metric([label], count)
-    return family
-
-
-def _store_metrics(stats: StoreStats) -> Iterator[Metric]:
-    yield CounterMetricFamily(
-        "pyflannel_lease_renewals",
-        "Renewals of this node's lease in etcd (the Kubernetes datastore renews none)",
-        value=stats.renewals,
-    )
-    yield CounterMetricFamily(
-        "pyflannel_lease_renewal_failures",
-        "Attempts to renew this node's lease that failed (retried after a minute, sooner as "
-        "the lease runs out)",
-        value=stats.renewal_failures,
-    )
-    yield _labelled(
-        CounterMetricFamily(
-            "pyflannel_datastore_watch_restarts",
-            "Times a watch on the lease store was started again, by reason (etcd: closed, "
-            "compacted, error; Kubernetes: closed, expired, error)",
-            labels=["reason"],
-        ),
-        stats.watch_restarts,
-    )
-    expiry = stats.own_lease_expiry
-    if expiry is not None and math.isfinite(expiry):
-        yield GaugeMetricFamily(
-            "pyflannel_own_lease_expiry_timestamp_seconds",
-            "When this node's lease expires unless renewed, in Unix seconds (absent where it "
-            "never expires: a reservation, the Kubernetes datastore)",
-            value=expiry,
-        )
-
-
-def _lease_metrics(leases: LeaseWatcher) -> Iterator[Metric]:
-    peers, rejected = leases.peer_count, leases.rejected_count
-    yield GaugeMetricFamily(
-        "pyflannel_leases",
-        "Leases in the store as this agent sees them: its own, its peers' and the rejected",
-        value=1 + peers + rejected,
-    )
-    yield GaugeMetricFamily(
-        "pyflannel_peers",
-        "Peers whose leases this node is to program (the leases less its own and the rejected)",
-        value=peers,
-    )
-    yield GaugeMetricFamily(
-        "pyflannel_leases_rejected",
-        "Leases this node must not program (outside the network, of another length, "
-        "overlapping its own subnet, holding no subnet): never programmed",
-        value=rejected,
-    )
-
-
-def _pool_metrics(usage: tuple[SubnetUsage, ...]) -> Iterator[Metric]:
-    if not usage:
-        return
-    free = GaugeMetricFamily(
-        "pyflannel_subnets_free",
-        "Subnets of SubnetLen between SubnetMin and SubnetMax that none of the leases this agent "
-        "sees takes, by address family",
-        labels=["family"],
-    )
-    size = GaugeMetricFamily(
-        "pyflannel_subnet_pool_size",
-        "Subnets of SubnetLen between SubnetMin and SubnetMax, by address family",
-        labels=["family"],
-    )
-    for family in usage:
-        free.add_metric([family.family], family.free)
-        size.add_metric([family.family], family.total)
-    yield free
-    yield size
-
-
-def _drift_repairs(network: Network, traffic: TrafficManager | None) -> CounterMetricFamily:
-    counts = dict(network.repairs())
-    if traffic is not None:
-        counts["rule"] = traffic.rules_repaired
-    return _labelled(
-        CounterMetricFamily(
-            "pyflannel_drift_repairs",
-            "Datapath entries the agent put back after someone else deleted or changed them, by "
-            "kind (route, neighbour, fdb, device: the VXLAN device; rule: a firewall rule set)",
-            labels=["kind"],
-        ),
-        counts,
-    )
+            self._render = renderer(self.state, self.event_to_kernel)
+        return Answer(200, CONTENT_TYPE, self._render())

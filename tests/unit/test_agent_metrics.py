@@ -1,22 +1,31 @@
 """The agent's /metrics: every metric docs/metrics.md names, with help text, read from the
 agent's own state when scraped, in a text `promtool check metrics` finds no problem with; served
-on the health port only where the agent routes it."""
+on the health port only where the agent routes it; prometheus-client loaded at the first
+scrape."""
 
 from __future__ import annotations
 
 import asyncio
 import math
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from ipaddress import IPv4Address, IPv4Network
+from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pyflannel_runtime import __version__
 from pyflannel_runtime.agent.health import HealthServer
 from pyflannel_runtime.agent.metrics import CONTENT_TYPE, AgentMetrics
+from pyflannel_runtime.agent.metrics_state import LATENCY_BUCKETS
 from pyflannel_runtime.subnet.manager import LeaseWatchBatch, StoreStats
 from pyflannel_runtime.subnet.watcher import LeaseScope, LeaseWatcher
 from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent
@@ -41,6 +50,7 @@ NAMES = {
     "pyflannel_subnets_free",
     "pyflannel_subnet_pool_size",
 }
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = parse_config(b'{"Network": "10.244.0.0/16", "SubnetLen": 24, "Backend": {"Type": "udp"}}')
 
 
@@ -198,3 +208,40 @@ def test_the_health_port_serves_metrics_where_routed_and_404_where_not() -> None
     assert get[:2] == (200, CONTENT_TYPE) and b"\npyflannel_ready 1.0\n" in get[2]
     assert head == (200, CONTENT_TYPE, b"")
     assert off == (404, "text/plain; charset=utf-8", b"404 page not found\n")
+
+
+@given(st.lists(st.sampled_from(LATENCY_BUCKETS) | st.floats(0, 10), max_size=40))
+def test_the_latency_histogram_counts_as_prometheus_clients_own(observed: list[float]) -> None:
+    ours = AgentMetrics()
+    registry = CollectorRegistry(auto_describe=False)
+    theirs = Histogram(
+        "pyflannel_event_to_kernel_seconds", "", buckets=LATENCY_BUCKETS, registry=registry
+    )
+    for seconds in observed:
+        ours.event_to_kernel.observe(seconds)
+        theirs.observe(seconds)
+    expected = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    }
+    found = samples(ours)
+    assert {key: found[key] for key in expected} == pytest.approx(expected)
+
+
+def test_an_agent_loads_prometheus_client_at_the_first_scrape_not_before() -> None:
+    probe = (
+        "import sys\n"
+        "from pyflannel_runtime.agent.main import Agent\n"
+        "from pyflannel_runtime.agent.metrics import AgentMetrics\n"
+        "metrics = AgentMetrics()\n"
+        "metrics.event_to_kernel.observe(0.002)\n"
+        "before = 'prometheus_client' in sys.modules\n"
+        "metrics.answer()\n"
+        "print(before, 'prometheus_client' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert done.stdout.split() == ["False", "True"]
