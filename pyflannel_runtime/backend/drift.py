@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from pyflannel_runtime.netlink.diff import diff_ops
+from pyflannel_runtime.netlink.diff import creation_ops, diff_ops
 from pyflannel_runtime.netlink.dump import Ownership, main_route_key, owns_route, route_facts
 from pyflannel_runtime.netlink.encoder import AF_BRIDGE, NTF_SELF, NUD_PERMANENT
 from pyflannel_runtime.netlink.entries import (
@@ -132,6 +132,10 @@ class Wanted:
             frozenset(self.neighs.values()),
             frozenset(self.fdbs.values()),
         )
+
+    def creation_ops(self) -> list[Op]:
+        """The writes of every wanted entry into a kernel that holds none of the datapath's."""
+        return creation_ops(self.routes.values(), self.neighs.values(), self.fdbs.values())
 
     def __len__(self) -> int:
         return len(self.routes) + len(self.neighs) + len(self.fdbs)

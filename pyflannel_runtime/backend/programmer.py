@@ -332,17 +332,21 @@ class PeerProgrammer(abc.ABC):
         self._peers, self._entries = fresh, entries
         self._unprogrammed = set()  # every peer is written again
         self._wanted = Wanted.of(e for group in self._entries.values() for e in group)
-        desired = self._wanted.state()
         self._last_full = time.monotonic()
         if survey is not None and survey.ownership == self.ownership():
             # In sync unless something cast doubt since the dump began (or a write below
             # fails).
             self._in_sync = survey.doubts == self._doubts
-            return await self._send_with_rollback(survey.ops(desired), repairing=repairing)
+            ops = survey.ops(self._wanted.state())
+            return await self._send_with_rollback(ops, repairing=repairing)
         # No survey, or the devices it read were recreated since.
         self._in_sync = True  # unless a write below fails, or a notification is lost
         actual = await self.owned_kernel_state()
-        return await self._send_with_rollback(diff_ops(desired, actual), repairing=repairing)
+        if actual == DatapathState():  # a cold start: nothing to compare with
+            ops = self._wanted.creation_ops()
+        else:
+            ops = diff_ops(self._wanted.state(), actual)
+        return await self._send_with_rollback(ops, repairing=repairing)
 
     def forget_entries(self) -> None:
         """Drop the computed entries, e.g. when a device they point at was recreated."""

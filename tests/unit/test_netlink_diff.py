@@ -8,7 +8,7 @@ from ipaddress import IPv4Address, IPv4Network, ip_address, ip_network
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyflannel_runtime.netlink.diff import desired_state, diff_ops, removal_ops
+from pyflannel_runtime.netlink.diff import creation_ops, desired_state, diff_ops, removal_ops
 from pyflannel_runtime.netlink.entries import (
     Action,
     DatapathState,
@@ -145,6 +145,20 @@ def test_order_is_replaces_then_deletes_each_neigh_fdb_route(
     rank = {Neigh: 0, Fdb: 1, Route: 2}
     keys = [(op.action is Action.DELETE, rank[type(op.entry)]) for op in ops]
     assert keys == sorted(keys)
+
+
+@given(entries)
+def test_a_cold_start_writes_what_the_diff_against_an_empty_kernel_writes(
+    wanted: list[Entry],
+) -> None:
+    desired = desired_state(wanted)
+    planned = diff_ops(desired, DatapathState())
+    created = creation_ops(desired.routes, desired.neighs, desired.fdbs)
+    assert sorted(created, key=repr) == sorted(planned, key=repr)
+    # In the diff's order of kinds: neighbours, FDB entries, routes.
+    order: tuple[type, ...] = (Neigh, Fdb, Route)
+    kinds = [order.index(type(op.entry)) for op in created]
+    assert kinds == sorted(kinds)
 
 
 @given(entries)
