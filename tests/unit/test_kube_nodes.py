@@ -8,10 +8,12 @@ import logging
 import re
 import time
 from datetime import UTC, datetime, timedelta, timezone
-from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_network
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pyflannel_runtime.subnet.kube.annotations import Annotations
 from pyflannel_runtime.subnet.kube.nodes import (
@@ -23,9 +25,11 @@ from pyflannel_runtime.subnet.kube.nodes import (
     node_to_lease,
     own_lease,
     own_pod_cidrs,
+    parse_cidr,
     read_lease,
 )
 from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent
+from tests.unit.test_lease import ADDRESS_TEXTS
 
 KEYS = Annotations.for_prefix()
 P = "flannel.alpha.coreos.com/"
@@ -691,3 +695,29 @@ def test_own_lease_keeps_only_the_enabled_families(
 def test_a_new_node_is_added_with_its_lease() -> None:
     n = node(annotations=flannel_annotations())
     assert tracker().update("n1", n) == [added(node_to_lease(n, KEYS, True, False))]
+
+
+def _reference_cidr(text: str) -> IPv4Network | IPv6Network | None:
+    """Go's net.ParseCIDR as ipaddress reads it, the mask's host bits cleared."""
+    addr, _, length = text.partition("/")
+    if not addr or not length.isascii() or not length.isdigit():
+        return None
+    try:
+        return ip_network(f"{addr}/{int(length)}", strict=False)
+    except ValueError:
+        return None
+
+
+@given(
+    st.tuples(
+        st.one_of(ADDRESS_TEXTS, st.ip_addresses().map(str)),
+        st.one_of(st.integers(0, 130).map(str), st.sampled_from(["", "+8", "08", "1 ", "x"])),
+    ).map("/".join)
+    | st.text(max_size=24)
+)
+def test_parse_cidr_reads_what_ipaddress_reads(text: str) -> None:
+    try:
+        parsed: IPv4Network | IPv6Network | None = parse_cidr(text)
+    except NodeLeaseError:
+        parsed = None
+    assert parsed == _reference_cidr(text)

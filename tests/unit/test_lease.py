@@ -14,6 +14,7 @@ from pyflannel_runtime.wire.lease import (
     LeaseAttrs,
     LeaseError,
     make_subnet_key,
+    parse_ipv4,
     parse_subnet_key,
 )
 from pyflannel_runtime.wire.vxlan_data import vxlan_backend_data
@@ -254,3 +255,38 @@ def test_a_canonical_lease_beyond_the_document_bound_is_refused() -> None:
     )
     with pytest.raises(LeaseError):
         LeaseAttrs.from_json(text)
+
+
+def _octet_texts() -> st.SearchStrategy[str]:
+    """Octets as written, the tricky ones too: leading zeros, too large, signs, blanks, other
+    digits."""
+    return st.one_of(
+        st.integers(0, 999).map(str),
+        st.integers(0, 255).map(lambda n: f"0{n}"),
+        st.sampled_from(
+            ["", "+1", "-1", " 1", "1 ", "0x1", "1e1", "\u0661", "\x00", "256", "0000"]
+        ),
+    )
+
+
+ADDRESS_TEXTS = st.one_of(
+    st.lists(_octet_texts(), min_size=1, max_size=6).map(".".join),
+    st.from_regex(r"[0-9.:a-f%/]{0,20}", fullmatch=True),
+    st.text(max_size=20),
+)
+
+
+def _reference_ipv4(text: str) -> IPv4Address | None:
+    try:
+        return IPv4Address(text)
+    except ValueError:
+        return None
+
+
+@given(ADDRESS_TEXTS)
+def test_parse_ipv4_accepts_exactly_what_ipaddress_does(text: str) -> None:
+    try:
+        parsed: IPv4Address | None = parse_ipv4(text)
+    except ValueError:
+        parsed = None
+    assert parsed == _reference_ipv4(text)

@@ -420,7 +420,7 @@ class KubeClient:
                 release(response)
             if response.status == 401 and self._plugin is not None and credential is not None:
                 self._plugin.rejected(credential)
-            raise KubeApiError(response.status, response.reason or "", bytes(data))
+            raise KubeApiError(response.status, response.reason or "", data)
         return response
 
     def fetch(self, method: str, path: str, limit: int = MAX_OBJECT_BYTES, **options: Any) -> bytes:
@@ -433,7 +433,7 @@ class KubeClient:
             release(response)
             raise
         response.release_conn()
-        return bytes(data)
+        return data
 
     def get_json(self, path: str, **options: Any) -> Any:
         return json.loads(self.fetch("GET", path, **options))
@@ -446,18 +446,20 @@ class KubeClient:
 
 def read_limited(
     response: urllib3.BaseHTTPResponse, limit: int, *, truncate: bool = False
-) -> bytearray:
+) -> bytes:
     """The body, read until its end or past ``limit`` bytes: ResponseTooLarge then, or with
-    ``truncate`` its first ``limit`` bytes."""
-    body = bytearray()
-    for chunk in response.stream(1 << 16, decode_content=True):
-        body += chunk
-        if len(body) > limit:
+    ``truncate`` its first ``limit`` bytes. Read in pieces of up to 1 MiB and joined once: a
+    page of 1 500 nodes is 15 MB."""
+    pieces: list[bytes] = []
+    size = 0
+    for piece in response.stream(min(1 << 20, limit + 1), decode_content=True):
+        pieces.append(piece)
+        size += len(piece)
+        if size > limit:
             if truncate:
-                del body[limit:]
-                return body
+                return b"".join(pieces)[:limit]
             raise ResponseTooLarge(limit)
-    return body
+    return b"".join(pieces)
 
 
 def release(response: urllib3.BaseHTTPResponse) -> None:

@@ -21,7 +21,14 @@ from pyflannel_runtime.gojson.core import GoJSONError
 from pyflannel_runtime.gojson.strconv import go_quote
 from pyflannel_runtime.gojson.structs import compact, loads_pairs
 from pyflannel_runtime.subnet.kube.annotations import Annotations
-from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent, same_lease
+from pyflannel_runtime.wire.lease import (
+    EventType,
+    Lease,
+    LeaseAttrs,
+    LeaseEvent,
+    parse_ipv4,
+    same_lease,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +82,8 @@ def parse_cidr(text: str) -> IPv4Network | IPv6Network:
     if not addr or _PREFIX_LEN_RE.fullmatch(length) is None:
         raise NodeLeaseError(f"invalid CIDR address: {text}")
     try:
+        if ":" not in addr:  # no IPv6 address lacks one; thousands of nodes are listed at once
+            return IPv4Network((parse_ipv4(addr), int(length)), strict=False)
         return ip_network(f"{addr}/{int(length)}", strict=False)
     except ValueError:
         raise NodeLeaseError(f"invalid CIDR address: {text}") from None
@@ -136,7 +145,7 @@ def node_to_lease(node: Node, keys: Annotations, enable_ipv4: bool, enable_ipv6:
 
 def _parse_ip(text: str, kind: type[_Address]) -> _Address:
     try:
-        return kind(text)
+        return parse_ipv4(text) if kind is IPv4Address else kind(text)  # type: ignore[return-value]
     except ValueError:
         raise NodeLeaseError(f"invalid IP address: {go_quote(text)}") from None
 
