@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_network
@@ -125,7 +125,7 @@ def node_to_lease(node: Node, keys: Annotations, enable_ipv4: bool, enable_ipv6:
     subnet: IPv4Network | None = None
     ipv6_subnet: IPv6Network | None = None
     if enable_ipv4:
-        public_ip = _parse_ip(annotations.get(keys.public_ip, ""), IPv4Address)
+        public_ip = _parse_ip(annotations.get(keys.public_ip, ""), parse_ipv4)
         backend_data = _raw_json(annotations.get(keys.backend_data, ""), keys.backend_data)
         subnet = _first_pod_cidr(node, IPv4Network, "missing IPv4 address on n.Spec.PodCIDRs")
     if enable_ipv6:
@@ -143,9 +143,9 @@ def node_to_lease(node: Node, keys: Annotations, enable_ipv4: bool, enable_ipv6:
     return Lease(subnet, ipv6_subnet, attrs, enable_ipv4=enable_ipv4, enable_ipv6=enable_ipv6)
 
 
-def _parse_ip(text: str, kind: type[_Address]) -> _Address:
+def _parse_ip(text: str, parse: Callable[[str], _Address]) -> _Address:
     try:
-        return parse_ipv4(text) if kind is IPv4Address else kind(text)  # type: ignore[return-value]
+        return parse(text)
     except ValueError:
         raise NodeLeaseError(f"invalid IP address: {go_quote(text)}") from None
 
