@@ -103,6 +103,11 @@ def on_controller(*argv: str) -> str:
 
 def etcd_subnets() -> set[str]:
     """The subnet keys in etcd, read from the controller with node1's client certificate."""
+    return set(etcd_holders())
+
+
+def etcd_holders() -> dict[str, str]:
+    """Each subnet key in etcd and the public IP of the node whose lease it holds."""
     lab = current()
     done = on_controller(
         "etcdctl",
@@ -113,10 +118,13 @@ def etcd_subnets() -> set[str]:
         "--dial-timeout=2s",
         "get",
         "--prefix",
-        "--keys-only",
         f"{PREFIX}/subnets/",
     )
-    return {key.rsplit("/", 1)[1] for key in done.split()}
+    lines = done.splitlines()
+    return {
+        key.rsplit("/", 1)[1]: json.loads(value)["PublicIP"]
+        for key, value in zip(lines[::2], lines[1::2], strict=True)
+    }
 
 
 def has_subnet_env(name: str) -> bool:
@@ -319,15 +327,18 @@ class ForgetWatch:
 
     def _poll(self) -> None:
         while not self.stop.is_set() and len(self.forgot) < len(self.removed) * len(self.peers):
-            keys = etcd_subnets()
+            holders = etcd_holders()
             now = time.monotonic()
-            for name, (subnet, _) in self.removed.items():
-                if name not in self.released and str(subnet).replace("/", "-") not in keys:
+            for name, (subnet, public_ip) in self.removed.items():
+                # Released: the key is gone, or (node5 leased it between two polls) another
+                # node's lease holds it.
+                holder = holders.get(str(subnet).replace("/", "-"))
+                if name not in self.released and holder != public_ip:
                     self.released[name] = now
             kernels = {peer: on(peer, KERNEL) for peer in self.peers}
             now = time.monotonic()
             for name, (subnet, public_ip) in self.removed.items():
-                leased_again = str(subnet).replace("/", "-") in keys
+                leased_again = str(subnet).replace("/", "-") in holders
                 for peer, kernel in kernels.items():
                     if (
                         name in self.released
