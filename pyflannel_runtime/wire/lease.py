@@ -23,7 +23,7 @@ class LeaseError(PyflannelError, ValueError):
     pass
 
 
-_ZERO_IP = IPv4Address("0.0.0.0")
+ZERO_IPV4 = IPv4Address("0.0.0.0")
 # flannel's own encoding of LeaseAttrs, byte for byte. Backend data must be a flat object of
 # integers and printable-ASCII strings holding nothing Go escapes (", backslash, <, >, &):
 # then it is valid, compact JSON exactly as Go writes it (VNI/VtepMAC, PublicKey/Port).
@@ -35,6 +35,7 @@ _CANONICAL_ATTRS = re.compile(
     rf'(?:,"BackendData":({_FLAT_OBJECT}))?'
     rf'(?:,"BackendV6Data":({_FLAT_OBJECT}))?\}}'
 )
+_GO_COMPACT_OBJECT = re.compile(_FLAT_OBJECT)
 _ATTR_FIELDS = ("PublicIP", "PublicIPv6", "BackendType", "BackendData", "BackendV6Data")
 
 
@@ -47,7 +48,7 @@ def _raw_json(value: Any) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class LeaseAttrs:
-    public_ip: IPv4Address = _ZERO_IP
+    public_ip: IPv4Address = ZERO_IPV4
     public_ipv6: IPv6Address | None = None
     backend_type: str = ""
     backend_data: str | None = None
@@ -89,7 +90,7 @@ class LeaseAttrs:
             folded = fold_object(loads_pairs(data), _ATTR_FIELDS, "lease.LeaseAttrs")
         except GoJSONError as err:
             raise LeaseError(str(err)) from None
-        public_ip = _ZERO_IP
+        public_ip = ZERO_IPV4
         public_ipv6 = None
         try:
             if folded.get("PublicIP") is not None:
@@ -112,11 +113,25 @@ class LeaseAttrs:
         )
 
 
+def is_go_compact_object(text: str) -> bool:
+    """True when `text` is a flat JSON object as Go writes one (the backend data flannel puts
+    in leases and annotations), so that Go's json.Marshal of it as a RawMessage gives it back
+    unchanged: it needs no decoding to be kept. Within the decoder's size limit only."""
+    return len(text) <= MAX_DOCUMENT_BYTES and _GO_COMPACT_OBJECT.fullmatch(text) is not None
+
+
 def parse_ipv4(text: str) -> IPv4Address:
-    return IPv4Address(_ipv4_int(text))
+    return IPv4Address(ipv4_int(text))
 
 
-def _ipv4_int(text: str) -> int:
+def ipv4_network(address: int, prefixlen: int) -> IPv4Network:
+    """The network of `address` with its host bits masked off (Go's ParseCIDR). An int that is
+    already a network address costs IPv4Network the least: given an IPv4Address, it formats
+    and parses the address again. Raises ValueError for a length over 32."""
+    return IPv4Network((address & (0xFFFFFFFF << (32 - prefixlen)) & 0xFFFFFFFF, prefixlen))
+
+
+def ipv4_int(text: str) -> int:
     """A dotted quad, through the C parser first: thousands of leases are read at start-up.
     inet_pton is as strict as ipaddress (no leading zeros, exactly four octets)."""
     try:
@@ -195,9 +210,7 @@ def parse_subnet_key(key: str) -> tuple[IPv4Network, IPv6Network | None]:
         if int(len4) >= 1 << 5:
             raise ValueError(len4)
         prefixlen = int(len4)
-        address = _ipv4_int(ip4)
-        # Masked here: an int that is already a network address costs IPv4Network the least.
-        subnet = IPv4Network((address & (0xFFFFFFFF << (32 - prefixlen)) & 0xFFFFFFFF, prefixlen))
+        subnet = ipv4_network(ipv4_int(ip4), prefixlen)
         ipv6_subnet = None
         if ip6 is not None:
             if int(len6) >= 1 << 7:

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pyflannel_runtime.gojson.structs import compact, loads_pairs
 from pyflannel_runtime.subnet.kube.annotations import Annotations
 from pyflannel_runtime.subnet.kube.nodes import (
     NodeLeaseError,
@@ -29,6 +30,7 @@ from pyflannel_runtime.subnet.kube.nodes import (
     read_lease,
 )
 from pyflannel_runtime.wire.lease import EventType, Lease, LeaseAttrs, LeaseEvent
+from pyflannel_runtime.wire.vxlan_data import vtep_mac
 from tests.unit.test_lease import ADDRESS_TEXTS
 
 KEYS = Annotations.for_prefix()
@@ -721,3 +723,41 @@ def test_parse_cidr_reads_what_ipaddress_reads(text: str) -> None:
     except NodeLeaseError:
         parsed = None
     assert parsed == _reference_cidr(text)
+
+
+_JSON_KEYS = st.text(st.sampled_from("AVINaeprtv0_"), min_size=1, max_size=8)
+_JSON_VALUES = st.one_of(
+    st.integers(-(2**70), 2**70),
+    st.text(max_size=12),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(),
+    st.none(),
+    st.lists(st.integers(0, 9), max_size=2),
+)
+
+
+def _backend_data(text: str) -> str | None:
+    n = node(annotations=flannel_annotations(backend_data=text))
+    return node_to_lease(n, KEYS, True, False).attrs.backend_data
+
+
+@given(
+    st.dictionaries(_JSON_KEYS, _JSON_VALUES, max_size=4),
+    st.sampled_from([(",", ":"), (", ", ": "), (",", ": ")]),
+    st.booleans(),
+)
+def test_backend_data_is_kept_as_go_marshals_it(
+    data: dict[str, Any], separators: tuple[str, str], ascii_only: bool
+) -> None:
+    """Whether or not the text is already Go's compact form (which is kept without decoding),
+    the lease holds what decoding and re-encoding it gives."""
+    text = json.dumps(data, separators=separators, ensure_ascii=ascii_only)
+    assert _backend_data(text) == compact(loads_pairs(text))
+
+
+def test_backend_data_with_a_repeated_key_is_kept_as_written() -> None:
+    """As flannel keeps the annotation (a json.RawMessage); the VTEP MAC read from it is the last
+    one, as Go's decoding takes the last duplicate."""
+    text = '{"VNI":1,"VtepMAC":"12:c6:65:89:b4:e3","VtepMAC":"12:c6:65:89:b4:e4"}'
+    assert _backend_data(text) == text
+    assert vtep_mac(text) == "12:c6:65:89:b4:e4"

@@ -22,10 +22,14 @@ from pyflannel_runtime.gojson.strconv import go_quote
 from pyflannel_runtime.gojson.structs import compact, loads_pairs
 from pyflannel_runtime.subnet.kube.annotations import Annotations
 from pyflannel_runtime.wire.lease import (
+    ZERO_IPV4,
     EventType,
     Lease,
     LeaseAttrs,
     LeaseEvent,
+    ipv4_int,
+    ipv4_network,
+    is_go_compact_object,
     parse_ipv4,
     same_lease,
 )
@@ -83,7 +87,7 @@ def parse_cidr(text: str) -> IPv4Network | IPv6Network:
         raise NodeLeaseError(f"invalid CIDR address: {text}")
     try:
         if ":" not in addr:  # no IPv6 address lacks one; thousands of nodes are listed at once
-            return IPv4Network((parse_ipv4(addr), int(length)), strict=False)
+            return ipv4_network(ipv4_int(addr), int(length))
         return ip_network(f"{addr}/{int(length)}", strict=False)
     except ValueError:
         raise NodeLeaseError(f"invalid CIDR address: {text}") from None
@@ -118,7 +122,7 @@ def own_pod_cidrs(node: Node) -> tuple[IPv4Network | None, IPv6Network | None]:
 def node_to_lease(node: Node, keys: Annotations, enable_ipv4: bool, enable_ipv6: bool) -> Lease:
     """A peer's lease from its node object (flannel's nodeToLease)."""
     annotations = node_annotations(node)
-    public_ip = IPv4Address("0.0.0.0")
+    public_ip = ZERO_IPV4
     public_ipv6: IPv6Address | None = None
     backend_data: str | None = None
     backend_v6_data: str | None = None
@@ -154,6 +158,10 @@ def _raw_json(text: str, key: str) -> str | None:
     """The annotation as compact JSON; absent and ``null`` (host-gw, udp) both mean no data."""
     if text in ("", "null"):
         return None
+    if is_go_compact_object(text):
+        # flannel's own encoding, as every flannel node writes it: kept as written, as flannel
+        # keeps the annotation as a json.RawMessage. Thousands are read at start-up.
+        return text
     try:
         return compact(loads_pairs(text))
     except GoJSONError:
